@@ -1,0 +1,282 @@
+"""The recording's database: location, schema, migrations, views.
+
+Owns: where the database lives by default, opening it safely (mode 0600, WAL, busy timeout),
+the table layout (DESIGN §3) and its forward migrations keyed on ``PRAGMA user_version``, and
+the views that make it pleasant in ``sqlite-utils`` and Datasette.
+
+Must not know: pipes, processes, the relay, or how frames are decoded. The recorder writes rows;
+query commands read them; both get their connection from here.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import sqlite_utils
+
+SCHEMA_VERSION = 1
+
+# Column order of the frames table is the order the recorder's INSERT uses.
+FRAME_COLUMNS: dict[str, type] = {
+    "run_id": int,
+    "seq": int,
+    "ts_ns": int,
+    "dir": str,  # c2a | a2c | stderr | proxy
+    "raw": str,  # the line without its "\n" (a "\r" stays); NULL when not valid UTF-8
+    "raw_bytes": bytes,  # the line when it is not valid UTF-8
+    "size": int,  # full length in bytes, without "\n"
+    "terminated": int,  # 0 for a last line that ended at EOF without "\n"
+    "cut": int,  # 1 when raw holds only the first --max-record-bytes of the line
+    "kind": str,  # request | notification | response | error | batch | invalid | stderr
+    "method": str,  # responses carry their request's method
+    "rpc_id": str,  # JSON text, so 1 and "1" differ
+    "session_id": str,
+    "update_kind": str,  # session/update variant
+    "item_id": str,  # messageId / toolCallId / planId / terminalId / compactionId ...
+    "request_seq": int,  # on responses: the seq of the request answered
+    "latency_ns": int,  # on responses: time since the request
+    "error_code": int,
+    "error_message": str,
+    "replay": int,  # 1: history sent inside a session/load or session/resume replay window
+    "batch_seq": int,  # on a batch element: the seq of the batch line it came in
+    "batch_index": int,  # on a batch element: its position in the batch
+    "forwarded": int,  # 0 when the proxy did not pass the frame on (see note)
+    "unanswered": int,  # on requests: 1 when no response came before the run ended
+    "unknown": str,  # extension | future, for methods and update variants not in the schema
+    "note": str,  # why a frame was flagged, dropped or not forwarded
+    "fault": str,  # the fault applied to this frame, if any
+    "decode_error": str,
+}
+
+RUN_COLUMNS: dict[str, type] = {
+    "id": int,
+    "started_ns": int,
+    "ended_ns": int,
+    "status": str,  # running | ended | crashed
+    "argv": str,  # JSON list: the agent command
+    "cwd": str,
+    "proxy_pid": int,
+    "agent_pid": int,
+    "exit_code": int,
+    "exit_signal": int,
+    "interactive": int,  # 1: stdin was a terminal, the agent ran attached to it, frames not recorded
+    "options": str,  # JSON: the run's options
+    "protocol_version": int,
+    "client_protocol_version": int,
+    "agent_protocol_version": int,
+    "client_name": str,
+    "client_version": str,
+    "agent_name": str,
+    "agent_version": str,
+    "client_info": str,
+    "agent_info": str,
+    "client_capabilities": str,
+    "agent_capabilities": str,
+    "auth_methods": str,
+    "fault_spec": str,
+    "seed": int,
+    "frames": int,
+    "frames_c2a": int,
+    "frames_a2c": int,
+    "stderr_lines": int,
+    "bytes_c2a": int,
+    "bytes_a2c": int,
+    "not_recorded": int,
+    "not_recorded_reason": str,
+}
+
+
+def default_db_path() -> Path:
+    """``$ACP_PROXY_DB``, else ``$XDG_DATA_HOME/acp-proxy/acp-proxy.db``."""
+    explicit = os.environ.get("ACP_PROXY_DB")
+    if explicit:
+        return Path(explicit).expanduser()
+    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data_home) / "acp-proxy" / "acp-proxy.db"
+
+
+class StoreError(Exception):
+    """The database cannot be used; the message is one line meant for a person."""
+
+
+def open_for_writing(path: Path) -> sqlite_utils.Database:
+    """Create or open the database 0600, in WAL mode, migrated to the current schema."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Create the file ourselves so it is 0600 from its first byte, never world-readable.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.close(fd)
+        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout = 10000")
+        db = sqlite_utils.Database(conn)
+        _set_pragmas(db)
+        migrate(db)
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"cannot open database {path}: {_reason(exc)}") from exc
+    for suffix in ("-wal", "-shm"):
+        side = Path(str(path) + suffix)
+        if side.exists():
+            try:
+                os.chmod(side, 0o600)
+            except OSError:
+                pass
+    return db
+
+
+def open_for_reading(path: Path) -> sqlite_utils.Database:
+    """Open an existing database; never creates one (a typo must not yield an empty answer)."""
+    if not path.exists():
+        raise StoreError(f"no database at {path} (record one with: acp-proxy run -- AGENT)")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout = 10000")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot read database {path}: {_reason(exc)}") from exc
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{path} was written by a newer acp-proxy (schema {version} > {SCHEMA_VERSION})")
+    if version == 0:
+        raise StoreError(f"{path} is not an acp-proxy database")
+    return sqlite_utils.Database(conn)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc)
+
+
+def _set_pragmas(db: sqlite_utils.Database) -> None:
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = NORMAL")
+
+
+def migrate(db: sqlite_utils.Database) -> None:
+    """Bring the schema forward to SCHEMA_VERSION, one step at a time, each in a transaction."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"database was written by a newer acp-proxy (schema {version} > {SCHEMA_VERSION})")
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS[version]
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            # Re-read under the write lock: another proxy may have migrated meanwhile.
+            current = db.execute("PRAGMA user_version").fetchone()[0]
+            if current == version:
+                step(db)
+                db.execute(f"PRAGMA user_version = {version + 1}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def _create_v1(db: sqlite_utils.Database) -> None:
+    db["runs"].create(RUN_COLUMNS, pk="id", not_null={"started_ns", "status"})
+    db["frames"].create(FRAME_COLUMNS, pk=("run_id", "seq"), not_null={"run_id", "seq", "ts_ns", "dir"})
+    db["sessions"].create(
+        {
+            "id": int,
+            "session_id": str,
+            "cwd": str,
+            "title": str,
+            "created_run_id": int,
+            "created_by": str,  # session/new | session/load | session/resume | session/fork | seen
+            "parent_session_id": str,  # for session/fork
+            "first_seen_ns": int,
+            "last_seen_ns": int,
+            "closed_ns": int,
+            "deleted_ns": int,
+        },
+        pk="id",
+    )
+    db["session_runs"].create(
+        {"session_row": int, "run_id": int, "how": str, "first_seq": int},
+        pk=("session_row", "run_id"),
+    )
+    db["turns"].create(
+        {
+            "id": int,
+            "run_id": int,
+            "session_row": int,
+            "session_id": str,
+            "turn_index": int,  # 1-based within the session
+            "protocol_version": int,
+            "prompt_seq": int,
+            "start_ns": int,
+            "accepted_ns": int,
+            "message_id": str,  # v2: the accepted user message id
+            "first_output_ns": int,
+            "end_ns": int,
+            "end_seq": int,
+            "stop_reason": str,
+            "status": str,  # running | ended | error | unfinished
+            "chunks": int,
+            "tool_calls": int,
+            "permission_requests": int,
+        },
+        pk="id",
+    )
+    db["faults"].create(
+        {"id": int, "run_id": int, "seq": int, "ts_ns": int, "rule": str, "action": str, "detail": str},
+        pk="id",
+    )
+    db["findings"].create(
+        {
+            "id": int,
+            "run_id": int,
+            "seq": int,
+            "rule": str,
+            "severity": str,
+            "message": str,
+            "spec": str,
+        },
+        pk="id",
+    )
+    for table, cols in (
+        ("frames", ["run_id", "dir", "kind", "method"]),
+        ("frames", ["session_id", "run_id", "seq"]),
+        ("frames", ["run_id", "request_seq"]),
+        ("frames", ["ts_ns"]),
+        ("sessions", ["session_id"]),
+        ("session_runs", ["run_id"]),
+        ("turns", ["run_id", "session_row"]),
+        ("faults", ["run_id", "seq"]),
+        ("findings", ["run_id", "seq"]),
+    ):
+        db[table].create_index(cols, find_unique_name=True)
+    for name, sql in VIEWS.items():
+        db.create_view(name, sql, replace=True)
+
+
+VIEWS = {
+    "rpc_pairs": """
+        select q.run_id, q.seq as request_seq, q.dir, q.method, q.rpc_id, q.session_id,
+               r.seq as response_seq, r.kind as outcome, r.error_code, r.error_message,
+               r.latency_ns / 1e6 as latency_ms
+        from frames q left join frames r on r.run_id = q.run_id and r.request_seq = q.seq
+        where q.kind = 'request'
+    """,
+    "unanswered": """
+        select run_id, seq, dir, method, rpc_id, session_id, ts_ns
+        from frames where kind = 'request' and unanswered = 1
+    """,
+    "turn_metrics": """
+        select t.run_id, t.session_id, t.turn_index, t.stop_reason, t.status,
+               (t.accepted_ns - t.start_ns) / 1e6 as to_acceptance_ms,
+               (t.first_output_ns - t.start_ns) / 1e6 as to_first_output_ms,
+               (t.end_ns - t.start_ns) / 1e6 as duration_ms,
+               t.chunks, t.tool_calls, t.permission_requests
+        from turns t
+    """,
+    "conversation": """
+        select run_id, seq, ts_ns, dir, kind, method, session_id, update_kind, item_id, replay, raw
+        from frames where kind != 'stderr' and batch_seq is null
+    """,
+}
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_create_v1]
