@@ -102,8 +102,12 @@ class StoreError(Exception):
     """The database cannot be used; the message is one line meant for a person."""
 
 
-def open_for_writing(path: Path) -> sqlite_utils.Database:
-    """Create or open the database 0600, in WAL mode, migrated to the current schema."""
+def open_for_writing(path: Path, limit_bytes: int | None = None) -> sqlite_utils.Database:
+    """Create or open the database 0600, in WAL mode, migrated to the current schema.
+
+    ``limit_bytes`` caps the file's size (SQLite's ``max_page_count``): past it, writes fail as
+    they would on a full disk, and the recorder's disk-full handling takes over.
+    """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Create the file ourselves so it is 0600 from its first byte, never world-readable.
@@ -114,6 +118,9 @@ def open_for_writing(path: Path) -> sqlite_utils.Database:
         db = sqlite_utils.Database(conn)
         _set_pragmas(db)
         migrate(db)
+        if limit_bytes is not None:
+            page_size = db.execute("PRAGMA page_size").fetchone()[0]
+            db.execute(f"PRAGMA max_page_count = {max(1, int(limit_bytes) // page_size)}")
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"cannot open database {path}: {_reason(exc)}") from exc
     for suffix in ("-wal", "-shm"):
@@ -150,6 +157,9 @@ def _reason(exc: BaseException) -> str:
 
 
 def _set_pragmas(db: sqlite_utils.Database) -> None:
+    # Larger pages cut per-row overhead for the write-heavy frames table (it only takes effect
+    # on a new, empty database file; existing files keep theirs).
+    db.execute("PRAGMA page_size = 16384")
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = NORMAL")
 

@@ -1,0 +1,334 @@
+"""The recorder: a separate process that turns the relay's raw chunks into rows in SQLite.
+
+Owns: the link format between the relay and this process, and everything after a chunk leaves
+the relay — framing, decoding, protocol tracking and batched inserts — so that none of that
+Python work competes for the relay's GIL (DESIGN §8: a writer thread inside the relay added
+50–90 µs to every round trip; a process adds none). It runs in its own session, so a signal
+sent to the proxy's process group cannot cut a recording short: it exits only when the link
+reaches its end, after flushing everything it was given.
+
+Must not know: trio, the agent process, stdout of the proxy. It speaks to the relay only through
+its stdin (messages, below) and one status line on its stdout (``ready RUN_ID`` or
+``error MESSAGE``), and to a person only through stderr, prefixed ``acp-proxy:``.
+
+The link's message format is in ``link.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from . import store, wire
+from .framing import Line, LineFramer
+from .link import A2C, C2A, DATA, DIRECTIONS, EOF, HEADER, LINE, LINE_META, META, START, STDERR
+from .record import COLUMNS, FrameRecord
+
+FLUSH_ROWS = 4000
+FLUSH_SECONDS = 0.05
+CHECKPOINT_BYTES = 16 * 1024 * 1024
+
+_INSERT = f"INSERT INTO frames ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+
+
+def read_messages(fd: int, idle: float) -> Iterator[tuple[int, int, int, bytes] | None]:
+    """Yield link messages from ``fd``; yield None when nothing arrived for ``idle`` seconds."""
+    buf = bytearray()
+    pos = 0
+    while True:
+        ready, _, _ = select.select([fd], [], [], idle)
+        if not ready:
+            yield None
+            continue
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return
+        if pos:
+            del buf[:pos]
+            pos = 0
+        buf += chunk
+        while len(buf) - pos >= HEADER.size:
+            kind, direction, ts_ns, length = HEADER.unpack_from(buf, pos)
+            end = pos + HEADER.size + length
+            if end > len(buf):
+                break
+            yield kind, direction, ts_ns, bytes(buf[pos + HEADER.size : end])
+            pos = end
+
+
+class Recorder:
+    """Everything the recorder process does, minus reading its input."""
+
+    def __init__(self, db_path: Path, start: dict[str, Any]) -> None:
+        try:  # TEMPORARY
+            from .tracker import Tracker  # imported late: the tracker pulls in the schema tables
+        except ImportError:
+            class Tracker:  # type: ignore
+                def __init__(self, run_id): pass
+                def observe(self, rec): pass
+                def drain(self): return []
+                def finish(self, ts): pass
+
+        self.db_path = db_path
+        self.max_keep: int | None = start.get("max_record_bytes")
+        self.db = store.open_for_writing(db_path, limit_bytes=start.get("db_limit"))
+        self.conn: sqlite3.Connection = self.db.conn
+        # Checkpoints happen off the insert path (see _Checkpointer), never inside a COMMIT.
+        self.conn.execute("PRAGMA wal_autocheckpoint = 0")
+        run = {
+            "started_ns": start["started_ns"],
+            "status": "running",
+            "argv": msgspec.json.encode(start["argv"]).decode(),
+            "cwd": start.get("cwd"),
+            "proxy_pid": start.get("proxy_pid"),
+            "interactive": int(bool(start.get("interactive"))),
+            "options": msgspec.json.encode(start.get("options", {})).decode(),
+            "fault_spec": start.get("fault_spec"),
+            "seed": start.get("seed"),
+        }
+        self.run_id: int = self.db["runs"].insert(run).last_pk  # type: ignore[assignment]
+        self.tracker = Tracker(self.run_id)
+        self.framers = [LineFramer(self.max_keep) for _ in DIRECTIONS]
+        self.seq = 0
+        self.pending: list[tuple] = []
+        self.last_flush = time.monotonic()
+        self.counts = {"frames": 0, "frames_c2a": 0, "frames_a2c": 0, "stderr_lines": 0}
+        self.bytes = [0, 0, 0]
+        self.unflushed_bytes = 0
+        self.not_recorded = 0
+        self.failure: str | None = None
+        self.end: dict[str, Any] = {}
+        self.checkpointer = _Checkpointer(db_path)
+
+    # -- input -----------------------------------------------------------------------------
+
+    def handle(self, kind: int, direction: int, ts_ns: int, payload: bytes) -> None:
+        if kind == DATA:
+            self.bytes[direction] += len(payload)
+            for line in self.framers[direction].feed(payload):
+                self._add(direction, ts_ns, line, None)
+        elif kind == EOF:
+            line = self.framers[direction].finish()
+            if line is not None:
+                self._add(direction, ts_ns, line, None)
+        elif kind == LINE:
+            (meta_len,) = LINE_META.unpack_from(payload)
+            meta = msgspec.json.decode(payload[LINE_META.size : LINE_META.size + meta_len])
+            data = payload[LINE_META.size + meta_len :]
+            line = Line(data, meta.pop("size"), meta.pop("terminated"), meta.pop("cut"))
+            if meta.get("forwarded", 1):
+                self.bytes[direction] += line.size + line.terminated
+            self._add(direction, ts_ns, line, meta)
+        elif kind == META:
+            self.end.update(msgspec.json.decode(payload))
+        if len(self.pending) >= FLUSH_ROWS or time.monotonic() - self.last_flush > FLUSH_SECONDS:
+            self.flush()
+
+    def _add(self, direction: int, ts_ns: int, line: Line, meta: dict[str, Any] | None) -> None:
+        self.seq += 1
+        data = line.data
+        if direction == STDERR:
+            rec = FrameRecord(self.run_id, self.seq, ts_ns, "stderr", data, None)
+            rec.kind = "stderr"
+            self.counts["stderr_lines"] += 1
+        else:
+            frame = wire.decode(data) if not line.cut else _cut_frame(line)
+            rec = FrameRecord(self.run_id, self.seq, ts_ns, DIRECTIONS[direction], data, frame)
+            self.counts["frames_c2a" if direction == C2A else "frames_a2c"] += 1
+        self.counts["frames"] += 1
+        self.unflushed_bytes += len(data)
+        rec.size = line.size
+        rec.terminated = int(line.terminated)
+        rec.cut = int(line.cut)
+        try:
+            rec.raw = data.decode()
+        except UnicodeDecodeError:
+            rec.raw_bytes = data
+        if meta:
+            rec.forwarded = int(meta.get("forwarded", 1))
+            rec.note = meta.get("note")
+            rec.fault = meta.get("fault")
+        if direction != STDERR:
+            self.tracker.observe(rec)
+            elements = rec.frame.elements if rec.frame is not None else None
+            self.pending.append(rec.row())
+            if elements:
+                self._add_batch_elements(rec, elements)
+        else:
+            self.pending.append(rec.row())
+
+    def _add_batch_elements(self, batch: FrameRecord, elements: list[tuple[bytes, wire.Frame]]) -> None:
+        for index, (raw, frame) in enumerate(elements):
+            self.seq += 1
+            rec = FrameRecord(self.run_id, self.seq, batch.ts_ns, batch.dir, raw, frame)
+            rec.raw = raw.decode()
+            rec.batch_seq = batch.seq
+            rec.batch_index = index
+            rec.forwarded = batch.forwarded
+            self.tracker.observe(rec)
+            self.pending.append(rec.row())
+
+    # -- output ----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        rows, self.pending = self.pending, []
+        changes = self.tracker.drain()
+        self.last_flush = time.monotonic()
+        if not rows and not changes:
+            return
+        try:
+            with self.conn:  # one transaction per batch
+                self.conn.execute("BEGIN")
+                if rows:
+                    self.conn.executemany(_INSERT, rows)
+                if changes:
+                    self._apply(changes)
+        except sqlite3.Error as exc:
+            self.not_recorded += len(rows)
+            if self.failure is None:
+                self.failure = str(exc)
+                _say(f"recording failed ({exc}); the conversation is still relayed, frames are not recorded")
+            return
+        self.checkpointer.wrote(self.unflushed_bytes)
+        self.unflushed_bytes = 0
+
+    def _apply(self, changes: list[Any]) -> None:
+        from .tracker import apply_changes  # the tracker knows how its changes map to rows
+
+        apply_changes(self.db, self.run_id, changes)
+
+    def finish(self, crashed: bool) -> None:
+        ts = time.time_ns()
+        for direction, framer in enumerate(self.framers):
+            line = framer.finish()
+            if line is not None:
+                self._add(direction, ts, line, None)
+        self.tracker.finish(ts)
+        self.flush()
+        self.checkpointer.stop()
+        values: dict[str, Any] = {
+            "ended_ns": self.end.pop("ended_ns", ts),
+            "status": "crashed" if crashed else self.end.pop("status", "ended"),
+            **self.counts,
+            "bytes_c2a": self.bytes[C2A],
+            "bytes_a2c": self.bytes[A2C],
+            "not_recorded": self.not_recorded,
+            "not_recorded_reason": self.failure,
+            **self.end,
+        }
+        try:
+            with self.conn:
+                self.db["runs"].update(self.run_id, values)
+        except sqlite3.Error as exc:
+            _say(f"could not finish the run row ({exc})")
+        try:
+            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:
+            pass
+
+
+def _cut_frame(line: Line) -> wire.Frame:
+    return wire.invalid(f"recorded prefix only: {len(line.data)} of {line.size} bytes (--max-record-bytes)")
+
+
+class _Checkpointer:
+    """PASSIVE WAL checkpoints from a thread of their own, so inserts never wait for one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.written = 0
+        self.wake = threading.Event()
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name="checkpoint", daemon=True)
+        self.thread.start()
+
+    def wrote(self, nbytes: int) -> None:
+        self.written += nbytes
+        if self.written >= CHECKPOINT_BYTES:
+            self.written = 0
+            self.wake.set()
+
+    def _run(self) -> None:
+        conn = sqlite3.connect(str(self.path), isolation_level=None)
+        conn.execute("PRAGMA busy_timeout = 1000")
+        while True:
+            self.wake.wait()
+            self.wake.clear()
+            if self.stopping:
+                break
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:
+                pass
+        conn.close()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.wake.set()
+        self.thread.join(timeout=5)
+
+
+def _say(message: str) -> None:
+    try:
+        os.write(2, f"acp-proxy: {message}\n".encode())
+    except OSError:
+        pass
+
+
+def _status(line: str) -> None:
+    os.write(1, (line.replace("\n", " ") + "\n").encode())
+
+
+def main(argv: list[str]) -> int:
+    # A terminal's ^C or a hang-up reaches the whole foreground group; the relay decides what
+    # they mean. The recorder stops only when its input ends, so nothing given to it is lost.
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    db_path = Path(argv[0])
+    messages = read_messages(0, FLUSH_SECONDS)
+    recorder: Recorder | None = None
+    crashed = True
+    for message in messages:
+        if message is None:
+            if recorder is not None and recorder.pending:
+                recorder.flush()
+            continue
+        kind, direction, ts_ns, payload = message
+        if recorder is None:
+            if kind != START:
+                _status("error link protocol: START expected")
+                return 2
+            try:
+                recorder = Recorder(db_path, msgspec.json.decode(payload))
+            except store.StoreError as exc:
+                _status(f"error {exc}")
+                return 2
+            except sqlite3.Error as exc:
+                _status(f"error cannot record into {db_path}: {exc}")
+                return 2
+            _status(f"ready {recorder.run_id}")
+            continue
+        if kind == META and msgspec.json.decode(payload).get("final"):
+            crashed = False
+            recorder.end.update(msgspec.json.decode(payload))
+            recorder.end.pop("final", None)
+            continue
+        recorder.handle(kind, direction, ts_ns, payload)
+    if recorder is None:
+        return 2
+    recorder.finish(crashed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
