@@ -140,20 +140,27 @@ class Recorder:
         if direction == STDERR:
             rec = FrameRecord(self.run_id, self.seq, ts_ns, "stderr", data, None)
             rec.kind = "stderr"
+            try:
+                rec.raw = data.decode()
+            except UnicodeDecodeError:
+                rec.raw_bytes = data
             self.counts["stderr_lines"] += 1
         else:
-            frame = wire.decode(data) if not line.cut else _cut_frame(line)
+            try:
+                text: str | None = data.decode()
+            except UnicodeDecodeError:
+                text = None
+            frame = wire.decode(data, utf8_valid=text is not None) if not line.cut else _cut_frame(line)
             rec = FrameRecord(self.run_id, self.seq, ts_ns, DIRECTIONS[direction], data, frame)
+            rec.raw = text
+            if text is None:
+                rec.raw_bytes = data
             self.counts["frames_c2a" if direction == C2A else "frames_a2c"] += 1
         self.counts["frames"] += 1
         self.unflushed_bytes += len(data)
         rec.size = line.size
         rec.terminated = int(line.terminated)
         rec.cut = int(line.cut)
-        try:
-            rec.raw = data.decode()
-        except UnicodeDecodeError:
-            rec.raw_bytes = data
         if meta:
             rec.forwarded = int(meta.get("forwarded", 1))
             rec.note = meta.get("note")
@@ -171,7 +178,7 @@ class Recorder:
         for index, (raw, frame) in enumerate(elements):
             self.seq += 1
             rec = FrameRecord(self.run_id, self.seq, batch.ts_ns, batch.dir, raw, frame)
-            rec.raw = raw.decode()
+            rec.raw = raw.decode(errors="replace")  # the batch line itself keeps the exact bytes
             rec.batch_seq = batch.seq
             rec.batch_index = index
             rec.forwarded = batch.forwarded

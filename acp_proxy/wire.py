@@ -106,8 +106,26 @@ def invalid(reason: str) -> Frame:
     return Frame("invalid", decode_error=reason)
 
 
-def decode(line: bytes) -> Frame:
-    """Decode one line (without its newline). Never raises."""
+def decode(line: bytes, *, utf8_valid: bool | None = None) -> Frame:
+    """Decode one line (without its newline). Never raises.
+
+    msgspec does not validate UTF-8 inside members it skips, so a line that decodes can still
+    hold invalid UTF-8: such a frame keeps its kind (a response is still an answer) and carries
+    the decode error. ``utf8_valid`` lets a caller that already checked the line say so.
+    """
+    frame = _decode(line)
+    if utf8_valid is None:
+        try:
+            line.decode()
+            utf8_valid = True
+        except UnicodeDecodeError:
+            utf8_valid = False
+    if not utf8_valid and frame.decode_error is None:
+        frame.decode_error = _describe_error(line)
+    return frame
+
+
+def _decode(line: bytes) -> Frame:
     start = line[:1]
     if start in _WHITESPACE:
         start = line.lstrip()[:1]
