@@ -96,6 +96,12 @@ def cli() -> None:
     default=None,
     help="Stop recording when the database file reaches this size; relaying goes on.",
 )
+@click.option(
+    "--strip-replayed-notices",
+    is_flag=True,
+    help="Do not forward `notice` updates the agent sends while replaying history "
+    "(session/load, session/resume with replayFrom); they are still recorded, flagged.",
+)
 @click.argument("agent", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- AGENT [ARGS]...")
 def run(
     db_path: Path | None,
@@ -103,6 +109,7 @@ def run(
     grace: float,
     max_record_bytes: int,
     db_limit: int | None,
+    strip_replayed_notices: bool,
     agent: tuple[str, ...],
 ) -> None:
     """Launch AGENT and relay its stdio byte for byte, recording every frame.
@@ -123,7 +130,13 @@ def run(
         grace=grace,
         max_record_bytes=max_record_bytes,
         db_limit=db_limit,
-        options={"grace": grace, "max_record_bytes": max_record_bytes, "no_record": no_record},
+        strip_replayed_notices=strip_replayed_notices,
+        options={
+            "grace": grace,
+            "max_record_bytes": max_record_bytes,
+            "no_record": no_record,
+            "strip_replayed_notices": strip_replayed_notices,
+        },
     )
     try:
         status = relay.run(options)

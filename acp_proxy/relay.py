@@ -26,12 +26,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
 
 from . import link as link_format
+
+if TYPE_CHECKING:
+    from .gate import Gate, Step
 
 CHUNK = 65536
 QUEUE_MESSAGES = 1024  # x at most CHUNK bytes each: the most memory a slow disk can make us hold
@@ -64,7 +67,12 @@ class RunOptions:
     grace: float = 2.0
     max_record_bytes: int | None = 16 * 1024 * 1024
     db_limit: int | None = None
+    strip_replayed_notices: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+
+    def needs_gate(self) -> bool:
+        """True when some frames need a verdict before they are forwarded."""
+        return self.strip_replayed_notices
 
 
 @dataclass
@@ -274,6 +282,12 @@ class Relay:
         self.proc: trio.Process | None = None
         self.shutdown_started = False
         self.agent_exited = trio.Event()
+        self.client_open = True
+        self.gate: Gate | None = None
+        if options.needs_gate():
+            from .gate import Gate  # only then: it pulls in the decoder and the ACP tables
+
+            self.gate = Gate(strip_replayed_notices=options.strip_replayed_notices)
 
     async def record(self, kind: int, direction: int, ts_ns: int, payload: bytes = b"") -> None:
         if self.link is not None:
@@ -353,6 +367,8 @@ class Relay:
                     if not data:
                         break
                     ts = time.time_ns()
+                    if self.gate is not None:
+                        self.gate.client_chunk(data)  # forwarded whole; observed for windows
                     if agent_open:
                         try:
                             await agent_in.send_all(data)
@@ -368,27 +384,47 @@ class Relay:
     async def _pump_a2c(self, client_out: Any, done: trio.Event, nursery: trio.Nursery) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         agent_out = self.proc.stdout
-        client_open = True
+        gate = self.gate
         try:
             while True:
                 data = await agent_out.receive_some(CHUNK)
                 if not data:
                     break
                 ts = time.time_ns()
-                if client_open:
-                    try:
-                        await client_out.send_all(data)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                        # The client stopped reading: nobody will hear the agent again, so end
-                        # the run as if the client had closed its end, but record what comes.
-                        client_open = False
-                        say("the client closed the agent's output; stopping the agent")
-                        self._start_shutdown(nursery)
-                await self.record(link_format.DATA, link_format.A2C, ts, data)
+                if gate is None:
+                    await self._to_client(client_out, data, nursery)
+                    await self.record(link_format.DATA, link_format.A2C, ts, data)
+                else:
+                    await self._carry_out(gate.agent_chunk(data), client_out, ts, nursery)
+            if gate is not None:
+                await self._carry_out(gate.agent_end(), client_out, time.time_ns(), nursery)
         finally:
             with trio.CancelScope(shield=True):
                 await self.record(link_format.EOF, link_format.A2C, time.time_ns())
             done.set()
+
+    async def _to_client(self, client_out: Any, data: bytes, nursery: trio.Nursery) -> None:
+        if not self.client_open:
+            return
+        try:
+            await client_out.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            # The client stopped reading: nobody will hear the agent again, so end the run as
+            # if the client had closed its end, but keep recording what the agent says.
+            self.client_open = False
+            say("the client closed the agent's output; stopping the agent")
+            self._start_shutdown(nursery)
+
+    async def _carry_out(self, steps: list[Step], client_out: Any, ts: int, nursery: trio.Nursery) -> None:
+        from .gate import Forward
+
+        for step in steps:
+            if isinstance(step, Forward):
+                await self._to_client(client_out, step.data, nursery)
+                await self.record(link_format.DATA, link_format.A2C, ts, step.data)
+            elif self.link is not None:
+                meta = {"forwarded": 0, "note": step.note}
+                await self.link.submit(link_format.encode_line(link_format.A2C, ts, step.line, meta))
 
     async def _pump_stderr(self, err_out: Any, done: trio.Event) -> None:
         assert self.proc is not None and self.proc.stderr is not None
