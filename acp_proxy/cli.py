@@ -7,12 +7,14 @@ relayed, decoded or stored — it calls ``relay``, ``store`` and the query modul
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 
-from . import __version__, relay, store
+from . import __version__, relay
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_FACTORS = {
@@ -59,7 +61,9 @@ def db_option(func: click.decorators.FC) -> click.decorators.FC:
 
 
 def resolve_db(db_path: Path | None) -> Path:
-    return db_path if db_path is not None else store.default_db_path()
+    from .locations import default_db_path
+
+    return db_path if db_path is not None else default_db_path()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -144,6 +148,244 @@ def run(
         relay.say(str(exc))
         raise SystemExit(exc.code) from None
     relay.exit_like(status)
+
+
+# -- query commands ------------------------------------------------------------------------
+
+
+def open_db(db_path: Path | None) -> Any:
+    from . import store
+
+    try:
+        return store.open_for_reading(resolve_db(db_path))
+    except store.StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def resolve_ref(db: Any, text: str) -> Any:
+    from . import queries
+
+    try:
+        return queries.resolve(db, text)
+    except queries.RefError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def json_options(func: click.decorators.FC) -> click.decorators.FC:
+    func = click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per line.")(func)
+    return click.option("--json", "as_json", is_flag=True, help="A JSON array, for scripts.")(func)
+
+
+@cli.command()
+@db_option
+@json_options
+@click.option("-n", "--limit", type=click.IntRange(min=0), default=20, show_default=True, help="0: all runs.")
+def runs(db_path: Path | None, as_json: bool, as_jsonl: bool, limit: int) -> None:
+    """Recent runs, newest first: when, agent command, peers, protocol, frames, duration, exit.
+
+    \b
+    Example:
+        acp-proxy runs -n 5
+    """
+    from . import queries, views
+
+    db = open_db(db_path)
+    found = queries.runs(db, limit or None)
+    if as_json or as_jsonl:
+        (views.write_json if as_json else views.write_jsonl)(found)
+        return
+    for run in found:
+        run["when"] = views.when(run["started_ns"])
+        run["agent_cmd"] = " ".join(json.loads(run["argv"] or "[]"))
+        run["peers"] = " ⇄ ".join(
+            filter(None, [_name(run["client_name"], run["client_version"]), _name(run["agent_name"], run["agent_version"])])
+        )
+        run["took"] = views.duration(run["ended_ns"] - run["started_ns"]) if run["ended_ns"] else "running"
+        run["exit"] = views.exit_status(run["exit_code"], run["exit_signal"], run["status"])
+        if run["status"] == "crashed":
+            run["exit"] = "proxy died"
+        if run["interactive"]:
+            run["exit"] += " (terminal)"
+        lost = run["not_recorded"] or 0
+        run["frames_shown"] = f"{run['frames'] or 0}" + (f" ({lost} not recorded)" if lost else "")
+        run["faults_shown"] = run["faults_applied"] or ""
+    views.table(
+        views.console(),
+        [
+            ("id", "run"),
+            ("when", "started"),
+            ("agent_cmd", "agent command"),
+            ("peers", "client ⇄ agent"),
+            ("protocol_version", "v"),
+            ("frames_shown", "frames"),
+            ("took", "duration"),
+            ("exit", "exit"),
+            ("faults_shown", "faults"),
+        ],
+        found,
+    )
+
+
+def _name(name: str | None, version: str | None) -> str:
+    return f"{name} {version}" if name and version else name or ""
+
+
+@cli.command()
+@db_option
+@json_options
+@click.option("-n", "--limit", type=click.IntRange(min=0), default=50, show_default=True, help="0: all sessions.")
+def sessions(db_path: Path | None, as_json: bool, as_jsonl: bool, limit: int) -> None:
+    """ACP sessions, most recently active first: id, title, cwd, runs, turns, last activity.
+
+    A session loaded or resumed in a later run is the same session, listed once with both runs.
+
+    \b
+    Example:
+        acp-proxy sessions --json | jq '.[0].session_id'
+    """
+    from . import queries, views
+
+    db = open_db(db_path)
+    found = queries.sessions(db, limit or None)
+    if as_json or as_jsonl:
+        (views.write_json if as_json else views.write_jsonl)(found)
+        return
+    for s in found:
+        s["last"] = views.when(s["last_seen_ns"])
+    views.table(
+        views.console(),
+        [
+            ("session_id", "session"),
+            ("title", "title"),
+            ("cwd", "cwd"),
+            ("runs", "runs"),
+            ("turns", "turns"),
+            ("last", "last activity"),
+        ],
+        found,
+    )
+
+
+@cli.command()
+@db_option
+@json_options
+@click.argument("query")
+@click.argument("params", nargs=-1)
+def sql(db_path: Path | None, as_json: bool, as_jsonl: bool, query: str, params: tuple[str, ...]) -> None:
+    """Run a read-only SQL QUERY (with optional ? PARAMS) against the recording.
+
+    Tables: runs, frames, sessions, session_runs, turns, faults, findings; views: rpc_pairs,
+    unanswered, turn_metrics, conversation. The database is opened read-only.
+
+    \b
+    Example:
+        acp-proxy sql "select method, count(*) from frames group by method"
+        acp-proxy sql "select raw from frames where run_id = ? and kind = 'error'" 3
+    """
+    import sqlite3
+
+    from . import queries, views
+
+    db = open_db(db_path)
+    try:
+        found = queries.rows(db, query, list(params))
+    except sqlite3.Error as exc:
+        raise click.ClickException(f"SQL error: {exc}") from None
+    except TypeError:
+        raise click.ClickException("that statement returns no rows") from None
+    if as_json or as_jsonl:
+        (views.write_json if as_json else views.write_jsonl)(found)
+        return
+    columns = [(name, name) for name in (found[0] if found else {})]
+    views.table(views.console(), columns, found)
+
+
+@cli.command()
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object with every section.")
+@click.argument("ref", required=False)
+def stats(db_path: Path | None, as_json: bool, ref: str | None) -> None:
+    """Latency per method (count, p50/p95/p99/max), per-turn metrics, unanswered requests, errors.
+
+    REF is a run id, `last`, or a session id (or a unique prefix); without it, every run.
+
+    \b
+    Example:
+        acp-proxy stats last
+    """
+    from . import queries, views
+
+    db = open_db(db_path)
+    resolved = resolve_ref(db, ref) if ref else None
+    run_ids = queries.run_ids_of(db, resolved) if resolved else None
+    session_id = resolved.session_id if resolved else None
+    report = {
+        "latency": queries.latency_stats(db, run_ids),
+        "turns": queries.turn_stats(db, run_ids, session_id),
+        "unanswered": queries.unanswered(db, run_ids),
+        "errors": queries.errors(db, run_ids),
+    }
+    if as_json:
+        views.write_json(report)
+        return
+    con = views.console()
+    for row in report["latency"]:
+        for key in ("p50_ms", "p95_ms", "p99_ms", "max_ms"):
+            row[key] = views.ms(row[key])
+    views.table(
+        con,
+        [
+            ("method", "method"),
+            ("dir", "request dir"),
+            ("count", "count"),
+            ("errors", "errors"),
+            ("p50_ms", "p50 ms"),
+            ("p95_ms", "p95 ms"),
+            ("p99_ms", "p99 ms"),
+            ("max_ms", "max ms"),
+        ],
+        report["latency"],
+        title="Latency",
+    )
+    for row in report["turns"]:
+        for key in ("to_acceptance_ms", "to_first_output_ms", "duration_ms"):
+            row[key] = views.ms(row[key])
+    views.table(
+        con,
+        [
+            ("run_id", "run"),
+            ("session_id", "session"),
+            ("turn_index", "turn"),
+            ("to_acceptance_ms", "accepted ms"),
+            ("to_first_output_ms", "first output ms"),
+            ("duration_ms", "duration ms"),
+            ("chunks", "chunks"),
+            ("tool_calls", "tool calls"),
+            ("permission_requests", "permissions"),
+            ("stop_reason", "stop reason"),
+        ],
+        report["turns"],
+        title="Turns",
+    )
+    views.table(
+        con,
+        [("run_id", "run"), ("seq", "seq"), ("dir", "dir"), ("method", "method"), ("rpc_id", "id")],
+        report["unanswered"],
+        title="Unanswered requests",
+    )
+    views.table(
+        con,
+        [
+            ("run_id", "run"),
+            ("seq", "seq"),
+            ("method", "method"),
+            ("rpc_id", "id"),
+            ("error_code", "code"),
+            ("error_message", "message"),
+        ],
+        report["errors"],
+        title="Errors",
+    )
 
 
 def main() -> None:

@@ -17,6 +17,10 @@ from pathlib import Path
 
 import sqlite_utils
 
+from .locations import default_db_path
+
+__all__ = ["default_db_path"]
+
 SCHEMA_VERSION = 1
 
 # Column order of the frames table is the order the recorder's INSERT uses.
@@ -87,15 +91,6 @@ RUN_COLUMNS: dict[str, type] = {
     "not_recorded": int,
     "not_recorded_reason": str,
 }
-
-
-def default_db_path() -> Path:
-    """``$ACP_PROXY_DB``, else ``$XDG_DATA_HOME/acp-proxy/acp-proxy.db``."""
-    explicit = os.environ.get("ACP_PROXY_DB")
-    if explicit:
-        return Path(explicit).expanduser()
-    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(data_home) / "acp-proxy" / "acp-proxy.db"
 
 
 class StoreError(Exception):
