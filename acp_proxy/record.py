@@ -10,10 +10,14 @@ Must not know: SQL, pipes, or how any field is computed.
 
 from __future__ import annotations
 
+from operator import attrgetter, is_not
+
 from .store import FRAME_COLUMNS
 from .wire import Frame
 
 COLUMNS = tuple(FRAME_COLUMNS)
+_values = attrgetter(*COLUMNS)
+_NONES = (None,) * len(COLUMNS)
 
 
 class FrameRecord:
@@ -66,7 +70,17 @@ class FrameRecord:
             self.decode_error = frame.decode_error
 
     def row(self) -> tuple:
-        return tuple(getattr(self, name) for name in COLUMNS)
+        return _values(self)
+
+    def sparse_row(self) -> tuple[tuple[bool, ...], tuple]:
+        """The row's shape (which columns are not NULL) and all its values.
+
+        Binding a None costs Python's sqlite3 module two internal exceptions (about 0.4 µs
+        each, measured), more than inserting the rest of the row: the recorder groups rows by
+        shape and binds only the columns that hold a value.
+        """
+        values = _values(self)
+        return tuple(map(is_not, values, _NONES)), values
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name in COLUMNS}

@@ -17,15 +17,17 @@ The link's message format is in ``link.py``.
 from __future__ import annotations
 
 import os
+import queue
 import select
 import signal
 import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -38,7 +40,43 @@ FLUSH_ROWS = 4000
 FLUSH_SECONDS = 0.05
 CHECKPOINT_BYTES = 16 * 1024 * 1024
 
-_INSERT = f"INSERT INTO frames ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+
+class _SparseInserts:
+    """Rows grouped by shape; one INSERT statement per shape, naming only non-NULL columns."""
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[bool, ...], list[tuple]] = {}
+        self.count = 0
+        self._plans: dict[tuple[bool, ...], tuple[str, Callable[[tuple], tuple]]] = {}
+
+    def add(self, rec: FrameRecord) -> None:
+        shape, values = rec.sparse_row()
+        group = self.groups.get(shape)
+        if group is None:
+            group = self.groups[shape] = []
+        group.append(values)
+        self.count += 1
+
+    def take(self) -> list[tuple[str, list[tuple]]]:
+        batches = []
+        for shape, values in self.groups.items():
+            sql, pick = self._plan(shape)
+            batches.append((sql, list(map(pick, values))))
+        self.groups = {}
+        self.count = 0
+        return batches
+
+    def _plan(self, shape: tuple[bool, ...]) -> tuple[str, Callable[[tuple], tuple]]:
+        plan = self._plans.get(shape)
+        if plan is None:
+            indexes = [i for i, present in enumerate(shape) if present]
+            names = ", ".join(COLUMNS[i] for i in indexes)
+            sql = f"INSERT INTO frames ({names}) VALUES ({', '.join('?' * len(indexes))})"
+            getter = itemgetter(*indexes)
+            pick = getter if len(indexes) > 1 else (lambda values: (getter(values),))
+            plan = self._plans[shape] = (sql, pick)
+        return plan
+
 
 
 def read_messages(fd: int, idle: float) -> Iterator[tuple[int, int, int, bytes] | None]:
@@ -100,7 +138,7 @@ class Recorder:
         self.tracker = Tracker(self.run_id)
         self.framers = [LineFramer(self.max_keep) for _ in DIRECTIONS]
         self.seq = 0
-        self.pending: list[tuple] = []
+        self.pending = _SparseInserts()
         self.last_flush = time.monotonic()
         self.counts = {"frames": 0, "frames_c2a": 0, "frames_a2c": 0, "stderr_lines": 0}
         self.bytes = [0, 0, 0]
@@ -109,6 +147,7 @@ class Recorder:
         self.failure: str | None = None
         self.end: dict[str, Any] = {}
         self.checkpointer = _Checkpointer(db_path)
+        self.writer = _Writer(self._write)
 
     # -- input -----------------------------------------------------------------------------
 
@@ -131,7 +170,7 @@ class Recorder:
             self._add(direction, ts_ns, line, meta)
         elif kind == META:
             self.end.update(msgspec.json.decode(payload))
-        if len(self.pending) >= FLUSH_ROWS or time.monotonic() - self.last_flush > FLUSH_SECONDS:
+        if self.pending.count >= FLUSH_ROWS or time.monotonic() - self.last_flush > FLUSH_SECONDS:
             self.flush()
 
     def _add(self, direction: int, ts_ns: int, line: Line, meta: dict[str, Any] | None) -> None:
@@ -168,11 +207,11 @@ class Recorder:
         if direction != STDERR:
             self.tracker.observe(rec)
             elements = rec.frame.elements if rec.frame is not None else None
-            self.pending.append(rec.row())
+            self.pending.add(rec)
             if elements:
                 self._add_batch_elements(rec, elements)
         else:
-            self.pending.append(rec.row())
+            self.pending.add(rec)
 
     def _add_batch_elements(self, batch: FrameRecord, elements: list[tuple[bytes, wire.Frame]]) -> None:
         for index, (raw, frame) in enumerate(elements):
@@ -183,31 +222,37 @@ class Recorder:
             rec.batch_index = index
             rec.forwarded = batch.forwarded
             self.tracker.observe(rec)
-            self.pending.append(rec.row())
+            self.pending.add(rec)
 
     # -- output ----------------------------------------------------------------------------
 
     def flush(self) -> None:
-        rows, self.pending = self.pending, []
+        """Hand everything pending to the writer thread as one transaction."""
+        count = self.pending.count
+        batches = self.pending.take()
         changes = self.tracker.drain()
         self.last_flush = time.monotonic()
-        if not rows and not changes:
+        if not count and not changes:
             return
+        self.writer.submit(_Transaction(count, batches, changes, self.unflushed_bytes))
+        self.unflushed_bytes = 0
+
+    def _write(self, tx: _Transaction) -> None:
+        """In the writer thread: one batch, one transaction. A failure loses only this batch."""
         try:
-            with self.conn:  # one transaction per batch
+            with self.conn:
                 self.conn.execute("BEGIN")
-                if rows:
-                    self.conn.executemany(_INSERT, rows)
-                if changes:
-                    self._apply(changes)
+                for sql, rows in tx.batches:
+                    self.conn.executemany(sql, rows)
+                if tx.changes:
+                    self._apply(tx.changes)
         except sqlite3.Error as exc:
-            self.not_recorded += len(rows)
+            self.not_recorded += tx.count
             if self.failure is None:
                 self.failure = str(exc)
                 _say(f"recording failed ({exc}); the conversation is still relayed, frames are not recorded")
             return
-        self.checkpointer.wrote(self.unflushed_bytes)
-        self.unflushed_bytes = 0
+        self.checkpointer.wrote(tx.nbytes)
 
     def _apply(self, changes: list[Any]) -> None:
         from .tracker import apply_changes  # the tracker knows how its changes map to rows
@@ -222,6 +267,7 @@ class Recorder:
                 self._add(direction, ts, line, None)
         self.tracker.finish(ts)
         self.flush()
+        self.writer.stop()
         self.checkpointer.stop()
         values: dict[str, Any] = {
             "ended_ns": self.end.pop("ended_ns", ts),
@@ -246,6 +292,40 @@ class Recorder:
 
 def _cut_frame(line: Line) -> wire.Frame:
     return wire.invalid(f"recorded prefix only: {len(line.data)} of {line.size} bytes (--max-record-bytes)")
+
+
+class _Transaction(NamedTuple):
+    count: int
+    batches: list[tuple[str, list[tuple]]]
+    changes: list[Any]
+    nbytes: int
+
+
+class _Writer:
+    """The thread that owns SQLite writes.
+
+    sqlite3 releases the GIL while SQLite works, so the B-tree inserts of one batch overlap with
+    the framing and decoding of the next one in the main thread. The queue is short: when the
+    disk is slower than the conversation, the main thread waits here, its input pipe fills, and
+    the relay's bounded queue applies backpressure — nothing is dropped.
+    """
+
+    def __init__(self, write: Callable[[_Transaction], None]) -> None:
+        self.queue: queue.Queue[_Transaction | None] = queue.Queue(maxsize=4)
+        self.write = write
+        self.thread = threading.Thread(target=self._run, name="sqlite-writer", daemon=True)
+        self.thread.start()
+
+    def submit(self, tx: _Transaction) -> None:
+        self.queue.put(tx)
+
+    def _run(self) -> None:
+        while (tx := self.queue.get()) is not None:
+            self.write(tx)
+
+    def stop(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
 
 
 class _Checkpointer:
@@ -307,7 +387,7 @@ def main(argv: list[str]) -> int:
     crashed = True
     for message in messages:
         if message is None:
-            if recorder is not None and recorder.pending:
+            if recorder is not None and recorder.pending.count:
                 recorder.flush()
             continue
         kind, direction, ts_ns, payload = message
