@@ -16,18 +16,19 @@ The link's message format is in ``link.py``.
 
 from __future__ import annotations
 
+import fcntl
 import os
-import queue
 import select
 import signal
 import sqlite3
+import struct
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
@@ -105,7 +106,12 @@ def read_messages(fd: int, idle: float) -> Iterator[tuple[int, int, int, bytes] 
 
 
 class Recorder:
-    """Everything the recorder process does, minus reading its input."""
+    """The decoding half of the recorder process: link messages in, row batches out.
+
+    SQLite work happens in a child process (``_writer_main``): a thread would share this
+    process's GIL, and sqlite3 takes the GIL back after every row, so decoding and inserting
+    would run one after the other. Two processes run them side by side on two cores.
+    """
 
     def __init__(self, db_path: Path, start: dict[str, Any]) -> None:
         try:  # TEMPORARY
@@ -117,12 +123,8 @@ class Recorder:
                 def drain(self): return []
                 def finish(self, ts): pass
 
-        self.db_path = db_path
         self.max_keep: int | None = start.get("max_record_bytes")
-        self.db = store.open_for_writing(db_path, limit_bytes=start.get("db_limit"))
-        self.conn: sqlite3.Connection = self.db.conn
-        # Checkpoints happen off the insert path (see _Checkpointer), never inside a COMMIT.
-        self.conn.execute("PRAGMA wal_autocheckpoint = 0")
+        db = store.open_for_writing(db_path, limit_bytes=start.get("db_limit"))
         run = {
             "started_ns": start["started_ns"],
             "status": "running",
@@ -134,20 +136,19 @@ class Recorder:
             "fault_spec": start.get("fault_spec"),
             "seed": start.get("seed"),
         }
-        self.run_id: int = self.db["runs"].insert(run).last_pk  # type: ignore[assignment]
+        with db.conn:
+            self.run_id: int = db["runs"].insert(run).last_pk  # type: ignore[assignment]
+        db.conn.close()  # from here on, only the writer process touches the database
+        self.writer = _WriterLink(db_path, start.get("db_limit"), self.run_id)
         self.tracker = Tracker(self.run_id)
         self.framers = [LineFramer(self.max_keep) for _ in DIRECTIONS]
         self.seq = 0
         self.pending = _SparseInserts()
         self.last_flush = time.monotonic()
-        self.counts = {"frames": 0, "frames_c2a": 0, "frames_a2c": 0, "stderr_lines": 0}
+        self.frame_counts = [0, 0, 0]
         self.bytes = [0, 0, 0]
         self.unflushed_bytes = 0
-        self.not_recorded = 0
-        self.failure: str | None = None
         self.end: dict[str, Any] = {}
-        self.checkpointer = _Checkpointer(db_path)
-        self.writer = _Writer(self._write)
 
     # -- input -----------------------------------------------------------------------------
 
@@ -175,43 +176,39 @@ class Recorder:
 
     def _add(self, direction: int, ts_ns: int, line: Line, meta: dict[str, Any] | None) -> None:
         self.seq += 1
+        self.frame_counts[direction] += 1
         data = line.data
+        self.unflushed_bytes += len(data)
+        try:
+            text: str | None = data.decode()
+        except UnicodeDecodeError:
+            text = None
         if direction == STDERR:
             rec = FrameRecord(self.run_id, self.seq, ts_ns, "stderr", data, None)
             rec.kind = "stderr"
-            try:
-                rec.raw = data.decode()
-            except UnicodeDecodeError:
-                rec.raw_bytes = data
-            self.counts["stderr_lines"] += 1
         else:
-            try:
-                text: str | None = data.decode()
-            except UnicodeDecodeError:
-                text = None
             frame = wire.decode(data, utf8_valid=text is not None) if not line.cut else _cut_frame(line)
             rec = FrameRecord(self.run_id, self.seq, ts_ns, DIRECTIONS[direction], data, frame)
-            rec.raw = text
-            if text is None:
-                rec.raw_bytes = data
-            self.counts["frames_c2a" if direction == C2A else "frames_a2c"] += 1
-        self.counts["frames"] += 1
-        self.unflushed_bytes += len(data)
+        rec.raw = text
+        if text is None:
+            rec.raw_bytes = data
         rec.size = line.size
-        rec.terminated = int(line.terminated)
-        rec.cut = int(line.cut)
+        if not line.terminated:
+            rec.terminated = 0
+        if line.cut:
+            rec.cut = 1
         if meta:
             rec.forwarded = int(meta.get("forwarded", 1))
             rec.note = meta.get("note")
             rec.fault = meta.get("fault")
-        if direction != STDERR:
-            self.tracker.observe(rec)
-            elements = rec.frame.elements if rec.frame is not None else None
+        if direction == STDERR:
             self.pending.add(rec)
-            if elements:
-                self._add_batch_elements(rec, elements)
-        else:
-            self.pending.add(rec)
+            return
+        self.tracker.observe(rec)
+        self.pending.add(rec)
+        elements = rec.frame.elements if rec.frame is not None else None
+        if elements:
+            self._add_batch_elements(rec, elements)
 
     def _add_batch_elements(self, batch: FrameRecord, elements: list[tuple[bytes, wire.Frame]]) -> None:
         for index, (raw, frame) in enumerate(elements):
@@ -227,37 +224,21 @@ class Recorder:
     # -- output ----------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Hand everything pending to the writer thread as one transaction."""
+        """Hand everything pending to the writer process as one transaction."""
         count = self.pending.count
-        batches = self.pending.take()
         changes = self.tracker.drain()
         self.last_flush = time.monotonic()
         if not count and not changes:
             return
-        self.writer.submit(_Transaction(count, batches, changes, self.unflushed_bytes))
+        self.writer.send(
+            {
+                "count": count,
+                "batches": self.pending.take(),
+                "changes": [_change_as_dict(c) for c in changes],
+                "nbytes": self.unflushed_bytes,
+            }
+        )
         self.unflushed_bytes = 0
-
-    def _write(self, tx: _Transaction) -> None:
-        """In the writer thread: one batch, one transaction. A failure loses only this batch."""
-        try:
-            with self.conn:
-                self.conn.execute("BEGIN")
-                for sql, rows in tx.batches:
-                    self.conn.executemany(sql, rows)
-                if tx.changes:
-                    self._apply(tx.changes)
-        except sqlite3.Error as exc:
-            self.not_recorded += tx.count
-            if self.failure is None:
-                self.failure = str(exc)
-                _say(f"recording failed ({exc}); the conversation is still relayed, frames are not recorded")
-            return
-        self.checkpointer.wrote(tx.nbytes)
-
-    def _apply(self, changes: list[Any]) -> None:
-        from .tracker import apply_changes  # the tracker knows how its changes map to rows
-
-        apply_changes(self.db, self.run_id, changes)
 
     def finish(self, crashed: bool) -> None:
         ts = time.time_ns()
@@ -267,65 +248,121 @@ class Recorder:
                 self._add(direction, ts, line, None)
         self.tracker.finish(ts)
         self.flush()
-        self.writer.stop()
-        self.checkpointer.stop()
         values: dict[str, Any] = {
             "ended_ns": self.end.pop("ended_ns", ts),
             "status": "crashed" if crashed else self.end.pop("status", "ended"),
-            **self.counts,
+            "frames": sum(self.frame_counts),
+            "frames_c2a": self.frame_counts[C2A],
+            "frames_a2c": self.frame_counts[A2C],
+            "stderr_lines": self.frame_counts[STDERR],
             "bytes_c2a": self.bytes[C2A],
             "bytes_a2c": self.bytes[A2C],
-            "not_recorded": self.not_recorded,
-            "not_recorded_reason": self.failure,
             **self.end,
         }
-        try:
-            with self.conn:
-                self.db["runs"].update(self.run_id, values)
-        except sqlite3.Error as exc:
-            _say(f"could not finish the run row ({exc})")
-        try:
-            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except sqlite3.Error:
+        self.writer.send({"end": values})
+        self.writer.close()
+
+
+def _change_as_dict(change: Any) -> dict[str, Any]:
+    if isinstance(change, dict):
+        return change
+    return {"table": change.table, "key": dict(change.key), "values": dict(change.values)}
+
+
+class _WriterLink:
+    """The recorder's end of the pipe to its writer process (forked, so it starts at once)."""
+
+    def __init__(self, db_path: Path, limit_bytes: int | None, run_id: int) -> None:
+        read_fd, write_fd = os.pipe()
+        try:  # a deeper pipe lets decoding run ahead of a briefly slow disk
+            fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+        except OSError:
             pass
+        self.pid = os.fork()
+        if self.pid == 0:  # the writer
+            os.close(write_fd)
+            status = 1
+            try:
+                status = _writer_main(read_fd, db_path, limit_bytes, run_id)
+            finally:
+                os._exit(status)
+        os.close(read_fd)
+        self.fd = write_fd
+        self.encoder = msgspec.msgpack.Encoder()
+        self.alive = True
+
+    def send(self, message: dict[str, Any]) -> None:
+        if not self.alive:
+            return
+        payload = self.encoder.encode(message)
+        data = memoryview(_LENGTH.pack(len(payload)) + payload)
+        try:
+            while data:
+                data = data[os.write(self.fd, data) :]
+        except OSError as exc:
+            self.alive = False
+            _say(f"the database writer stopped ({exc}); frames are no longer recorded")
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.waitpid(self.pid, 0)
+
+
+_LENGTH = struct.Struct("<I")
+
+
+def _writer_main(fd: int, db_path: Path, limit_bytes: int | None, run_id: int) -> int:
+    """The writer process: length-prefixed msgpack transactions in, SQLite rows out."""
+    db = store.open_for_writing(db_path, limit_bytes=limit_bytes)
+    conn = db.conn
+    # Checkpoints happen in their own thread (see _Checkpointer), never inside a COMMIT.
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    checkpointer = _Checkpointer(db_path)
+    decoder = msgspec.msgpack.Decoder()
+    not_recorded = 0
+    failure: str | None = None
+    reader = os.fdopen(fd, "rb", buffering=1 << 20)
+    while True:
+        header = reader.read(_LENGTH.size)
+        if len(header) < _LENGTH.size:
+            break
+        message = decoder.decode(reader.read(_LENGTH.unpack(header)[0]))
+        if "end" in message:
+            values = message["end"]
+            values["not_recorded"] = not_recorded
+            values["not_recorded_reason"] = failure
+            try:
+                with conn:
+                    db["runs"].update(run_id, values)
+            except sqlite3.Error as exc:
+                _say(f"could not finish the run row ({exc})")
+            continue
+        try:
+            with conn:  # one transaction per batch; a failure loses only this batch
+                conn.execute("BEGIN")
+                for sql, rows in message["batches"]:
+                    conn.executemany(sql, rows)
+                if message["changes"]:
+                    from .tracker import apply_changes
+
+                    apply_changes(db, run_id, message["changes"])
+        except sqlite3.Error as exc:
+            not_recorded += message["count"]
+            if failure is None:
+                failure = str(exc)
+                _say(f"recording failed ({exc}); the conversation is still relayed, frames are not recorded")
+            continue
+        checkpointer.wrote(message["nbytes"])
+    checkpointer.stop()
+    try:
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    except sqlite3.Error:
+        pass
+    return 0
 
 
 def _cut_frame(line: Line) -> wire.Frame:
     return wire.invalid(f"recorded prefix only: {len(line.data)} of {line.size} bytes (--max-record-bytes)")
-
-
-class _Transaction(NamedTuple):
-    count: int
-    batches: list[tuple[str, list[tuple]]]
-    changes: list[Any]
-    nbytes: int
-
-
-class _Writer:
-    """The thread that owns SQLite writes.
-
-    sqlite3 releases the GIL while SQLite works, so the B-tree inserts of one batch overlap with
-    the framing and decoding of the next one in the main thread. The queue is short: when the
-    disk is slower than the conversation, the main thread waits here, its input pipe fills, and
-    the relay's bounded queue applies backpressure — nothing is dropped.
-    """
-
-    def __init__(self, write: Callable[[_Transaction], None]) -> None:
-        self.queue: queue.Queue[_Transaction | None] = queue.Queue(maxsize=4)
-        self.write = write
-        self.thread = threading.Thread(target=self._run, name="sqlite-writer", daemon=True)
-        self.thread.start()
-
-    def submit(self, tx: _Transaction) -> None:
-        self.queue.put(tx)
-
-    def _run(self) -> None:
-        while (tx := self.queue.get()) is not None:
-            self.write(tx)
-
-    def stop(self) -> None:
-        self.queue.put(None)
-        self.thread.join()
 
 
 class _Checkpointer:
