@@ -388,5 +388,240 @@ def stats(db_path: Path | None, as_json: bool, ref: str | None) -> None:
     )
 
 
+def parse_filter(words: tuple[str, ...]) -> Any:
+    from . import filters
+
+    text = " ".join(words)
+    try:
+        return filters.parse(text)
+    except filters.FilterError as exc:
+        raise click.ClickException(f"bad filter: {exc}") from None
+
+
+def _frame_rows_for_table(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from . import views
+
+    for f in found:
+        f["time"] = views.clock(f["ts_ns"])
+        f["where"] = f"{f['run_id']}:{f['seq']}"
+        f["what"] = f["method"] or f["kind"]
+        f["update_or_error"] = f["update_kind"] or (
+            f"{f['error_code']} {f['error_message'] or ''}".strip() if f["error_code"] is not None else ""
+        )
+        f["latency"] = views.ms(f["latency_ns"] / 1e6) if f["latency_ns"] is not None else ""
+        f["flags"] = " ".join(frame_flags(f))
+        text = f["raw"] if f["raw"] is not None else repr(f["raw_bytes"])
+        f["preview"] = text if len(text) <= 100 else text[:97] + "..."
+    return found
+
+
+def frame_flags(f: dict[str, Any]) -> list[str]:
+    flags = []
+    if f.get("replay"):
+        flags.append("replay")
+    if f.get("unanswered"):
+        flags.append("unanswered")
+    if f.get("forwarded") == 0:
+        flags.append("not-forwarded")
+    if f.get("fault"):
+        flags.append(f"fault:{f['fault']}")
+    if f.get("unknown"):
+        flags.append(f"unknown:{f['unknown']}")
+    if f.get("cut"):
+        flags.append("cut")
+    if f.get("decode_error") and f.get("kind") != "invalid":
+        flags.append("decode-error")
+    if f.get("note") and f.get("forwarded") != 0:
+        flags.append("note")
+    return flags
+
+
+FRAME_TABLE = [
+    ("where", "run:seq"),
+    ("time", "time"),
+    ("dir", "dir"),
+    ("kind", "kind"),
+    ("what", "method"),
+    ("rpc_id", "id"),
+    ("session_id", "session"),
+    ("update_or_error", "update / error"),
+    ("latency", "ms"),
+    ("flags", "flags"),
+    ("preview", "frame"),
+]
+
+
+@cli.command()
+@db_option
+@click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per frame; `raw` is the frame verbatim.")
+@click.option("--raw", "as_raw", is_flag=True, help="Exactly the bytes that crossed the wire, one frame per line.")
+@click.option("-n", "--limit", type=click.IntRange(min=0), default=None, help="At most this many frames.")
+@click.argument("filter_words", nargs=-1, metavar="[FILTER]...")
+def frames(db_path: Path | None, as_jsonl: bool, as_raw: bool, limit: int | None, filter_words: tuple[str, ...]) -> None:
+    """The frames of every recorded run, or those the FILTER selects, in relay order.
+
+    \b
+    Examples:
+        acp-proxy frames run:last dir:a2c update:agent_message_chunk
+        acp-proxy frames 'method:session/prompt kind:response latency>2s'
+        acp-proxy frames kind:error OR unanswered
+        acp-proxy frames run:3 dir:c2a --raw | some-acp-agent   # replay a client's side
+    """
+    from . import exports, queries, views
+
+    if as_jsonl and as_raw:
+        raise click.UsageError("choose one of --jsonl and --raw")
+    expr = parse_filter(filter_words)
+    db = open_db(db_path)
+    where, params = expr.to_sql()
+    where, params = _resolve_last_run(db, where, params)
+    sql = f"select * from frames where {where} order by run_id, seq"
+    if limit is not None:
+        sql += f" limit {int(limit)}"
+    found = queries.iter_rows(db, sql, params)
+    if as_raw:
+        out = click.get_binary_stream("stdout")
+        cut = 0
+        for f in found:
+            if f["batch_seq"] is not None:
+                continue  # the batch line itself carries these bytes
+            data = f["raw_bytes"] if f["raw_bytes"] is not None else (f["raw"] or "").encode()
+            out.write(data + (b"\n" if f["terminated"] else b""))
+            cut += f["cut"] or 0
+        out.flush()
+        if cut:
+            click.echo(f"acp-proxy: {cut} frame(s) were recorded cut (--max-record-bytes); their bytes are incomplete", err=True)
+        return
+    if as_jsonl:
+        views.write_jsonl(exports.frame_object(f) for f in found)
+        return
+    rows = list(found)
+    views.table(views.console(), FRAME_TABLE, _frame_rows_for_table(rows))
+
+
+def _resolve_last_run(db: Any, where: str, params: list[Any]) -> tuple[str, list[Any]]:
+    """`run:last` is spelled by the filter as a parameter the database must resolve."""
+    from . import filters
+
+    marker = getattr(filters, "LAST_RUN", None)
+    if marker is None or marker not in params:
+        return where, params
+    last = db.execute("select max(id) from runs").fetchone()[0]
+    return where, [last if p == marker else p for p in params]
+
+
+@cli.command()
+@db_option
+@click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per frame.")
+@click.option("-c", "--count", type=click.IntRange(min=1), default=None, help="Stop after this many frames.")
+@click.option("--from-start", is_flag=True, help="Begin with frames already recorded, not only new ones.")
+@click.option("--interval", type=click.FloatRange(min=0.01), default=0.2, show_default=True, help="Seconds between polls.")
+@click.argument("filter_words", nargs=-1, metavar="[FILTER]...")
+def tail(
+    db_path: Path | None,
+    as_jsonl: bool,
+    count: int | None,
+    from_start: bool,
+    interval: float,
+    filter_words: tuple[str, ...],
+) -> None:
+    """Follow frames as proxies record them (run it in another terminal), with the FILTER.
+
+    \b
+    Example:
+        acp-proxy tail dir:a2c -update:agent_message_chunk
+    """
+    import time
+
+    from . import exports, queries, views
+
+    expr = parse_filter(filter_words)
+    db = open_db(db_path)
+    where, params = expr.to_sql()
+    where, params = _resolve_last_run(db, where, params)
+    last_seq: dict[int, int] = {}
+    if not from_start:
+        for run_id, seq in db.execute("select run_id, max(seq) from frames group by run_id"):
+            last_seq[run_id] = seq
+    shown = 0
+    con = views.console()
+    try:
+        while True:
+            active = [
+                r[0]
+                for r in db.execute("select id from runs where status = 'running' or id > ?", [max(last_seq, default=0)])
+            ]
+            for run_id in sorted(set(active) | ({max(last_seq)} if last_seq else set())):
+                sql = f"select * from frames where run_id = ? and seq > ? and ({where}) order by seq limit 5000"
+                for f in queries.iter_rows(db, sql, [run_id, last_seq.get(run_id, 0), *params]):
+                    last_seq[run_id] = f["seq"]
+                    if as_jsonl:
+                        views.write_jsonl([exports.frame_object(f)])
+                    else:
+                        row = _frame_rows_for_table([f])[0]
+                        con.print(
+                            f"{row['time']} {row['where']:>9} {row['dir']:<6} {row['what'] or '':<24} "
+                            f"{row['rpc_id'] or '':<6} {row['update_or_error']:<24} {row['flags']} {row['preview']}",
+                            markup=False,
+                        )
+                    shown += 1
+                    if count is not None and shown >= count:
+                        return
+            time.sleep(interval)  # polling the database: there is no change feed to wait on
+    except KeyboardInterrupt:
+        return
+
+
+@cli.command()
+@db_option
+@click.option(
+    "-f", "--format", "fmt", type=click.Choice(["jsonl", "jsons", "inspector"]), default="jsonl", show_default=True,
+    help="jsonl: acp-proxy's own; jsons: the ACP conductor trace viewer; inspector: ACP Inspector traces.",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write here (created 0600) instead of stdout.")
+@click.argument("ref")
+def export(db_path: Path | None, fmt: str, output: Path | None, ref: str) -> None:
+    """Export a run or a session (REF: run id, `last`, or session id / prefix).
+
+    Nothing is redacted: the export holds the whole conversation. Files are created 0600.
+
+    \b
+    Examples:
+        acp-proxy export last -o run.jsonl
+        acp-proxy export 3f2a --format jsons -o trace.jsons   # open with sacp-trace-viewer
+    """
+    import os
+
+    from . import exports, queries
+
+    db = open_db(db_path)
+    resolved = resolve_ref(db, ref)
+    run_ids = queries.run_ids_of(db, resolved)
+    header = {"ref": ref, "resolved": resolved.describe(), "runs": queries.rows(
+        db, f"select * from runs where id in ({','.join('?' * len(run_ids)) or 'null'})", run_ids)}
+    found = queries.frames_of(db, resolved, include_stderr=True)
+    lines = exports.export_lines(fmt, found, header)
+    if output is None:
+        out = click.get_binary_stream("stdout")
+        for line in lines:
+            out.write(line + b"\n")
+        out.flush()
+        if fmt == "jsonl":
+            click.echo(f"acp-proxy: {exports.WARNING}", err=True)
+        return
+    try:
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {output}: {exc.strerror}") from None
+    os.fchmod(fd, 0o600)
+    written = 0
+    with os.fdopen(fd, "wb") as out:
+        for line in lines:
+            out.write(line + b"\n")
+            written += 1
+    click.echo(f"acp-proxy: wrote {written} lines to {output} ({exports.WARNING})", err=True)
+
+
 def main() -> None:
     cli(prog_name="acp-proxy")
