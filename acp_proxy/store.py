@@ -157,6 +157,8 @@ def _set_pragmas(db: sqlite_utils.Database) -> None:
     db.execute("PRAGMA page_size = 16384")
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = NORMAL")
+    # After a checkpoint, give back WAL space beyond 64 MiB instead of keeping the high-water mark.
+    db.execute("PRAGMA journal_size_limit = 67108864")
 
 
 def migrate(db: sqlite_utils.Database) -> None:
