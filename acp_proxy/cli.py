@@ -106,6 +106,22 @@ def cli() -> None:
     help="Do not forward `notice` updates the agent sends while replaying history "
     "(session/load, session/resume with replayFrom); they are still recorded, flagged.",
 )
+@click.option(
+    "--fault",
+    "fault_rules",
+    multiple=True,
+    metavar="RULE",
+    help="Inject a fault, e.g. 'drop if method:session/prompt kind:response' (repeatable; "
+    "rules also come from --faults FILE and $ACP_PROXY_FAULTS). See `acp-proxy faults-help`.",
+)
+@click.option(
+    "--faults",
+    "faults_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A TOML file of fault rules (see examples/faults.toml).",
+)
+@click.option("--seed", type=int, default=None, help="Seed for probabilistic faults (recorded on the run).")
 @click.argument("agent", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- AGENT [ARGS]...")
 def run(
     db_path: Path | None,
@@ -114,6 +130,9 @@ def run(
     max_record_bytes: int,
     db_limit: int | None,
     strip_replayed_notices: bool,
+    fault_rules: tuple[str, ...],
+    faults_file: Path | None,
+    seed: int | None,
     agent: tuple[str, ...],
 ) -> None:
     """Launch AGENT and relay its stdio byte for byte, recording every frame.
@@ -128,6 +147,7 @@ def run(
     The proxy exits with the agent's status (a death by signal is reproduced). Its own
     messages go to stderr prefixed `acp-proxy:`; stdout carries only the agent's bytes.
     """
+    plan = build_fault_plan(fault_rules, faults_file, seed)
     options = relay.RunOptions(
         argv=list(agent),
         db_path=None if no_record else resolve_db(db_path),
@@ -135,6 +155,7 @@ def run(
         max_record_bytes=max_record_bytes,
         db_limit=db_limit,
         strip_replayed_notices=strip_replayed_notices,
+        fault_plan=plan,
         options={
             "grace": grace,
             "max_record_bytes": max_record_bytes,
@@ -148,6 +169,34 @@ def run(
         relay.say(str(exc))
         raise SystemExit(exc.code) from None
     relay.exit_like(status)
+
+
+def build_fault_plan(rules: tuple[str, ...], path: Path | None, seed: int | None) -> Any:
+    """The run's fault plan, or None; a bad rule is one line on stderr and exit 2."""
+    import os
+
+    env_value = os.environ.get("ACP_PROXY_FAULTS")
+    if not rules and path is None and not env_value:
+        return None
+    from . import faults
+
+    try:
+        plan = faults.FaultPlan.build(rules, path, env_value, seed)
+    except faults.RuleError as exc:
+        where = f"{exc.where}: " if exc.where else ""
+        at = f" at column {exc.column + 1}" if exc.column is not None else ""
+        rule = f" in {exc.rule!r}" if exc.rule is not None else ""
+        relay.say(f"bad fault rule: {where}{exc.message}{at}{rule}")
+        raise SystemExit(2) from None
+    return plan if plan else None
+
+
+@cli.command("faults-help")
+def faults_help() -> None:
+    """The fault rule language, in full."""
+    from . import faults
+
+    click.echo(faults.HELP)
 
 
 # -- query commands ------------------------------------------------------------------------

@@ -1,95 +1,279 @@
-"""The gate: per-line verdicts for the options that must look at a frame before it is forwarded.
+"""The gate: per-line verdicts for the options that must see a frame before it is forwarded.
 
-Owns: deciding, line by line, what the relay forwards and what it tells the recorder, when an
-option needs a decision per frame (today: ``--strip-replayed-notices``). It frames the stream,
-decodes each line and keeps a tracker of its own to know where replay windows are.
+Owns: deciding, line by line, what the relay writes, where, when, and what it tells the
+recorder — for ``--strip-replayed-notices`` and for fault rules. It frames the directions that
+need verdicts, decodes each line, keeps a tracker of its own (fault selectors and replay
+windows need protocol facts such as "the response to a session/prompt"), asks the fault plan
+for actions and turns them into ``Step``s.
 
-Must not know: trio, pipes, processes, SQL. The relay feeds it chunks and carries out the
-``Step``s it returns, in order. Without such an option the relay never builds a gate, and its
-fast path forwards chunks without waiting for a newline.
+Must not know: trio, pipes, processes, SQL. The relay carries out the steps in order. Without
+such an option the relay never builds a gate, and its fast path forwards chunks as read.
 
-Rule: only complete lines are judged; bytes are never altered. A line that is forwarded goes
-out exactly as it came in (CRLF and all); a line that is held back is still recorded, with
-``forwarded = 0`` and the reason.
+Rules: bytes are never altered except by a fault that says so. A direction no rule can touch is
+still forwarded chunk by chunk (only observed). Every line of a judged direction is reported to
+the recorder exactly once, with ``forwarded``, ``fault`` and ``note`` saying what happened.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from . import faults as fl
 from . import wire
 from .framing import Line, LineFramer
 from .record import FrameRecord
 from .tracker import Tracker
 
+OTHER = {"c2a": "a2c", "a2c": "c2a"}
+PIPE_OF = {"c2a": "agent-stdin", "a2c": "client-stdout"}
+
 
 @dataclass(frozen=True, slots=True)
 class Forward:
-    """Send these bytes on and record them as ordinary data."""
+    """Write ``data`` towards ``direction``'s receiver and record it as ordinary stream data."""
 
+    direction: str
     data: bytes
 
 
 @dataclass(frozen=True, slots=True)
-class Withhold:
-    """Do not forward this line; record it with ``forwarded = 0`` and ``note``."""
+class Send:
+    """Write ``data`` towards ``direction``'s receiver (its record is a separate ``Note``)."""
 
+    direction: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Tell the recorder about one line: ``meta`` holds forwarded / fault / note / faults."""
+
+    direction: str
     line: Line
-    note: str
+    meta: dict[str, Any]
 
 
-Step = Forward | Withhold
+@dataclass(frozen=True, slots=True)
+class Pause:
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """Signal the agent's process group."""
+
+    signum: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClosePipe:
+    pipe: str  # agent-stdin | client-stdout
+
+
+Step = Forward | Send | Note | Pause | Signal | ClosePipe
+
+
+@dataclass
+class _Direction:
+    judged: bool
+    framer: LineFramer = field(default_factory=LineFramer)
+    stalled: bool = False
+    held: list[Step] = field(default_factory=list)  # a reordered frame waiting for the next
 
 
 class Gate:
-    def __init__(self, strip_replayed_notices: bool) -> None:
+    def __init__(self, strip_replayed_notices: bool = False, plan: fl.FaultPlan | None = None) -> None:
         self.strip_replayed_notices = strip_replayed_notices
+        self.plan = plan if plan else None
         self.tracker = Tracker(run_id=0)
-        self.framers = {"c2a": LineFramer(), "a2c": LineFramer()}
+        errors = self.plan is not None and any(rule.action == "error" for rule in self.plan.rules)
+        self.directions = {
+            # An error reply travels against its request: both directions then carry whole
+            # lines only, so a reply can never land in the middle of a forwarded line.
+            d: _Direction(
+                judged=errors
+                or (self.plan is not None and self.plan.needs_verdict(d))
+                or (d == "a2c" and strip_replayed_notices)
+            )
+            for d in ("c2a", "a2c")
+        }
+        self.closed: set[str] = set()
         self.seq = 0
-        self.stripped = 0
 
-    def client_chunk(self, data: bytes) -> list[Step]:
-        """Client -> agent: always forwarded at once; observed so replay windows are known."""
-        now = time.time_ns()
-        for line in self.framers["c2a"].feed(data):
-            self._observe("c2a", line, now)
-        return [Forward(data)]
+    def judged(self, direction: str) -> bool:
+        return self.directions[direction].judged
 
-    def agent_chunk(self, data: bytes) -> list[Step]:
-        """Agent -> client: complete lines are judged; forwarded runs are joined into one write."""
+    def chunk(self, direction: str, data: bytes) -> list[Step]:
+        state = self.directions[direction]
         now = time.time_ns()
+        lines = state.framer.feed(data)
+        if not state.judged:
+            for line in lines:
+                self._observe(direction, line, now)
+            return [Forward(direction, data)]
         steps: list[Step] = []
-        run: list[bytes] = []
-        for line in self.framers["a2c"].feed(data):
-            reason = self._observe("a2c", line, now)
-            if reason is None:
-                run.append(line.data)
-                run.append(b"\n")
-                continue
-            if run:
-                steps.append(Forward(b"".join(run)))
-                run = []
-            steps.append(Withhold(line, reason))
-        if run:
-            steps.append(Forward(b"".join(run)))
+        for line in lines:
+            steps.extend(self._judge(direction, line, now))
+        return _coalesce(steps)
+
+    def end(self, direction: str) -> list[Step]:
+        """At EOF: judge an unterminated last line, release a held (reordered) frame."""
+        state = self.directions[direction]
+        line = state.framer.finish()
+        if not state.judged:
+            if line is not None:
+                self._observe(direction, line, time.time_ns())
+            return []
+        steps = self._judge(direction, line, time.time_ns()) if line is not None else []
+        steps.extend(state.held)
+        state.held = []
         return steps
 
-    def agent_end(self) -> list[Step]:
-        """At the agent's EOF: an unterminated last line goes out as it is (nothing to judge)."""
-        line = self.framers["a2c"].finish()
-        return [Forward(line.data)] if line is not None else []
+    # -- internals -------------------------------------------------------------------------
 
-    def _observe(self, direction: str, line: Line, ts_ns: int) -> str | None:
+    def _observe(self, direction: str, line: Line, ts_ns: int) -> FrameRecord:
         self.seq += 1
         rec = FrameRecord(0, self.seq, ts_ns, direction, line.data, wire.decode(line.data))
-        reason = None
-        if direction == "a2c" and self.strip_replayed_notices:
-            reason = self.tracker.should_strip(rec)
         self.tracker.observe(rec)
         self.tracker.drain()  # the gate needs the tracker's state, not its rows
-        if reason is not None:
-            self.stripped += 1
-            return f"stripped: {reason}"
-        return None
+        return rec
+
+    def _judge(self, direction: str, line: Line, ts_ns: int) -> list[Step]:
+        state = self.directions[direction]
+        self.seq += 1
+        rec = FrameRecord(0, self.seq, ts_ns, direction, line.data, wire.decode(line.data))
+        strip = None
+        if direction == "a2c" and self.strip_replayed_notices:
+            strip = self.tracker.should_strip(rec)
+        self.tracker.observe(rec)
+        self.tracker.drain()
+        actions = self.plan.decide(rec) if self.plan is not None else []
+        if strip is not None:
+            return self._release(state, [Note(direction, line, {"forwarded": 0, "note": f"stripped: {strip}"})])
+        if state.stalled or PIPE_OF[direction] in self.closed:
+            why = "direction stalled by a fault" if state.stalled else "pipe closed by a fault"
+            return [Note(direction, line, {"forwarded": 0, "note": why})]
+        if not actions:
+            return self._release(state, [Forward(direction, line.wire_bytes())])
+        return self._apply(direction, state, line, actions)
+
+    def _apply(self, direction: str, state: _Direction, line: Line, actions: list[fl.Action]) -> list[Step]:
+        steps: list[Step] = []
+        frame_steps: list[Step] = []
+        data: bytes | None = line.wire_bytes()
+        reorder = False
+        notes: list[str] = []
+        for action in actions:
+            if isinstance(action, fl.Delay):
+                steps.append(Pause(action.seconds))
+            elif isinstance(action, fl.Inject):
+                target = steps if action.position == "before" else frame_steps
+                target.extend(self._injected(direction, action))
+            elif isinstance(action, fl.Kill):
+                steps.append(Signal(action.signum))
+            elif isinstance(action, fl.Close):
+                steps.append(ClosePipe(action.pipe))
+                self.closed.add(action.pipe)
+                if action.pipe == PIPE_OF[direction]:
+                    data = None
+                    notes.append("its pipe was closed")
+            elif isinstance(action, fl.Stall):
+                state.stalled = True
+                data = None
+                notes.append(f"{direction} stalled")
+            elif isinstance(action, fl.Drop):
+                data = None
+                notes.append("dropped")
+            elif isinstance(action, fl.ErrorReply):
+                if action.to_sender:
+                    data = None
+                    back = OTHER[direction]
+                    steps.append(Send(back, action.data))
+                    steps.append(self._proxy_note(back, action.data, action, "error reply sent by acp-proxy"))
+                    notes.append("answered with an error by acp-proxy")
+                elif data is not None:
+                    data = action.data
+                    notes.append("result replaced by an error")
+            elif isinstance(action, (fl.Corrupt, fl.Truncate)):
+                if data is not None:
+                    data = action.data
+                    notes.append(f"forwarded {action.name}ed")
+            elif isinstance(action, fl.Reorder):
+                reorder = True
+        written: list[Step] = []
+        if data is not None:
+            split = next((a for a in actions if isinstance(a, fl.Split)), None)
+            copies = next((a.copies for a in actions if isinstance(a, fl.Duplicate)), 0)
+            for copy in range(1 + copies):
+                if split is not None and copy == 0:
+                    for i, part in enumerate(split.parts):
+                        if i:
+                            written.append(Pause(split.pause))
+                        written.append(Send(direction, part))
+                else:
+                    written.append(Send(direction, data))
+            if copies:
+                notes.append(f"written {1 + copies} times")
+        meta: dict[str, Any] = {
+            "forwarded": int(data is not None),
+            "fault": fl.fault_label(actions),
+            "faults": [{"rule": a.rule_text, "action": a.name, "detail": a.detail()} for a in actions],
+        }
+        if notes:
+            meta["note"] = "; ".join(notes)
+        written.append(Note(direction, line, meta))
+        written.extend(frame_steps)
+        if reorder and data is not None:
+            # Held until the next frame in this direction has gone out (or EOF).
+            released = self._release(state, [])
+            state.held = written
+            return steps + released
+        return self._release(state, steps + written)
+
+    def _release(self, state: _Direction, steps: list[Step]) -> list[Step]:
+        if not state.held:
+            return steps
+        held, state.held = state.held, []
+        return steps + held
+
+    def _injected(self, direction: str, action: fl.Inject) -> list[Step]:
+        return [Send(direction, action.data), self._proxy_note(direction, action.data, action, "injected by acp-proxy")]
+
+    def _proxy_note(self, direction: str, data: bytes, action: fl.Action, why: str) -> Note:
+        body = data[:-1] if data.endswith(b"\n") else data
+        line = Line(body, len(body), data.endswith(b"\n"), False)
+        # The tracker sees what the receiver sees: an error reply answers the request.
+        self._observe(direction, line, time.time_ns())
+        meta = {
+            "forwarded": 1,
+            "fault": action.name,
+            "origin": "proxy",
+            "note": f"{why} (rule {action.rule_index + 1}: {action.rule_text})",
+            "faults": [{"rule": action.rule_text, "action": action.name, "detail": action.detail()}],
+        }
+        return Note(direction, line, meta)
+
+
+def _coalesce(steps: list[Step]) -> list[Step]:
+    """Join runs of plain forwards into one write: a storm of lines costs one syscall a chunk."""
+    out: list[Step] = []
+    run: list[bytes] = []
+    direction = ""
+    for step in steps:
+        if isinstance(step, Forward) and (not run or step.direction == direction):
+            run.append(step.data)
+            direction = step.direction
+            continue
+        if run:
+            out.append(Forward(direction, b"".join(run)))
+            run = []
+        if isinstance(step, Forward):
+            run.append(step.data)
+            direction = step.direction
+        else:
+            out.append(step)
+    if run:
+        out.append(Forward(direction, b"".join(run)))
+    return out

@@ -42,6 +42,9 @@ FLUSH_SECONDS = 0.05
 CHECKPOINT_BYTES = 16 * 1024 * 1024
 
 
+_INSERT_FAULT = "INSERT INTO faults (run_id, seq, ts_ns, rule, action, detail) VALUES (?, ?, ?, ?, ?, ?)"
+
+
 class _SparseInserts:
     """Rows grouped by shape; one INSERT statement per shape, naming only non-NULL columns."""
 
@@ -148,6 +151,7 @@ class Recorder:
         self.frame_counts = [0, 0, 0]
         self.bytes = [0, 0, 0]
         self.unflushed_bytes = 0
+        self.fault_rows: list[tuple] = []
         self.end: dict[str, Any] = {}
 
     # -- input -----------------------------------------------------------------------------
@@ -201,6 +205,10 @@ class Recorder:
             rec.forwarded = int(meta.get("forwarded", 1))
             rec.note = meta.get("note")
             rec.fault = meta.get("fault")
+            for applied in meta.get("faults", ()):
+                self.fault_rows.append(
+                    (self.run_id, self.seq, ts_ns, applied["rule"], applied["action"], applied.get("detail"))
+                )
         if direction == STDERR:
             self.pending.add(rec)
             return
@@ -230,10 +238,14 @@ class Recorder:
         self.last_flush = time.monotonic()
         if not count and not changes:
             return
+        batches = self.pending.take()
+        if self.fault_rows:
+            batches.append((_INSERT_FAULT, self.fault_rows))
+            self.fault_rows = []
         self.writer.send(
             {
                 "count": count,
-                "batches": self.pending.take(),
+                "batches": batches,
                 "changes": [_change_as_dict(c) for c in changes],
                 "nbytes": self.unflushed_bytes,
             }

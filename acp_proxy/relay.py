@@ -34,9 +34,11 @@ import trio
 from . import link as link_format
 
 if TYPE_CHECKING:
+    from .faults import FaultPlan
     from .gate import Gate, Step
 
 CHUNK = 65536
+_DIRECTION_CODE = {"c2a": link_format.C2A, "a2c": link_format.A2C}
 QUEUE_MESSAGES = 1024  # x at most CHUNK bytes each: the most memory a slow disk can make us hold
 RECORDER_START_TIMEOUT = 30.0
 RECORDER_FINISH_TIMEOUT = 120.0
@@ -68,11 +70,12 @@ class RunOptions:
     max_record_bytes: int | None = 16 * 1024 * 1024
     db_limit: int | None = None
     strip_replayed_notices: bool = False
+    fault_plan: FaultPlan | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
     def needs_gate(self) -> bool:
         """True when some frames need a verdict before they are forwarded."""
-        return self.strip_replayed_notices
+        return self.strip_replayed_notices or bool(self.fault_plan)
 
 
 @dataclass
@@ -126,6 +129,9 @@ class RecorderProcess:
             "db_limit": options.db_limit,
             "options": options.options,
         }
+        if options.fault_plan:
+            start["fault_spec"] = msgspec.json.encode(options.fault_plan.describe()).decode()
+            start["seed"] = options.fault_plan.seed
         payload = msgspec.json.encode(start)
         try:
             self.proc.stdin.write(link_format.encode(link_format.START, 0, start["started_ns"], payload))
@@ -282,12 +288,17 @@ class Relay:
         self.proc: trio.Process | None = None
         self.shutdown_started = False
         self.agent_exited = trio.Event()
-        self.client_open = True
         self.gate: Gate | None = None
         if options.needs_gate():
             from .gate import Gate  # only then: it pulls in the decoder and the ACP tables
 
-            self.gate = Gate(strip_replayed_notices=options.strip_replayed_notices)
+            self.gate = Gate(strip_replayed_notices=options.strip_replayed_notices, plan=options.fault_plan)
+        self.agent_in: Any = None
+        self.client_out: Any = None
+        # With a gate, both pumps may write to one pipe (an error reply travels back): a lock
+        # keeps each write whole. Without one, each pipe has a single writer and no lock.
+        self.write_locks = {"c2a": trio.StrictFIFOLock(), "a2c": trio.StrictFIFOLock()}
+        self.pipe_open = {"c2a": True, "a2c": True}
 
     async def record(self, kind: int, direction: int, ts_ns: int, payload: bytes = b"") -> None:
         if self.link is not None:
@@ -355,8 +366,8 @@ class Relay:
 
     async def _pump_c2a(self, client_in: Any, scope: trio.CancelScope, nursery: trio.Nursery) -> None:
         assert self.proc is not None and self.proc.stdin is not None
-        agent_in = self.proc.stdin
-        agent_open = True
+        self.agent_in = self.proc.stdin
+        gate = self.gate
         with scope:
             try:
                 while True:
@@ -367,23 +378,23 @@ class Relay:
                     if not data:
                         break
                     ts = time.time_ns()
-                    if self.gate is not None:
-                        self.gate.client_chunk(data)  # forwarded whole; observed for windows
-                    if agent_open:
-                        try:
-                            await agent_in.send_all(data)
-                        except (trio.BrokenResourceError, trio.ClosedResourceError):
-                            agent_open = False  # the agent closed its stdin; keep recording
-                    await self.record(link_format.DATA, link_format.C2A, ts, data)
+                    if gate is None:
+                        await self._send("c2a", data, nursery)
+                        await self.record(link_format.DATA, link_format.C2A, ts, data)
+                    else:
+                        await self._carry_out(gate.chunk("c2a", data), ts, nursery)
+                if gate is not None:
+                    await self._carry_out(gate.end("c2a"), time.time_ns(), nursery)
             finally:
                 with trio.CancelScope(shield=True):
                     await self.record(link_format.EOF, link_format.C2A, time.time_ns())
-        await _close_quietly(agent_in)
+        await self._close_pipe("agent-stdin")
         self._start_shutdown(nursery)
 
     async def _pump_a2c(self, client_out: Any, done: trio.Event, nursery: trio.Nursery) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         agent_out = self.proc.stdout
+        self.client_out = client_out
         gate = self.gate
         try:
             while True:
@@ -392,39 +403,63 @@ class Relay:
                     break
                 ts = time.time_ns()
                 if gate is None:
-                    await self._to_client(client_out, data, nursery)
+                    await self._send("a2c", data, nursery)
                     await self.record(link_format.DATA, link_format.A2C, ts, data)
                 else:
-                    await self._carry_out(gate.agent_chunk(data), client_out, ts, nursery)
+                    await self._carry_out(gate.chunk("a2c", data), ts, nursery)
             if gate is not None:
-                await self._carry_out(gate.agent_end(), client_out, time.time_ns(), nursery)
+                await self._carry_out(gate.end("a2c"), time.time_ns(), nursery)
         finally:
             with trio.CancelScope(shield=True):
                 await self.record(link_format.EOF, link_format.A2C, time.time_ns())
             done.set()
 
-    async def _to_client(self, client_out: Any, data: bytes, nursery: trio.Nursery) -> None:
-        if not self.client_open:
+    async def _send(self, direction: str, data: bytes, nursery: trio.Nursery) -> None:
+        """Write towards ``direction``'s receiver; a peer that went away ends the run cleanly."""
+        if not self.pipe_open[direction]:
             return
+        stream = self.agent_in if direction == "c2a" else self.client_out
         try:
-            await client_out.send_all(data)
+            if self.gate is None:
+                await stream.send_all(data)
+            else:
+                async with self.write_locks[direction]:
+                    await stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            # The client stopped reading: nobody will hear the agent again, so end the run as
-            # if the client had closed its end, but keep recording what the agent says.
-            self.client_open = False
-            say("the client closed the agent's output; stopping the agent")
-            self._start_shutdown(nursery)
+            self.pipe_open[direction] = False
+            if direction == "a2c":
+                # The client stopped reading: nobody will hear the agent again, so end the run
+                # as if the client had closed its end, but keep recording what the agent says.
+                say("the client closed the agent's output; stopping the agent")
+                self._start_shutdown(nursery)
 
-    async def _carry_out(self, steps: list[Step], client_out: Any, ts: int, nursery: trio.Nursery) -> None:
-        from .gate import Forward
+    async def _carry_out(self, steps: list[Step], ts: int, nursery: trio.Nursery) -> None:
+        from .gate import ClosePipe, Forward, Note, Pause, Send, Signal
 
         for step in steps:
             if isinstance(step, Forward):
-                await self._to_client(client_out, step.data, nursery)
-                await self.record(link_format.DATA, link_format.A2C, ts, step.data)
-            elif self.link is not None:
-                meta = {"forwarded": 0, "note": step.note}
-                await self.link.submit(link_format.encode_line(link_format.A2C, ts, step.line, meta))
+                await self._send(step.direction, step.data, nursery)
+                await self.record(link_format.DATA, _DIRECTION_CODE[step.direction], ts, step.data)
+            elif isinstance(step, Send):
+                await self._send(step.direction, step.data, nursery)
+            elif isinstance(step, Note):
+                if self.link is not None:
+                    code = _DIRECTION_CODE[step.direction]
+                    await self.link.submit(link_format.encode_line(code, ts, step.line, step.meta))
+            elif isinstance(step, Pause):
+                await trio.sleep(step.seconds)
+            elif isinstance(step, Signal):
+                self._signal_group(step.signum)
+            elif isinstance(step, ClosePipe):
+                await self._close_pipe(step.pipe)
+
+    async def _close_pipe(self, pipe: str) -> None:
+        direction = "c2a" if pipe == "agent-stdin" else "a2c"
+        self.pipe_open[direction] = False
+        stream = self.agent_in if direction == "c2a" else self.client_out
+        if stream is not None:
+            async with self.write_locks[direction]:
+                await _close_quietly(stream)
 
     async def _pump_stderr(self, err_out: Any, done: trio.Event) -> None:
         assert self.proc is not None and self.proc.stderr is not None
