@@ -66,6 +66,26 @@ def resolve_db(db_path: Path | None) -> Path:
     return db_path if db_path is not None else default_db_path()
 
 
+class VerbatimEpilog(click.Command):
+    """A command whose epilog (a language reference) is printed as written, not rewrapped."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if self.epilog:
+            formatter.write("\n" + self.epilog.rstrip() + "\n")
+
+
+def _filter_help() -> str:
+    from .filters import HELP
+
+    return HELP
+
+
+def _faults_help() -> str:
+    from .faults import HELP
+
+    return HELP
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="acp-proxy")
 def cli() -> None:
@@ -193,10 +213,9 @@ def build_fault_plan(rules: tuple[str, ...], path: Path | None, seed: int | None
 
 @cli.command("faults-help")
 def faults_help() -> None:
-    """The fault rule language, in full."""
-    from . import faults
-
-    click.echo(faults.HELP)
+    """The fault rule language, in full (the rules of `run --fault`, `--faults` FILE and
+    $ACP_PROXY_FAULTS)."""
+    click.echo(_faults_help())
 
 
 # -- query commands ------------------------------------------------------------------------
@@ -500,7 +519,7 @@ FRAME_TABLE = [
 ]
 
 
-@cli.command()
+@cli.command(cls=VerbatimEpilog, epilog=_filter_help())
 @db_option
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per frame; `raw` is the frame verbatim.")
 @click.option("--raw", "as_raw", is_flag=True, help="Exactly the bytes that crossed the wire, one frame per line.")
@@ -523,7 +542,6 @@ def frames(db_path: Path | None, as_jsonl: bool, as_raw: bool, limit: int | None
     expr = parse_filter(filter_words)
     db = open_db(db_path)
     where, params = expr.to_sql()
-    where, params = _resolve_last_run(db, where, params)
     sql = f"select * from frames where {where} order by run_id, seq"
     if limit is not None:
         sql += f" limit {int(limit)}"
@@ -548,18 +566,7 @@ def frames(db_path: Path | None, as_jsonl: bool, as_raw: bool, limit: int | None
     views.table(views.console(), FRAME_TABLE, _frame_rows_for_table(rows))
 
 
-def _resolve_last_run(db: Any, where: str, params: list[Any]) -> tuple[str, list[Any]]:
-    """`run:last` is spelled by the filter as a parameter the database must resolve."""
-    from . import filters
-
-    marker = getattr(filters, "LAST_RUN", None)
-    if marker is None or marker not in params:
-        return where, params
-    last = db.execute("select max(id) from runs").fetchone()[0]
-    return where, [last if p == marker else p for p in params]
-
-
-@cli.command()
+@cli.command(cls=VerbatimEpilog, epilog=_filter_help())
 @db_option
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per frame.")
 @click.option("-c", "--count", type=click.IntRange(min=1), default=None, help="Stop after this many frames.")
@@ -587,7 +594,6 @@ def tail(
     expr = parse_filter(filter_words)
     db = open_db(db_path)
     where, params = expr.to_sql()
-    where, params = _resolve_last_run(db, where, params)
     last_seq: dict[int, int] = {}
     if not from_start:
         for run_id, seq in db.execute("select run_id, max(seq) from frames group by run_id"):
