@@ -87,7 +87,7 @@ class Gate:
     def __init__(self, strip_replayed_notices: bool = False, plan: fl.FaultPlan | None = None) -> None:
         self.strip_replayed_notices = strip_replayed_notices
         self.plan = plan if plan else None
-        self.tracker = Tracker(run_id=0)
+        self.tracker = Tracker(0, changes=False)  # the gate needs state, not rows
         errors = self.plan is not None and any(rule.action == "error" for rule in self.plan.rules)
         self.directions = {
             # An error reply travels against its request: both directions then carry whole

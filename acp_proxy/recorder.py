@@ -117,14 +117,7 @@ class Recorder:
     """
 
     def __init__(self, db_path: Path, start: dict[str, Any]) -> None:
-        try:  # TEMPORARY
-            from .tracker import Tracker  # imported late: the tracker pulls in the schema tables
-        except ImportError:
-            class Tracker:  # type: ignore
-                def __init__(self, run_id): pass
-                def observe(self, rec): pass
-                def drain(self): return []
-                def finish(self, ts): pass
+        from .tracker import Tracker  # imported late: the tracker pulls in the schema tables
 
         self.max_keep: int | None = start.get("max_record_bytes")
         db = store.open_for_writing(db_path, limit_bytes=start.get("db_limit"))
@@ -296,6 +289,8 @@ class _WriterLink:
             status = 1
             try:
                 status = _writer_main(read_fd, db_path, limit_bytes, run_id)
+            except BaseException as exc:  # never let a bug here pass silently
+                _say(f"the database writer failed: {type(exc).__name__}: {exc}")
             finally:
                 os._exit(status)
         os.close(read_fd)
@@ -333,6 +328,8 @@ def _writer_main(fd: int, db_path: Path, limit_bytes: int | None, run_id: int) -
     decoder = msgspec.msgpack.Decoder()
     not_recorded = 0
     failure: str | None = None
+    facts_failed = False
+    facts = FactsApplier(db, run_id)
     reader = os.fdopen(fd, "rb", buffering=1 << 20)
     while True:
         header = reader.read(_LENGTH.size)
@@ -355,9 +352,17 @@ def _writer_main(fd: int, db_path: Path, limit_bytes: int | None, run_id: int) -
                 for sql, rows in message["batches"]:
                     conn.executemany(sql, rows)
                 if message["changes"]:
-                    from .tracker import apply_changes
-
-                    apply_changes(db, run_id, message["changes"])
+                    conn.execute("SAVEPOINT facts")
+                    try:
+                        facts.apply(message["changes"])
+                    except Exception as exc:
+                        # Protocol facts are derived; the frames they come from must not be lost
+                        # with them.
+                        conn.execute("ROLLBACK TO facts")
+                        if not facts_failed:
+                            _say(f"could not record protocol facts ({type(exc).__name__}: {exc})")
+                        facts_failed = True
+                    conn.execute("RELEASE facts")
         except sqlite3.Error as exc:
             not_recorded += message["count"]
             if failure is None:
@@ -371,6 +376,65 @@ def _writer_main(fd: int, db_path: Path, limit_bytes: int | None, run_id: int) -
     except sqlite3.Error:
         pass
     return 0
+
+
+class FactsApplier:
+    """Applies the tracker's Changes (see its module docstring) to the sessions, session_runs,
+    turns, runs and frames tables. One per run: it maps the tracker's run-local session and turn
+    keys to row ids between batches; a session loaded or resumed here that an earlier run saw
+    is that earlier row."""
+
+    def __init__(self, db: Any, run_id: int) -> None:
+        self.db, self.run_id = db, run_id
+        self.session_rows: dict[int, int] = {}
+        self.turn_rows: dict[int, int] = {}
+
+    def apply(self, changes: list[dict[str, Any]]) -> None:
+        db = self.db
+        for change in changes:
+            table, key, values = change["table"], change["key"], dict(change["values"])
+            if table == "runs":
+                db["runs"].update(key["id"], values)
+            elif table == "frames":
+                sets = ", ".join(f"{name} = ?" for name in values)
+                db.execute(
+                    f"update frames set {sets} where run_id = ? and seq = ?",
+                    [*values.values(), key["run_id"], key["seq"]],
+                )
+            elif table == "sessions":
+                self._session(key["session_key"], values)
+            elif table == "session_runs":
+                row = {
+                    "session_row": self.session_rows[key["session_key"]],
+                    "run_id": key["run_id"],
+                    **values,
+                }
+                db["session_runs"].insert(row, ignore=True)
+            elif table == "turns":
+                values["session_row"] = self.session_rows[values.pop("session_key")]
+                if key["turn_key"] in self.turn_rows:
+                    db["turns"].update(self.turn_rows[key["turn_key"]], values)
+                else:
+                    self.turn_rows[key["turn_key"]] = db["turns"].insert(values).last_pk
+
+    def _session(self, session_key: int, values: dict[str, Any]) -> None:
+        db = self.db
+        row = self.session_rows.get(session_key)
+        if row is None and values.get("created_by") not in ("session/new", "session/fork"):
+            found = db.execute(
+                "select max(id) from sessions where session_id = ?", [values["session_id"]]
+            ).fetchone()[0]
+            row = self.session_rows[session_key] = found
+        if row is None:
+            self.session_rows[session_key] = db["sessions"].insert(values).last_pk
+            return
+        current = db["sessions"].get(row)
+        update = {k: v for k, v in values.items() if k not in _SESSION_SET_ONCE or current[k] is None}
+        db["sessions"].update(row, update)
+
+
+
+_SESSION_SET_ONCE = ("created_run_id", "created_by", "parent_session_id", "first_seen_ns")
 
 
 def _cut_frame(line: Line) -> wire.Frame:

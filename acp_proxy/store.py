@@ -90,6 +90,8 @@ RUN_COLUMNS: dict[str, type] = {
     "bytes_a2c": int,
     "not_recorded": int,
     "not_recorded_reason": str,
+    "unanswered_requests": int,  # requests no response answered before the run ended
+    "unpaired_responses": int,  # responses (and errors) that matched no pending request
 }
 
 

@@ -1,0 +1,183 @@
+"""The ACP vocabulary: which methods and ``session/update`` variants each protocol version has.
+
+Owns: reading the official JSON Schemas shipped in ``acp_proxy/schema/`` (their provenance is in
+``schema/PROVENANCE.md``) and deriving from them, once per process, the tables the rest of the
+proxy asks about per frame: methods by direction (client->agent and agent->client requests and
+notifications, the protocol-level ``$/`` methods that travel either way, the proxy-chain methods),
+the set of ``sessionUpdate`` variants, which of them are live-only, and how an unknown name is
+classed (``_``-prefixed = extension, anything else = a future ACP name).
+
+Must not know: frames, pairing, sessions, SQL or pipes. Nothing here is typed by hand from the
+spec except what the schema cannot say in machine-readable form (``LIVE_ONLY``, below); a new
+schema file changes the tables without touching this code.
+
+Rule: every lookup the hot path makes is a set membership test on a frozenset built at import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from functools import cache
+from importlib.resources import files
+from typing import Any, Literal
+
+import msgspec
+
+PROTOCOL_VERSIONS: tuple[int, ...] = (1, 2)
+"""The major protocol versions whose schemas ship with the package."""
+
+Unknown = Literal["extension", "future"]
+
+# The schema marks a variant's payload only in prose ("Notices are live events rather than
+# session history"); the rule that such variants are never replayed comes from the session
+# notices RFD. So this one fact is declared here, and tests check the schema's prose still says
+# it. Intersected with each version's variants, so a version without `notice` has none.
+LIVE_ONLY: frozenset[str] = frozenset({"notice"})
+
+# The unions of the schema that list, by construction, who sends what. Their members' params
+# types carry `x-method` (and `x-side`, which agrees: side `agent` = sent client->agent).
+_UNIONS = {
+    "ClientRequest": "c2a_requests",
+    "ClientNotification": "c2a_notifications",
+    "AgentRequest": "a2c_requests",
+    "AgentNotification": "a2c_notifications",
+    "ProxyRequest": "proxy_requests",
+    "ProxyNotification": "proxy_notifications",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Vocabulary:
+    """What one protocol version (or, with ``version`` None, any known version) defines.
+
+    Every table is the union of the stable and the unstable (draft) schema of the version: the
+    proxy must not call a draft method "unknown" just because it is not stable yet.
+    """
+
+    version: int | None
+    c2a_requests: frozenset[str]
+    c2a_notifications: frozenset[str]
+    a2c_requests: frozenset[str]
+    a2c_notifications: frozenset[str]
+    protocol: frozenset[str]
+    """Protocol-level notifications (``$/cancel_request``), sent by either side."""
+    proxy_requests: frozenset[str]
+    """Proxy-chain requests (``proxy/initialize``, ``proxy/successor``), either direction."""
+    proxy_notifications: frozenset[str]
+    methods: frozenset[str]
+    """Every method name above, whatever its direction."""
+    updates: frozenset[str]
+    """``sessionUpdate`` variants, stable and draft."""
+    stable_updates: frozenset[str]
+    """``sessionUpdate`` variants of the stable schema only."""
+    live_only: frozenset[str]
+    """Variants that are live events, never history: they must not be replayed."""
+
+    def requests(self, direction: str) -> frozenset[str]:
+        """Requests a sender in ``direction`` ("c2a" or "a2c") may make, protocol-level included."""
+        own = self.c2a_requests if direction == "c2a" else self.a2c_requests
+        return own | self.proxy_requests
+
+    def notifications(self, direction: str) -> frozenset[str]:
+        own = self.c2a_notifications if direction == "c2a" else self.a2c_notifications
+        return own | self.protocol | self.proxy_notifications
+
+    def classify_method(self, name: str) -> Unknown | None:
+        return classify_unknown(name, self.methods)
+
+    def classify_update(self, name: str) -> Unknown | None:
+        return classify_unknown(name, self.updates)
+
+
+def classify_unknown(name: str, known: Collection[str] | None = None) -> Unknown | None:
+    """None for a known name; "extension" for a ``_``-prefixed one; "future" otherwise.
+
+    ``known`` defaults to every method and update variant of every shipped version. Methods and
+    variants live in different namespaces: pass ``Vocabulary.methods`` or ``.updates`` (or use
+    ``Vocabulary.classify_method`` / ``classify_update``) to ask about one of them.
+    """
+    if known is None:
+        known = _every_name()
+    if name in known:
+        return None
+    return unknown_kind(name)
+
+
+def unknown_kind(name: str) -> Unknown:
+    """How a name known to be outside the vocabulary is classed (ACP's extensibility rule)."""
+    return "extension" if name.startswith("_") else "future"
+
+
+@cache
+def _every_name() -> frozenset[str]:
+    union = vocabulary()
+    return union.methods | union.updates
+
+
+def vocabulary(version: int | None = None) -> Vocabulary:
+    """The vocabulary of ``version``; None (or a version with no schema) gives the union."""
+    return _vocabulary(version if version in PROTOCOL_VERSIONS else None)
+
+
+@cache
+def _vocabulary(version: int | None) -> Vocabulary:
+    if version is not None:
+        parts = [_derive(load_schema(version)), _derive(load_schema(version, unstable=True))]
+        stable = parts[0]["updates"]
+    else:
+        parts = [_as_sets(vocabulary(v)) for v in PROTOCOL_VERSIONS]
+        stable = frozenset().union(*(vocabulary(v).stable_updates for v in PROTOCOL_VERSIONS))
+    merged = {name: frozenset().union(*(p[name] for p in parts)) for name in parts[0]}
+    methods = frozenset().union(*(merged[f] for f in (*_UNIONS.values(), "protocol")))
+    return Vocabulary(
+        version=version,
+        methods=methods,
+        stable_updates=frozenset(stable),
+        live_only=LIVE_ONLY & merged["updates"],
+        **merged,
+    )
+
+
+def _as_sets(vocab: Vocabulary) -> dict[str, frozenset[str]]:
+    return {name: getattr(vocab, name) for name in (*_UNIONS.values(), "protocol", "updates")}
+
+
+def load_schema(version: int, *, unstable: bool = False) -> dict[str, Any]:
+    """The decoded official schema of ``version`` (stable, or the draft with ``unstable``)."""
+    name = f"v{version}.schema{'.unstable' if unstable else ''}.json"
+    return msgspec.json.decode(files(__package__).joinpath("schema", name).read_bytes())
+
+
+def _derive(schema: dict[str, Any]) -> dict[str, frozenset[str]]:
+    defs: dict[str, Any] = schema["$defs"]
+    out: dict[str, frozenset[str]] = {}
+    for union, field in _UNIONS.items():
+        params = defs.get(union, {}).get("properties", {}).get("params", {})
+        out[field] = frozenset(
+            defs[ref]["x-method"] for ref in _refs(params) if "x-method" in defs.get(ref, {})
+        )
+    out["protocol"] = frozenset(
+        d["x-method"] for d in defs.values() if d.get("x-side") == "protocol" and "x-method" in d
+    )
+    update = defs["SessionUpdate"]
+    variants = update.get("oneOf") or update.get("anyOf") or []
+    # The catch-all "other" member of the v2 union has no const: it is the unknown fallback.
+    out["updates"] = frozenset(
+        const
+        for member in variants
+        if isinstance(const := member.get("properties", {}).get("sessionUpdate", {}).get("const"), str)
+    )
+    return out
+
+
+def _refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            yield ref.rsplit("/", 1)[-1]
+        for value in node.values():
+            yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
