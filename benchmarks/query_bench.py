@@ -1,0 +1,141 @@
+"""How fast the query commands answer on a big recording (DESIGN §8: < 1 s on 1,000,000 frames).
+
+Builds (or reuses, with --db) a database of realistic ACP traffic recorded through acp-proxy's
+own recorder — many runs, each a session with prompts, streamed chunks, tool calls and the odd
+error — then times each query command as a user runs it: a fresh `acp-proxy ...` process, wall
+clock, start-up included. Prints one table.
+
+    python benchmarks/query_bench.py                 # 1,000,000 frames in a temporary file
+    python benchmarks/query_bench.py --frames 200000 --db /tmp/q.db --keep
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from acp_proxy import link, recorder
+
+CHUNKS_PER_TURN = 400
+TURNS_PER_RUN = 25
+
+
+def frame(obj: dict) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+
+
+def run_traffic(run: int) -> list[tuple[int, bytes]]:
+    """One run's frames as (direction, bytes): a session with prompts, chunks, tools, an error."""
+    session = f"sess-{run:05d}-{os.urandom(4).hex()}"
+    out: list[tuple[int, bytes]] = [
+        (link.C2A, frame({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1,
+                          "clientInfo": {"name": "bench-client", "version": "1"}}})),
+        (link.A2C, frame({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1,
+                          "agentInfo": {"name": "bench-agent", "version": "1"}}})),
+        (link.C2A, frame({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w", "mcpServers": []}})),
+        (link.A2C, frame({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": session}})),
+    ]
+    for turn in range(TURNS_PER_RUN):
+        rid = 2 + turn
+        out.append((link.C2A, frame({"jsonrpc": "2.0", "id": rid, "method": "session/prompt",
+                                     "params": {"sessionId": session, "prompt": [{"type": "text", "text": f"q{turn}"}]}})))
+        for i in range(CHUNKS_PER_TURN):
+            out.append((link.A2C, frame({"jsonrpc": "2.0", "method": "session/update", "params": {
+                "sessionId": session, "update": {"sessionUpdate": "agent_message_chunk",
+                                                 "content": {"type": "text", "text": f"chunk {i} " + "x" * 200}}}})))
+        out.append((link.A2C, frame({"jsonrpc": "2.0", "method": "session/update", "params": {
+            "sessionId": session, "update": {"sessionUpdate": "tool_call", "toolCallId": f"call_{turn}",
+                                             "title": "Read file", "kind": "read", "status": "completed"}}})))
+        if turn == 7:
+            out.append((link.A2C, frame({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "boom"}})))
+        else:
+            out.append((link.A2C, frame({"jsonrpc": "2.0", "id": rid, "result": {"stopReason": "end_turn"}})))
+    return out
+
+
+def build(db: Path, target: int) -> int:
+    per_run = len(run_traffic(0))
+    runs = max(1, target // per_run)
+    for run in range(runs):
+        rec = recorder.Recorder(db, {"started_ns": time.time_ns(), "argv": ["bench-agent", str(run)]})
+        ts = time.time_ns()
+        for direction, data in run_traffic(run):
+            ts += 50_000
+            rec.handle(link.DATA, direction, ts, data)
+        rec.end.update({"exit_code": 0, "ended_ns": ts})
+        rec.finish(crashed=False)
+    return runs * per_run
+
+
+def timed(args: list[str], db: Path) -> tuple[float, int]:
+    start = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-m", "acp_proxy", *args, "--db", str(db)],
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"acp-proxy {' '.join(args)} failed: {result.stderr.decode()}")
+    return elapsed, len(result.stdout.splitlines())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--frames", type=int, default=1_000_000)
+    parser.add_argument("--db", type=Path, default=None, help="reuse or create this database")
+    parser.add_argument("--keep", action="store_true", help="keep the database")
+    args = parser.parse_args()
+    tmp = None
+    if args.db is None:
+        tmp = tempfile.TemporaryDirectory()
+        args.db = Path(tmp.name) / "bench.db"
+    if not args.db.exists():
+        t0 = time.perf_counter()
+        n = build(args.db, args.frames)
+        print(f"built {n:,} frames in {time.perf_counter() - t0:.1f}s ({n / (time.perf_counter() - t0):,.0f} frames/s "
+              "through the recorder, in process)")
+    conn_rows = subprocess.run([sys.executable, "-m", "acp_proxy", "sql", "select count(*) n, max(run_id) r from frames",
+                                "--json", "--db", str(args.db)], capture_output=True, timeout=120)
+    stats = json.loads(conn_rows.stdout)[0]
+    session = json.loads(subprocess.run([sys.executable, "-m", "acp_proxy", "sessions", "--json", "-n", "1",
+                                         "--db", str(args.db)], capture_output=True, timeout=120).stdout)[0]["session_id"]
+    cases = [
+        ("runs", ["runs"]),
+        ("sessions", ["sessions"]),
+        ("show SESSION (one session)", ["show", session]),
+        ("frames kind:error (selective)", ["frames", "kind:error"]),
+        ("frames method:session/prompt kind:request", ["frames", "method:session/prompt", "kind:request"]),
+        (f"frames run:{stats['r'] // 2} update:tool_call", ["frames", f"run:{stats['r'] // 2}", "update:tool_call"]),
+        ("stats last", ["stats", "last"]),
+        ("acp-proxy --help (start-up alone)", ["--help"]),
+    ]
+    print(f"\n{stats['n']:,} frames in {stats['r']} runs\n")
+    print(f"{'command':48} {'seconds':>8} {'lines':>7}  target < 1 s")
+    for label, argv in cases:
+        if argv[0] == "show" and "show" not in subprocess.run(
+            [sys.executable, "-m", "acp_proxy", "--help"], capture_output=True, text=True, timeout=60
+        ).stdout:
+            continue
+        if argv == ["--help"]:
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "acp_proxy", "--help"], capture_output=True, timeout=60)
+            seconds, lines = time.perf_counter() - start, 0
+        else:
+            seconds, lines = timed(argv, args.db)
+        print(f"{label:48} {seconds:8.3f} {lines:7d}  {'ok' if seconds < 1 else 'MISS'}")
+    if args.keep:
+        print(f"\ndatabase kept at {args.db}")
+    if tmp is not None and not args.keep:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
