@@ -456,6 +456,58 @@ def stats(db_path: Path | None, as_json: bool, ref: str | None) -> None:
     )
 
 
+@cli.command()
+@db_option
+@click.option("--raw", "as_raw", is_flag=True, help="The frames themselves, as a table, instead of the conversation.")
+@click.option("--turn", type=click.IntRange(min=0), default=None, help="Only this turn (1 = the first prompt).")
+@click.option("--json", "as_json", is_flag=True, help="The folded conversation as JSON.")
+@click.argument("ref")
+def show(db_path: Path | None, as_raw: bool, turn: int | None, as_json: bool, ref: str) -> None:
+    """The conversation of a run or a session, reconstructed from its frames.
+
+    REF is a run id, `last`, or a session id (or a unique prefix). Messages, thoughts (dimmed),
+    tool calls, plans, permission requests and the answers, terminals, notices (live),
+    compactions, usage, errors; unknown updates shown with their raw JSON; history that came
+    from a replay window is marked `history`.
+
+    \b
+    Examples:
+        acp-proxy show last
+        acp-proxy show 3f2a --turn 2
+        acp-proxy show last --raw
+    """
+    from . import queries, transcript, views
+
+    db = open_db(db_path)
+    resolved = resolve_ref(db, ref)
+    found = queries.frames_of(db, resolved)
+    if as_raw:
+        rows = [f for f in found if turn is None]
+        views.table(views.console(), FRAME_TABLE, _frame_rows_for_table(rows))
+        return
+    conversations = transcript.fold_rows(found)
+    if resolved.is_session:
+        conversations = {k: v for k, v in conversations.items() if k == resolved.session_id}
+    conversations = {k: v for k, v in conversations.items() if k is not None or not v.empty}
+    if as_json:
+        views.write_json([transcript.conversation_json(c) for c in conversations.values()])
+        return
+    con = views.console()
+    if not resolved.is_session:
+        (run,) = queries.rows(db, "select * from runs where id = ?", [resolved.run_id])
+        peers = " ⇄ ".join(filter(None, [_name(run["client_name"], run["client_version"]),
+                                          _name(run["agent_name"], run["agent_version"])]))
+        exit_text = views.exit_status(run["exit_code"], run["exit_signal"], run["status"])
+        con.print(f"Run {run['id']} · {' '.join(json.loads(run['argv'] or '[]'))}" + (f" · {peers}" if peers else "")
+                  + (f" · protocol {run['protocol_version']}" if run["protocol_version"] else "")
+                  + f" · exit {exit_text}", style="bold", markup=False)
+    if not conversations:
+        con.print("no conversation recorded", style="dim")
+        return
+    for conv in sorted(conversations.values(), key=lambda c: c.timeline[0].seq if c.timeline else 0):
+        transcript.render_conversation(con, conv, turn)
+
+
 def parse_filter(words: tuple[str, ...]) -> Any:
     from . import filters
 
