@@ -573,11 +573,19 @@ FRAME_TABLE = [
 
 @cli.command(cls=VerbatimEpilog, epilog=_filter_help())
 @db_option
+@click.option("--json", "as_json", is_flag=True, help="A JSON array of frames; `raw` is the frame verbatim.")
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per frame; `raw` is the frame verbatim.")
 @click.option("--raw", "as_raw", is_flag=True, help="Exactly the bytes that crossed the wire, one frame per line.")
 @click.option("-n", "--limit", type=click.IntRange(min=0), default=None, help="At most this many frames.")
 @click.argument("filter_words", nargs=-1, metavar="[FILTER]...")
-def frames(db_path: Path | None, as_jsonl: bool, as_raw: bool, limit: int | None, filter_words: tuple[str, ...]) -> None:
+def frames(
+    db_path: Path | None,
+    as_json: bool,
+    as_jsonl: bool,
+    as_raw: bool,
+    limit: int | None,
+    filter_words: tuple[str, ...],
+) -> None:
     """The frames of every recorded run, or those the FILTER selects, in relay order.
 
     \b
@@ -589,8 +597,8 @@ def frames(db_path: Path | None, as_jsonl: bool, as_raw: bool, limit: int | None
     """
     from . import exports, queries, views
 
-    if as_jsonl and as_raw:
-        raise click.UsageError("choose one of --jsonl and --raw")
+    if as_json + as_jsonl + as_raw > 1:
+        raise click.UsageError("choose one of --json, --jsonl and --raw")
     expr = parse_filter(filter_words)
     db = open_db(db_path)
     where, params = expr.to_sql()
@@ -613,6 +621,9 @@ def frames(db_path: Path | None, as_jsonl: bool, as_raw: bool, limit: int | None
         return
     if as_jsonl:
         views.write_jsonl(exports.frame_object(f) for f in found)
+        return
+    if as_json:
+        views.write_json([exports.frame_object(f) for f in found])
         return
     rows = list(found)
     views.table(views.console(), FRAME_TABLE, _frame_rows_for_table(rows))
