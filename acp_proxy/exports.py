@@ -83,22 +83,38 @@ def _jsons(frames: Iterable[dict[str, Any]]) -> Iterator[bytes]:
         message = _payload(row)
         if message is None:
             yield _json.encode(
-                {"ts": ts, "type": "trace", "component": sender, "level": "warn",
-                 "message": f"not JSON-RPC: {row.get('decode_error') or ''}: {row.get('raw') or ''}"}
+                {
+                    "ts": ts,
+                    "type": "trace",
+                    "component": sender,
+                    "level": "warn",
+                    "message": f"not JSON-RPC: {row.get('decode_error') or ''}: {row.get('raw') or ''}",
+                }
             )
             continue
         kind = row.get("kind")
         base = {"ts": ts, "from": sender, "to": receiver}
         if kind in ("request", "notification"):
-            event = {**base, "type": kind, "protocol": "acp", "method": message.get("method"),
-                     "session": row.get("session_id"), "params": message.get("params") or {}}
+            event = {
+                **base,
+                "type": kind,
+                "protocol": "acp",
+                "method": message.get("method"),
+                "session": row.get("session_id"),
+                "params": message.get("params") or {},
+            }
             if kind == "request":
                 event["id"] = message.get("id")
             yield _json.encode(event)
         elif kind in ("response", "error"):
             yield _json.encode(
-                {**base, "type": "response", "id": message.get("id"), "is_error": kind == "error",
-                 "payload": message.get("error") if kind == "error" else message.get("result")}
+                {
+                    **base,
+                    "type": "response",
+                    "id": message.get("id"),
+                    "is_error": kind == "error",
+                    "payload": message.get("error") if kind == "error" else message.get("result"),
+                }
             )
 
 

@@ -30,6 +30,7 @@ LINE_META = struct.Struct("<I")
 DIRECTIONS = ("c2a", "a2c", "stderr")
 C2A, A2C, STDERR = 0, 1, 2
 
+
 def encode(kind: int, direction: int, ts_ns: int, payload: bytes = b"") -> bytes:
     return HEADER.pack(kind, direction, ts_ns, len(payload)) + payload
 

@@ -23,9 +23,7 @@ _NONES = (None,) * len(COLUMNS)
 class FrameRecord:
     __slots__ = (*COLUMNS, "frame", "line")
 
-    def __init__(
-        self, run_id: int, seq: int, ts_ns: int, direction: str, line: bytes, frame: Frame | None
-    ) -> None:
+    def __init__(self, run_id: int, seq: int, ts_ns: int, direction: str, line: bytes, frame: Frame | None) -> None:
         self.run_id = run_id
         self.seq = seq
         self.ts_ns = ts_ns

@@ -82,7 +82,6 @@ class _SparseInserts:
         return plan
 
 
-
 def read_messages(fd: int, idle: float) -> Iterator[tuple[int, int, int, bytes] | None]:
     """Yield link messages from ``fd``; yield None when nothing arrived for ``idle`` seconds."""
     buf = bytearray()
@@ -421,9 +420,9 @@ class FactsApplier:
         db = self.db
         row = self.session_rows.get(session_key)
         if row is None and values.get("created_by") not in ("session/new", "session/fork"):
-            found = db.execute(
-                "select max(id) from sessions where session_id = ?", [values["session_id"]]
-            ).fetchone()[0]
+            found = db.execute("select max(id) from sessions where session_id = ?", [values["session_id"]]).fetchone()[
+                0
+            ]
             row = self.session_rows[session_key] = found
         if row is None:
             self.session_rows[session_key] = db["sessions"].insert(values).last_pk
@@ -431,7 +430,6 @@ class FactsApplier:
         current = db["sessions"].get(row)
         update = {k: v for k, v in values.items() if k not in _SESSION_SET_ONCE or current[k] is None}
         db["sessions"].update(row, update)
-
 
 
 _SESSION_SET_ONCE = ("created_run_id", "created_by", "parent_session_id", "first_seen_ns")

@@ -259,9 +259,7 @@ def _create_v1(db: sqlite_utils.Database) -> None:
     # ones where the rows worth finding are rare. Frames of a run or a session are found through
     # the primary key (run_id, seq): sessions know their runs. No index on ts_ns: time filters
     # scan within the runs selected.
-    db.execute(
-        "CREATE INDEX idx_frames_request ON frames (run_id, request_seq) WHERE request_seq IS NOT NULL"
-    )
+    db.execute("CREATE INDEX idx_frames_request ON frames (run_id, request_seq) WHERE request_seq IS NOT NULL")
     db.execute(
         "CREATE INDEX idx_frames_rare ON frames (kind, run_id, seq) "
         "WHERE kind IN ('error', 'invalid', 'batch') OR unanswered = 1 OR fault IS NOT NULL"
@@ -297,3 +295,26 @@ VIEWS = {
 }
 
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_create_v1]
+
+
+def replace_findings(path: Path, run_ids: list[int], findings: list[dict]) -> None:
+    """Store a check's findings for ``run_ids``, replacing what an earlier check stored for them.
+
+    ``findings``: dicts with ``run_id``, ``seq``, ``rule_id``, ``severity``, ``message``, ``spec``
+    (``checks.Finding.as_dict``). One transaction, so a reader never sees half a check.
+    """
+    db = open_for_writing(path)
+    try:
+        marks = ",".join("?" * len(run_ids)) or "null"
+        with db.conn:
+            db.execute("BEGIN")
+            db.execute(f"DELETE FROM findings WHERE run_id IN ({marks})", list(run_ids))
+            db.conn.executemany(
+                "INSERT INTO findings (run_id, seq, rule, severity, message, spec)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(f["run_id"], f["seq"], f["rule_id"], f["severity"], f["message"], f["spec"]) for f in findings],
+            )
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot write findings to {path}: {_reason(exc)}") from exc
+    finally:
+        db.conn.close()

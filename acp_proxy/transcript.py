@@ -31,7 +31,9 @@ def _json(value: Any, limit: int = 400) -> str:
     return _short(json.dumps(value, ensure_ascii=False, separators=(",", ":")), limit)
 
 
-def _line(con: Console, label: str, body: str, style: str = "", label_style: str = "bold", replay: bool = False) -> None:
+def _line(
+    con: Console, label: str, body: str, style: str = "", label_style: str = "bold", replay: bool = False
+) -> None:
     text = Text()
     if replay:
         text.append("history ", style="magenta")
@@ -110,7 +112,13 @@ def _entity(con: Console, e: fd.Entity) -> None:
     elif isinstance(e, fd.Permission):
         options = ", ".join(str(o.get("optionId")) for o in (e.options or []) if isinstance(o, dict))
         answer = e.option_id or e.outcome or ("error " + _json(e.error, 120) if e.error else "unanswered")
-        _line(con, "permission", f"{e.tool_call_id or e.title or '?'} [{options}] → {answer}", style="yellow", replay=replay)
+        _line(
+            con,
+            "permission",
+            f"{e.tool_call_id or e.title or '?'} [{options}] → {answer}",
+            style="yellow",
+            replay=replay,
+        )
     elif isinstance(e, fd.Plan):
         if e.removed:
             _line(con, "plan", f"{e.plan_id or 'plan'} removed", style="dim", replay=replay)
@@ -133,8 +141,13 @@ def _entity(con: Console, e: fd.Entity) -> None:
         if e.text:
             _line(con, "", "  " + _short(e.text, 600), style="dim", replay=replay)
     elif isinstance(e, fd.Notice):
-        _line(con, "notice", f"(live) [{e.severity or 'info'}] {e.title or ''} {e.description or ''}".rstrip(),
-              style="yellow", replay=replay)
+        _line(
+            con,
+            "notice",
+            f"(live) [{e.severity or 'info'}] {e.title or ''} {e.description or ''}".rstrip(),
+            style="yellow",
+            replay=replay,
+        )
     elif isinstance(e, fd.ErrorResponse):
         _line(con, "error", f"{e.method or '?'} → {e.code} {e.message or ''}", style="red", replay=replay)
     elif isinstance(e, fd.Cancellation):

@@ -34,24 +34,88 @@ def run_traffic(run: int) -> list[tuple[int, bytes]]:
     """One run's frames as (direction, bytes): a session with prompts, chunks, tools, an error."""
     session = f"sess-{run:05d}-{os.urandom(4).hex()}"
     out: list[tuple[int, bytes]] = [
-        (link.C2A, frame({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1,
-                          "clientInfo": {"name": "bench-client", "version": "1"}}})),
-        (link.A2C, frame({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1,
-                          "agentInfo": {"name": "bench-agent", "version": "1"}}})),
-        (link.C2A, frame({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w", "mcpServers": []}})),
+        (
+            link.C2A,
+            frame(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {"protocolVersion": 1, "clientInfo": {"name": "bench-client", "version": "1"}},
+                }
+            ),
+        ),
+        (
+            link.A2C,
+            frame(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "result": {"protocolVersion": 1, "agentInfo": {"name": "bench-agent", "version": "1"}},
+                }
+            ),
+        ),
+        (
+            link.C2A,
+            frame({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w", "mcpServers": []}}),
+        ),
         (link.A2C, frame({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": session}})),
     ]
     for turn in range(TURNS_PER_RUN):
         rid = 2 + turn
-        out.append((link.C2A, frame({"jsonrpc": "2.0", "id": rid, "method": "session/prompt",
-                                     "params": {"sessionId": session, "prompt": [{"type": "text", "text": f"q{turn}"}]}})))
+        out.append(
+            (
+                link.C2A,
+                frame(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": rid,
+                        "method": "session/prompt",
+                        "params": {"sessionId": session, "prompt": [{"type": "text", "text": f"q{turn}"}]},
+                    }
+                ),
+            )
+        )
         for i in range(CHUNKS_PER_TURN):
-            out.append((link.A2C, frame({"jsonrpc": "2.0", "method": "session/update", "params": {
-                "sessionId": session, "update": {"sessionUpdate": "agent_message_chunk",
-                                                 "content": {"type": "text", "text": f"chunk {i} " + "x" * 200}}}})))
-        out.append((link.A2C, frame({"jsonrpc": "2.0", "method": "session/update", "params": {
-            "sessionId": session, "update": {"sessionUpdate": "tool_call", "toolCallId": f"call_{turn}",
-                                             "title": "Read file", "kind": "read", "status": "completed"}}})))
+            out.append(
+                (
+                    link.A2C,
+                    frame(
+                        {
+                            "jsonrpc": "2.0",
+                            "method": "session/update",
+                            "params": {
+                                "sessionId": session,
+                                "update": {
+                                    "sessionUpdate": "agent_message_chunk",
+                                    "content": {"type": "text", "text": f"chunk {i} " + "x" * 200},
+                                },
+                            },
+                        }
+                    ),
+                )
+            )
+        out.append(
+            (
+                link.A2C,
+                frame(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "session/update",
+                        "params": {
+                            "sessionId": session,
+                            "update": {
+                                "sessionUpdate": "tool_call",
+                                "toolCallId": f"call_{turn}",
+                                "title": "Read file",
+                                "kind": "read",
+                                "status": "completed",
+                            },
+                        },
+                    }
+                ),
+            )
+        )
         if turn == 7:
             out.append((link.A2C, frame({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "boom"}})))
         else:
@@ -100,13 +164,32 @@ def main() -> None:
     if not args.db.exists():
         t0 = time.perf_counter()
         n = build(args.db, args.frames)
-        print(f"built {n:,} frames in {time.perf_counter() - t0:.1f}s ({n / (time.perf_counter() - t0):,.0f} frames/s "
-              "through the recorder, in process)")
-    conn_rows = subprocess.run([sys.executable, "-m", "acp_proxy", "sql", "select count(*) n, max(run_id) r from frames",
-                                "--json", "--db", str(args.db)], capture_output=True, timeout=120)
+        print(
+            f"built {n:,} frames in {time.perf_counter() - t0:.1f}s ({n / (time.perf_counter() - t0):,.0f} frames/s "
+            "through the recorder, in process)"
+        )
+    conn_rows = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "acp_proxy",
+            "sql",
+            "select count(*) n, max(run_id) r from frames",
+            "--json",
+            "--db",
+            str(args.db),
+        ],
+        capture_output=True,
+        timeout=120,
+    )
     stats = json.loads(conn_rows.stdout)[0]
-    session = json.loads(subprocess.run([sys.executable, "-m", "acp_proxy", "sessions", "--json", "-n", "1",
-                                         "--db", str(args.db)], capture_output=True, timeout=120).stdout)[0]["session_id"]
+    session = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "acp_proxy", "sessions", "--json", "-n", "1", "--db", str(args.db)],
+            capture_output=True,
+            timeout=120,
+        ).stdout
+    )[0]["session_id"]
     cases = [
         ("runs", ["runs"]),
         ("sessions", ["sessions"]),
@@ -120,9 +203,13 @@ def main() -> None:
     print(f"\n{stats['n']:,} frames in {stats['r']} runs\n")
     print(f"{'command':48} {'seconds':>8} {'lines':>7}  target < 1 s")
     for label, argv in cases:
-        if argv[0] == "show" and "show" not in subprocess.run(
-            [sys.executable, "-m", "acp_proxy", "--help"], capture_output=True, text=True, timeout=60
-        ).stdout:
+        if (
+            argv[0] == "show"
+            and "show"
+            not in subprocess.run(
+                [sys.executable, "-m", "acp_proxy", "--help"], capture_output=True, text=True, timeout=60
+            ).stdout
+        ):
             continue
         if argv == ["--help"]:
             start = time.perf_counter()

@@ -121,7 +121,9 @@ def test_export_jsonl_and_conductor_trace(recording: tuple[Path, str], tmp_path:
 
 def test_sql_is_read_only(recording: tuple[Path, str]) -> None:
     db, _ = recording
-    rows = json.loads(invoke("sql", "select count(*) as n from frames where run_id = ?", "1", "--json", "--db", str(db)).output)
+    rows = json.loads(
+        invoke("sql", "select count(*) as n from frames where run_id = ?", "1", "--json", "--db", str(db)).output
+    )
     assert rows[0]["n"] > 10
     refused = CliRunner().invoke(cli, ["sql", "delete from frames", "--db", str(db)])
     assert refused.exit_code != 0 and "readonly" in refused.output.replace("-", "")
@@ -143,7 +145,9 @@ def test_bad_reference_is_one_line_and_nonzero(recording: tuple[Path, str], args
 def test_missing_database_is_one_line_and_nonzero(tmp_path: Path, command: str) -> None:
     result = CliRunner().invoke(cli, [*command.split(), "--db", str(tmp_path / "absent.db")])
     assert result.exit_code != 0
-    assert result.output.strip().splitlines() == [f"Error: no database at {tmp_path / 'absent.db'} (record one with: acp-proxy run -- AGENT)"]
+    assert result.output.strip().splitlines() == [
+        f"Error: no database at {tmp_path / 'absent.db'} (record one with: acp-proxy run -- AGENT)"
+    ]
     assert not (tmp_path / "absent.db").exists()
 
 

@@ -123,7 +123,7 @@ def test_sigterm_to_the_proxy_reaches_the_agent_and_every_forwarded_frame_is_rec
     agent = python_agent(
         "import sys, itertools\n"
         "for i in itertools.count():\n"
-        "    sys.stdout.write('{\"jsonrpc\":\"2.0\",\"method\":\"tick\",\"params\":{\"n\":%d}}\\n' % i)\n"
+        '    sys.stdout.write(\'{"jsonrpc":"2.0","method":"tick","params":{"n":%d}}\\n\' % i)\n'
         "    sys.stdout.flush()\n"
     )
     proc = subprocess.Popen(

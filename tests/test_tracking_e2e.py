@@ -65,7 +65,9 @@ def test_v1_session_load_history_is_flagged_replay_and_the_session_is_one_row(tm
     second_run = query(db, "select max(id) id from runs")[0]["id"]
     updates = query(db, "select * from frames where run_id = ? and update_kind is not null order by seq", second_run)
     assert updates and all(u["replay"] == 1 for u in updates)
-    (load,) = query(db, "select * from frames where run_id = ? and method = 'session/load' and kind = 'request'", second_run)
+    (load,) = query(
+        db, "select * from frames where run_id = ? and method = 'session/load' and kind = 'request'", second_run
+    )
     assert all(u["seq"] > load["seq"] for u in updates)
     (row,) = query(db, "select * from sessions where session_id = ?", session)
     runs = query(db, "select run_id, how from session_runs where session_row = ? order by run_id", row["id"])
@@ -123,8 +125,10 @@ class ScriptedConversation:
 def idle_with(reason: str | None) -> Any:
     def check(m: dict[str, Any]) -> bool:
         update = (m.get("params") or {}).get("update") or {}
-        return update.get("sessionUpdate") == "state_update" and update.get("state") == "idle" and (
-            reason is None or update.get("stopReason") == reason
+        return (
+            update.get("sessionUpdate") == "state_update"
+            and update.get("state") == "idle"
+            and (reason is None or update.get("stopReason") == reason)
         )
 
     return check

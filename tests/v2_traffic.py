@@ -89,7 +89,9 @@ AGENT_SCRIPT: dict[str, Any] = {
                         "plan": {
                             "type": "items",
                             "planId": "plan-1",
-                            "entries": [{"content": "Check for syntax errors", "priority": "high", "status": "pending"}],
+                            "entries": [
+                                {"content": "Check for syntax errors", "priority": "high", "status": "pending"}
+                            ],
                         },
                     }
                 ),
@@ -118,7 +120,9 @@ AGENT_SCRIPT: dict[str, Any] = {
             ],
             [
                 {"jsonrpc": "2.0", "id": "$id", "result": {"messageId": "msg_user_2"}},
-                update({"sessionUpdate": "user_message_chunk", "messageId": "msg_user_2", "content": text("Now fix them")}),
+                update(
+                    {"sessionUpdate": "user_message_chunk", "messageId": "msg_user_2", "content": text("Now fix them")}
+                ),
                 update({"sessionUpdate": "state_update", "state": "running"}),
                 update({"sessionUpdate": "agent_message_chunk", "messageId": "msg_agent_2", "content": text("Fixing")}),
             ],
@@ -158,7 +162,9 @@ AFTER_PERMISSION = [
     update({"sessionUpdate": "compaction_update", "compactionId": "cmp_001", "status": "in_progress"}),
     update({"sessionUpdate": "compaction_summary_chunk", "compactionId": "cmp_001", "content": text("## Retained")}),
     update({"sessionUpdate": "compaction_update", "compactionId": "cmp_001", "status": "completed"}),
-    update({"sessionUpdate": "usage_update", "used": 53000, "size": 200000, "cost": {"amount": 0.045, "currency": "USD"}}),
+    update(
+        {"sessionUpdate": "usage_update", "used": 53000, "size": 200000, "cost": {"amount": 0.045, "currency": "USD"}}
+    ),
     NOTICE,
     update({"sessionUpdate": "_vendor_progress", "percent": 50}),
     update({"sessionUpdate": "future_thing", "x": 1}),
