@@ -741,5 +741,258 @@ def export(db_path: Path | None, fmt: str, output: Path | None, ref: str) -> Non
     click.echo(f"acp-proxy: wrote {written} lines to {output} ({exports.WARNING})", err=True)
 
 
+# -- replay and diff (issue 6) ---------------------------------------------------------------
+
+
+def _replay_rows(db: Any, ref_text: str) -> list[dict[str, Any]]:
+    """The frames of the run a REF names; for a session, the run it first appeared in."""
+    from . import queries
+
+    resolved = resolve_ref(db, ref_text)
+    run_ids = queries.run_ids_of(db, resolved)
+    if not run_ids:
+        raise click.ClickException(f"{resolved.describe()} has no recorded run")
+    return queries.rows(db, "select * from frames where run_id = ? order by seq", [run_ids[0]])
+
+
+@cli.command()
+@db_option
+@click.option("--timing", default="original", show_default=True, metavar="original|fast|N.x",
+              help="Recorded pace, none at all, or sped up N times (2x, 0.5x).")
+@click.option("--strict/--lenient", default=False, show_default=True,
+              help="Strict: a request out of the recorded order (or with other params) gets a JSON-RPC "
+                   "error and the command exits 1 with a report. Lenient: best effort.")
+@click.option("--match-cwd", is_flag=True,
+              help="Compare `cwd` params too (ignored by default, like ids and _meta).")
+@click.argument("ref")
+def replay(db_path: Path | None, timing: str, strict: bool, match_cwd: bool, ref: str) -> None:
+    """Serve the recorded agent of REF as a fake agent on stdio.
+
+    Point an editor at `acp-proxy replay REF` instead of the agent: requests get the recorded
+    responses (ids remapped), recorded updates and agent requests follow in recorded order,
+    and `session/load` / `session/resume` with `replayFrom` replay history without notices.
+    Stdout carries only the protocol; the report goes to stderr.
+
+    \b
+    Examples:
+        acp-proxy replay last
+        acp-proxy replay 3f2a --timing fast --strict
+        acp-proxy replay 12 --timing 2x
+    """
+    import sys
+
+    from . import replay as rp
+
+    try:
+        speed = rp.parse_timing(timing)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--timing") from None
+    db = open_db(db_path)
+    rows = _replay_rows(db, ref)
+    db.conn.close()
+    replayer = rp.Replayer(rows, strict=strict, match_cwd=match_cwd)
+    deviations = rp.serve(replayer, sys.stdin.buffer, sys.stdout.buffer, speed)
+    if deviations:
+        word = "failed" if strict else "finished"
+        click.echo(f"acp-proxy: replay {word} with {len(deviations)} deviation(s) from the recording",
+                   err=True)
+        if strict:
+            raise SystemExit(1)
+
+
+# -- conformance checks (issue 7) --------------------------------------------------------------
+
+_PROGRESS_MIN_FRAMES = 20_000  # below this a check takes well under a second: no bar
+
+
+@cli.command()
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="A JSON array of findings, for scripts.")
+@click.option("--no-schema", is_flag=True, help="Lifecycle rules only; skip JSON Schema validation (faster).")
+@click.option("--stable", is_flag=True, help="Validate against the stable schema, not the draft superset.")
+@click.option(
+    "--save", is_flag=True, help="Also store the findings in the database (replacing the runs' earlier ones)."
+)
+@click.argument("ref")
+def check(db_path: Path | None, as_json: bool, no_schema: bool, stable: bool, save: bool, ref: str) -> None:
+    """Check a run or session against the ACP spec: schema and lifecycle rules. Exits 1 on errors.
+
+    Each finding names its rule, severity (error / warning / info), the frame (run, seq) and the
+    spec section it comes from. Frames/s goes to stderr; a progress bar shows on a terminal.
+
+    \b
+    Examples:
+        acp-proxy check last
+        acp-proxy check 3f2a --json
+    """
+    import sys
+    import time
+
+    from . import checks, queries, views
+
+    db = open_db(db_path)
+    resolved = resolve_ref(db, ref)
+    run_ids = queries.run_ids_of(db, resolved)
+    if not run_ids:
+        raise click.ClickException(f"{resolved.describe()} has no recorded run")
+    marks = ",".join("?" * len(run_ids))
+    run_rows = queries.rows(db, f"select id, protocol_version, status from runs where id in ({marks})", run_ids)
+    versions = {r["id"]: r["protocol_version"] for r in run_rows}
+    ended = {r["id"]: r["status"] != "running" for r in run_rows}
+    total = db.execute(
+        f"select count(*) from frames where run_id in ({marks}) and dir != 'stderr'", run_ids
+    ).fetchone()[0]
+    # A session is checked in the context of its whole runs (initialize, capabilities and pairing
+    # live outside the session's own frames); only findings on the session's frames are kept.
+    keep: set[tuple[int, int]] | None = None
+    if resolved.is_session:
+        keep = {(f["run_id"], f["seq"]) for f in queries.frames_of(db, resolved)}
+    frames = queries.iter_rows(
+        db,
+        f"select * from frames where run_id in ({marks}) and dir != 'stderr' order by run_id, seq",
+        run_ids,
+    )
+    con = views.console()
+    started = time.perf_counter()
+    found: list[dict[str, Any]] = []
+
+    def consume(stream: Any) -> None:
+        for finding in checks.check(stream, versions=versions, schema=not no_schema, unstable=not stable, ended=ended):
+            if keep is None or finding.seq is None or (finding.run_id, finding.seq) in keep:
+                found.append(finding.as_dict())
+
+    if views.is_terminal(con) and total >= _PROGRESS_MIN_FRAMES and not as_json:
+        from rich.console import Console
+        from rich.progress import Progress
+
+        with Progress(console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task("checking", total=total)
+
+            def counted() -> Any:
+                for n, frame in enumerate(frames, start=1):
+                    if n % 1000 == 0:
+                        progress.update(task, completed=n)
+                    yield frame
+
+            consume(counted())
+    else:
+        consume(frames)
+    took = time.perf_counter() - started
+    db.conn.close()
+    # End-of-run findings (unanswered requests, unfinished turns) point back at earlier frames.
+    found.sort(key=lambda f: (f["run_id"] or 0, f["seq"] or 0))
+    if save:
+        from . import store
+
+        try:
+            store.replace_findings(resolve_db(db_path), run_ids, found)
+        except store.StoreError as exc:
+            raise click.ClickException(str(exc)) from None
+    counts = {s: sum(1 for f in found if f["severity"] == s) for s in ("error", "warning", "info")}
+    if as_json:
+        views.write_json(found)
+    elif not found:
+        click.echo(f"no findings for {resolved.describe()}")
+    else:
+        views.table(
+            con,
+            [
+                ("run_id", "run"),
+                ("seq", "seq"),
+                ("severity", "severity"),
+                ("rule_id", "rule"),
+                ("message", "message"),
+                ("spec", "spec"),
+            ],
+            found,
+            title=f"findings for {resolved.describe()}",
+        )
+    rate = f"{total / took:,.0f} frames/s" if took > 0 else "instant"
+    click.echo(
+        f"acp-proxy: checked {total} frames in {took:.2f}s ({rate}): "
+        f"{counts['error']} errors, {counts['warning']} warnings, {counts['info']} info",
+        err=True,
+    )
+    if counts["error"]:
+        sys.exit(1)
+
+
+def _diff_side(db: Any, ref_text: str) -> tuple[str, list[Any]]:
+    from . import queries, transcript
+
+    resolved = resolve_ref(db, ref_text)
+    conversations = transcript.fold_rows(queries.frames_of(db, resolved))
+    if resolved.is_session:
+        conversations = {k: v for k, v in conversations.items() if k == resolved.session_id}
+    return resolved.describe(), list(conversations.values())
+
+
+def _diff_cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return "\n".join(str(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value) or "-"
+
+
+@cli.command("diff")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Every turn of both sides as JSON, with what differs.")
+@click.argument("left")
+@click.argument("right")
+def diff_command(db_path: Path | None, as_json: bool, left: str, right: str) -> None:
+    """Compare two recordings turn by turn; exit 1 when they differ.
+
+    Per prompt turn: the prompt, the agent's text and thoughts, the tool calls (title, kind,
+    final status), permission outcomes, the stop reason and errors. Ids, session ids, `_meta`
+    and timestamps are ignored; timing is shown side by side but never counts as a difference.
+
+    \b
+    Examples:
+        acp-proxy diff 3 last
+        acp-proxy diff 3f2a 9c1b --json
+    """
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from . import diff as df
+    from . import views
+
+    db = open_db(db_path)
+    left_name, left_convs = _diff_side(db, left)
+    right_name, right_convs = _diff_side(db, right)
+    diffs = df.diff_conversations(left_convs, right_convs)
+    differ = df.any_difference(diffs)
+    if as_json:
+        views.write_json({"left": left_name, "right": right_name, "differ": differ,
+                          "turns": [d.as_json() for d in diffs]})
+    else:
+        con = views.console()
+        terminal = views.is_terminal(con)
+        for d in diffs:
+            mark = "differs: " + ", ".join(d.differs) if d.differs else "same"
+            table = Table(title=f"session {d.session} · turn {d.turn} · {mark}", title_justify="left",
+                          box=None if not terminal else box.SIMPLE_HEAD, show_lines=False)
+            table.add_column("")
+            table.add_column(left_name)
+            table.add_column(right_name)
+            for key in (*df.COMPARED, *df.SHOWN):
+                a = _diff_cell(d.left.get(key)) if d.left else "(no such turn)"
+                b = _diff_cell(d.right.get(key)) if d.right else "(no such turn)"
+                style = "red" if key in d.differs or "missing" in d.differs else ""
+                table.add_row(Text(key, style=style or "bold"), Text(a, style=style), Text(b, style=style))
+            con.print(table)
+        if not diffs:
+            con.print("no prompt turns on either side", style="dim")
+        summary = sum(1 for d in diffs if d.differs)
+        click.echo(f"acp-proxy: {summary} of {len(diffs)} turn(s) differ" if differ
+                   else f"acp-proxy: no difference in {len(diffs)} turn(s)", err=True)
+    if differ:
+        raise SystemExit(1)
+
+
 def main() -> None:
     cli(prog_name="acp-proxy")

@@ -310,8 +310,7 @@ def replace_findings(path: Path, run_ids: list[int], findings: list[dict]) -> No
             db.execute("BEGIN")
             db.execute(f"DELETE FROM findings WHERE run_id IN ({marks})", list(run_ids))
             db.conn.executemany(
-                "INSERT INTO findings (run_id, seq, rule, severity, message, spec)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO findings (run_id, seq, rule, severity, message, spec) VALUES (?, ?, ?, ?, ?, ?)",
                 [(f["run_id"], f["seq"], f["rule_id"], f["severity"], f["message"], f["spec"]) for f in findings],
             )
     except sqlite3.Error as exc:

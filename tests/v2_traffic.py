@@ -112,7 +112,8 @@ AGENT_SCRIPT: dict[str, Any] = {
                     "method": "session/request_permission",
                     "params": {
                         "sessionId": SESSION,
-                        "toolCall": {"toolCallId": "call_001"},
+                        "title": "Read main.py?",
+                        "subject": {"type": "tool_call", "toolCall": {"toolCallId": "call_001"}},
                         "options": [{"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"}],
                     },
                 },

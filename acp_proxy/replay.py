@@ -1,0 +1,509 @@
+"""Replay: a recorded agent served as a deterministic fake agent on stdio.
+
+Owns: deciding, from a recording's frames (rows of the ``frames`` table, as
+``queries.frames_of`` returns them) and each message a live client sends, what the fake agent
+writes back — the pure ``Replayer`` — and a thin blocking I/O shell (``serve``) that reads the
+client's lines from a binary stream, sleeps the recorded gaps scaled by ``--timing`` and writes
+the decided lines to another.
+
+How a recording becomes a script: every client→agent (c2a) message is a *trigger*; the
+agent→client (a2c) frames recorded after it and before the next c2a message are its
+*reaction*. The agent's frames before any c2a message are the start. When a live client
+message is matched to a recorded trigger, the trigger's reaction is sent in recorded order,
+with each response's id remapped to the id the live client used for the matching request.
+An agent→client request therefore "waits" for the client's answer by construction: what the
+agent did after the answer is the reaction of the recorded answer, sent only when the live
+answer arrives.
+
+Matching: requests and notifications sequentially per method (the n-th live ``session/prompt``
+is the n-th recorded one), params compared with volatile fields ignored (``_meta``, timestamps,
+and ``cwd`` unless asked to match it); answers to the fake agent's requests by their id.
+``strict`` also demands the recorded order across methods and equal params; a deviating request
+gets a JSON-RPC error naming what was expected. Every deviation, strict or not, is kept in
+``deviations`` for the report.
+
+History replay: a recorded ``session/load`` (v1) or ``session/resume`` with ``replayFrom`` (v2)
+replays its recorded history minus live-only ``notice`` updates; when the recording has no such
+request left, a lenient replay synthesises the history of the recorded session from its live
+updates (v1: the prompts as ``user_message_chunk``s first, as agents do), notices excepted.
+
+Must not know: SQL, click, trio, processes. It never raises on odd traffic: invalid lines from
+the live client are reported and ignored; invalid lines the recorded agent wrote are replayed
+as they were.
+
+Rule 1: send what was recorded; change only what must change (response ids), so a replayed
+frame is byte-identical to the recorded one whenever the client used the recorded ids.
+Rule 2: a history replay never carries a ``notice``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+C2A = "c2a"
+A2C = "a2c"
+HISTORY_METHODS = ("session/load", "session/resume")
+VOLATILE_KEYS = frozenset({"_meta", "timestamp", "createdAt", "updatedAt", "startedAt", "endedAt"})
+# Server-error range of JSON-RPC (-32000..-32099): the replay's own errors, not the agent's.
+REPLAY_ERROR = -32042
+
+_TIMING = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*x?\s*$", re.IGNORECASE)
+
+
+def parse_timing(text: str) -> float:
+    """``original`` -> 1.0, ``fast`` -> 0.0, ``N`` / ``Nx`` -> N (the speed-up factor).
+
+    The shell divides recorded gaps by the factor; 0 means no waiting at all.
+    """
+    word = text.strip().lower()
+    if word == "original":
+        return 1.0
+    if word in ("fast", "zero", "0", "0x"):
+        return 0.0
+    match = _TIMING.match(word)
+    if match is None or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a timing (original, fast, or a speed-up such as 2x or 0.5x)")
+    return float(match.group(1))
+
+
+@dataclass(frozen=True)
+class Send:
+    """One line for the client: ``data`` includes its newline (unless the recorded line had none)."""
+
+    data: bytes
+    delay_s: float = 0.0  # the recorded gap before this line, unscaled
+    seq: int | None = None  # the recorded frame it replays; None for a frame the replay made
+
+
+@dataclass
+class _Frame:
+    """A recorded frame, decoded once."""
+
+    seq: int
+    ts_ns: int
+    dir: str
+    kind: str | None
+    raw: bytes  # without the newline
+    terminated: bool
+    message: Any  # decoded JSON, or None for an invalid line
+    method: str | None
+    request_seq: int | None
+    session_id: str | None
+    update_kind: str | None
+    replay: bool
+    reaction: list[_Frame] = field(default_factory=list)  # on c2a frames
+    used: bool = False
+
+
+def _decode_rows(rows: Iterable[dict[str, Any]]) -> list[_Frame]:
+    frames: list[_Frame] = []
+    for row in rows:
+        if row.get("dir") not in (C2A, A2C) or row.get("kind") == "batch":
+            continue  # a batch line is replayed through its elements (rows with batch_seq)
+        raw_text = row.get("raw")
+        raw = raw_text.encode() if raw_text is not None else bytes(row.get("raw_bytes") or b"")
+        message: Any = None
+        if row.get("kind") != "invalid" and raw_text is not None:
+            try:
+                message = json.loads(raw_text)
+            except ValueError:
+                message = None
+        method = row.get("method")
+        if isinstance(message, dict) and isinstance(message.get("method"), str):
+            method = message["method"]
+        frames.append(
+            _Frame(
+                seq=int(row["seq"]) + int(row.get("run_id") or 0) * 10**12,  # unique across runs
+                ts_ns=int(row.get("ts_ns") or 0),
+                dir=row["dir"],
+                kind=row.get("kind"),
+                raw=raw,
+                terminated=row.get("terminated") != 0,
+                message=message,
+                method=method,
+                request_seq=(
+                    int(row["request_seq"]) + int(row.get("run_id") or 0) * 10**12
+                    if row.get("request_seq") is not None
+                    else None
+                ),
+                session_id=row.get("session_id"),
+                update_kind=row.get("update_kind"),
+                replay=bool(row.get("replay")),
+            )
+        )
+    return frames
+
+
+def normalise(value: Any, ignore: frozenset[str]) -> Any:
+    """``value`` without the keys in ``ignore`` at any depth: what matching compares."""
+    if isinstance(value, dict):
+        return {k: normalise(v, ignore) for k, v in value.items() if k not in ignore}
+    if isinstance(value, list):
+        return [normalise(v, ignore) for v in value]
+    return value
+
+
+def _is_history_request(message: dict[str, Any]) -> bool:
+    params = message.get("params")
+    method = message.get("method")
+    if method == "session/load":
+        return True
+    return method == "session/resume" and isinstance(params, dict) and params.get("replayFrom") is not None
+
+
+def _is_notice(frame: _Frame) -> bool:
+    if frame.update_kind == "notice":
+        return True
+    message = frame.message
+    if not (isinstance(message, dict) and message.get("method") == "session/update"):
+        return False
+    update = (message.get("params") or {}).get("update") if isinstance(message.get("params"), dict) else None
+    return isinstance(update, dict) and update.get("sessionUpdate") == "notice"
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _describe(frame: _Frame) -> str:
+    what = frame.method or frame.kind or "frame"
+    return f"{what} (recorded frame {frame.seq % 10**12})"
+
+
+class Replayer:
+    """The pure fake agent: ``start()`` once, then ``receive(line)`` per client line, then ``finish()``."""
+
+    def __init__(
+        self, rows: Iterable[dict[str, Any]], *, strict: bool = False, match_cwd: bool = False
+    ) -> None:
+        self.strict = strict
+        self.ignore = VOLATILE_KEYS if match_cwd else VOLATILE_KEYS | {"cwd"}
+        self.deviations: list[str] = []  # what made the replay differ from the recording
+        self.notes: list[str] = []  # what the replay did that the recording did not, by design
+        frames = _decode_rows(rows)
+        self._by_seq = {f.seq: f for f in frames}
+        self._start: list[_Frame] = []
+        self._triggers: list[_Frame] = []  # recorded c2a messages in order
+        current: list[_Frame] = self._start
+        for frame in frames:
+            if frame.dir == C2A:
+                self._triggers.append(frame)
+                current = frame.reaction
+            else:
+                current.append(frame)
+        self._by_method: dict[str, deque[_Frame]] = defaultdict(deque)
+        self._answers: dict[int, deque[_Frame]] = defaultdict(deque)  # a2c request seq -> c2a answers
+        self._last_of_method: dict[str, _Frame] = {}
+        for t in self._triggers:
+            if isinstance(t.message, dict) and "method" in t.message:
+                self._by_method[t.message["method"]].append(t)
+            elif t.request_seq is not None:
+                self._answers[t.request_seq].append(t)
+        self._live_ids: dict[int, Any] = {}  # recorded c2a request seq -> the live client's id
+        self._sent_requests: dict[str, int] = {}  # id (JSON text) of a replayed a2c request -> its seq
+        self._version = self._protocol_version(frames)
+
+    # -- the interface the shell drives ----------------------------------------------------
+
+    def start(self) -> list[Send]:
+        """What the recorded agent wrote before the client said anything (usually nothing)."""
+        return list(self._sends(self._start, None))
+
+    def receive(self, line: bytes) -> list[Send]:
+        """Decide what to write after one line from the live client."""
+        text = line.rstrip(b"\r\n")
+        if not text.strip():
+            return []
+        try:
+            message = json.loads(text)
+        except ValueError:
+            self._deviate(f"the client sent a line that is not JSON: {text[:80]!r}")
+            return []
+        if isinstance(message, list):  # a batch: each element on its own, answers unbatched
+            return [s for element in message for s in self._message(element)]
+        return self._message(message)
+
+    def finish(self) -> list[str]:
+        """At the client's EOF: the deviations, including recorded requests never sent (strict)."""
+        if self.strict:
+            for t in self._triggers:
+                if not t.used and isinstance(t.message, dict) and "method" in t.message:
+                    self._deviate(f"the client never sent the recorded {_describe(t)}")
+        return self.deviations
+
+    # -- matching ----------------------------------------------------------------------------
+
+    def _message(self, message: Any) -> list[Send]:
+        if not isinstance(message, dict):
+            self._deviate(f"the client sent a JSON value that is no message: {str(message)[:80]}")
+            return []
+        method = message.get("method")
+        if not isinstance(method, str):
+            return self._answer(message)
+        is_request = "id" in message
+        candidate = self._match(message, method)
+        if isinstance(candidate, str):  # a deviation, described
+            if is_request and not self.strict:
+                fallback = self._lenient_fallback(message, method)
+                if fallback is not None:
+                    return fallback
+            self._deviate(candidate)
+            if not is_request:
+                return []
+            return [
+                Send(
+                    _line(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": message["id"],
+                            "error": {"code": REPLAY_ERROR, "message": f"acp-proxy replay: {candidate}"},
+                        }
+                    )
+                )
+            ]
+        candidate.used = True
+        if is_request:
+            self._live_ids[candidate.seq] = message["id"]
+        history = _is_history_request(message)
+        return list(self._sends(candidate.reaction, candidate, history=history))
+
+    def _match(self, message: dict[str, Any], method: str) -> _Frame | str:
+        """The recorded trigger this live request or notification plays, or why there is none."""
+        queue = self._by_method.get(method)
+        while queue and queue[0].used:
+            queue.popleft()
+        expected = next(
+            (
+                t
+                for t in self._triggers
+                if not t.used and isinstance(t.message, dict) and "method" in t.message
+            ),
+            None,
+        )
+        if self.strict:
+            if expected is None:
+                return f"unexpected {method}: the recording has no more client requests"
+            if expected.method != method:
+                return f"unexpected {method}: expected {_describe(expected)}"
+            candidate = expected
+        else:
+            if not queue:
+                where = "no more" if method in self._last_of_method else "no"
+                return f"unexpected {method}: the recording has {where} {method} left"
+            candidate = queue[0]
+        got = normalise(message.get("params"), self.ignore)
+        want = normalise(candidate.message.get("params"), self.ignore)
+        if got != want:
+            text = (
+                f"{method} params differ from {_describe(candidate)}: "
+                f"got {_short(got)}, recorded {_short(want)}"
+            )
+            if self.strict:
+                return text
+            self.deviations.append(text)  # lenient: play it anyway
+        self._last_of_method[method] = candidate
+        if queue and queue[0] is candidate:
+            queue.popleft()
+        return candidate
+
+    def _answer(self, message: dict[str, Any]) -> list[Send]:
+        """The live client answered one of the replayed agent requests."""
+        key = json.dumps(message.get("id"))
+        request_seq = self._sent_requests.pop(key, None)
+        if request_seq is None:
+            self._deviate(f"the client answered id {key}, which the fake agent never asked")
+            return []
+        answers = self._answers.get(request_seq)
+        while answers and answers[0].used:
+            answers.popleft()
+        if not answers:
+            self._deviate(f"the recording has no answer to {_describe(self._by_seq[request_seq])}")
+            return []
+        recorded = answers.popleft()
+        recorded.used = True
+        if ("error" in message) != ("error" in recorded.message):
+            self._deviate(
+                f"the client answered {_describe(self._by_seq[request_seq])} "
+                f"{'with an error' if 'error' in message else 'with a result'}, unlike the recording"
+            )
+        elif normalise(message.get("result"), self.ignore) != normalise(
+            recorded.message.get("result"), self.ignore
+        ):
+            self.deviations.append(
+                f"the client's answer to {_describe(self._by_seq[request_seq])} differs "
+                f"from the recording: {_short(message.get('result'))}"
+            )
+        return list(self._sends(recorded.reaction, recorded))
+
+    def _lenient_fallback(self, message: dict[str, Any], method: str) -> list[Send] | None:
+        """Best effort for a request the recording cannot play: history, or a repeat of the last answer."""
+        if _is_history_request(message) or method == "session/resume":
+            # Opening a recorded session the recording never reopened is what an editor does
+            # with a fake agent: documented behaviour, so a note rather than a deviation.
+            self.notes.append(f"{method} not in the recording: history rebuilt from the recorded session")
+            return self._synthesised_history(message, with_history=_is_history_request(message))
+        last = self._last_of_method.get(method)
+        if last is None:
+            return None
+        self._deviate(f"{method} beyond the recording: repeated the last recorded answer")
+        response = next((f for f in last.reaction if f.request_seq == last.seq), None)
+        if response is None or not isinstance(response.message, dict):
+            return None
+        reply = {k: v for k, v in response.message.items() if k != "id"}
+        return [Send(_line({**reply, "id": message["id"]}), seq=response.seq)]
+
+    # -- what goes out -------------------------------------------------------------------------
+
+    def _sends(self, frames: list[_Frame], trigger: _Frame | None, history: bool = False) -> Iterator[Send]:
+        previous = trigger.ts_ns if trigger is not None else (frames[0].ts_ns if frames else 0)
+        responded = False
+        for frame in frames:
+            delay = max(frame.ts_ns - previous, 0) / 1e9
+            previous = frame.ts_ns
+            if (frame.replay or (history and not responded)) and _is_notice(frame):
+                continue  # Rule 2: a live-only notice is never part of a history replay
+            data = self._outgoing(frame)
+            if data is None:
+                continue
+            if trigger is not None and frame.request_seq == trigger.seq:
+                responded = True
+            yield Send(data, delay, frame.seq)
+
+    def _outgoing(self, frame: _Frame) -> bytes | None:
+        ending = b"\n" if frame.terminated else b""
+        message = frame.message
+        if not isinstance(message, dict):
+            return frame.raw + ending  # an invalid line (or a bare value) the agent really wrote
+        if "method" in message:
+            if "id" in message:  # the agent's own request: its answer comes back with this id
+                self._sent_requests[json.dumps(message["id"])] = frame.seq
+            return frame.raw + ending
+        if frame.request_seq is None:
+            return frame.raw + ending  # a response the recording could not pair: as it was
+        if frame.request_seq not in self._live_ids:
+            self._deviate(
+                f"skipped the recorded answer to {_describe(self._by_seq[frame.request_seq])}, "
+                "which the client did not send"
+            )
+            return None
+        live = self._live_ids[frame.request_seq]
+        if json.dumps(live) == json.dumps(message.get("id")):
+            return frame.raw + ending  # Rule 1: byte-identical when the ids agree
+        return _line({**message, "id": live})
+
+    def _synthesised_history(self, message: dict[str, Any], with_history: bool = True) -> list[Send]:
+        """A history for a recorded session the recording never loaded: its live updates, no notices."""
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        session_id = params.get("sessionId")
+        sends: list[Send] = []
+        if not with_history:  # a resume without replayFrom: no history, just the answer
+            return [Send(_line({"jsonrpc": "2.0", "id": message["id"], "result": {}}))]
+        user_sent_live = any(
+            f.update_kind in ("user_message", "user_message_chunk")
+            and f.session_id == session_id
+            and not f.replay
+            for f in self._by_seq.values()
+        )
+        for frame in sorted(self._by_seq.values(), key=lambda f: f.seq):
+            if frame.session_id != session_id or frame.replay:
+                continue
+            if (
+                frame.dir == C2A
+                and frame.method == "session/prompt"
+                and self._version < 2
+                and not user_sent_live
+            ):
+                prompt = (frame.message or {}).get("params", {}).get("prompt") or []
+                for block in prompt:
+                    update = {"sessionUpdate": "user_message_chunk", "content": block}
+                    sends.append(
+                        Send(
+                            _line(
+                                {
+                                    "jsonrpc": "2.0",
+                                    "method": "session/update",
+                                    "params": {"sessionId": session_id, "update": update},
+                                }
+                            )
+                        )
+                    )
+            elif (
+                frame.dir == A2C
+                and frame.method == "session/update"
+                and frame.kind == "notification"
+                and not _is_notice(frame)
+            ):
+                sends.append(Send(frame.raw + b"\n", seq=frame.seq))
+        if with_history and not any(f.session_id == session_id for f in self._by_seq.values()):
+            self._deviate(
+                f"{message.get('method')} of session {session_id!r}, which the recording does not hold"
+            )
+            sends = []
+        sends.append(Send(_line({"jsonrpc": "2.0", "id": message["id"], "result": {}})))
+        return sends
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _deviate(self, text: str) -> None:
+        self.deviations.append(text)
+
+    @staticmethod
+    def _protocol_version(frames: list[_Frame]) -> int:
+        for f in frames:
+            if f.dir == A2C and f.method == "initialize" and isinstance(f.message, dict):
+                result = f.message.get("result")
+                if isinstance(result, dict) and isinstance(result.get("protocolVersion"), int):
+                    return result["protocolVersion"]
+        return 1
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- the I/O shell ---------------------------------------------------------------------------------
+
+
+def serve(replayer: Replayer, stdin: BinaryIO, stdout: BinaryIO, speed: float, log: Any = None) -> list[str]:
+    """Play ``replayer`` over blocking streams until the client's EOF; return the deviations.
+
+    ``speed``: recorded gaps are divided by it (1 = original timing); 0 sends without waiting.
+    The sleeps reproduce the recorded agent's pace; they synchronise nothing.
+    """
+    log = log or sys.stderr
+
+    def write(sends: list[Send]) -> None:
+        for send in sends:
+            if speed > 0 and send.delay_s > 0:
+                time.sleep(send.delay_s / speed)
+            stdout.write(send.data)
+            stdout.flush()
+
+    reported = noted = 0
+
+    def report_new() -> None:
+        nonlocal reported, noted
+        for text in replayer.notes[noted:]:
+            print(f"acp-proxy: replay: note: {text}", file=log, flush=True)
+        for text in replayer.deviations[reported:]:
+            print(f"acp-proxy: replay: {text}", file=log, flush=True)
+        reported, noted = len(replayer.deviations), len(replayer.notes)
+
+    try:
+        write(replayer.start())
+        for line in stdin:
+            write(replayer.receive(line))
+            report_new()
+    except BrokenPipeError:
+        replayer.deviations.append("the client closed its end before the replay was written")
+    replayer.finish()
+    report_new()
+    return replayer.deviations

@@ -1,0 +1,120 @@
+"""`acp-proxy check` on real recordings: the official SDK pair is clean; a misbehaving agent is not.
+
+Recordings are made through `acp-proxy run` as real subprocesses (each bounded by a timeout); the
+command itself runs in-process with click's CliRunner.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from acp_proxy.cli import cli
+
+from .conftest import python_agent, run_proxy
+from .peers import agent_argv, proxied, run_client, session_of, transcript
+
+
+@pytest.fixture(scope="module")
+def sdk_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The official Python SDK pair: a session with a permission request, then loaded again."""
+    tmp = tmp_path_factory.mktemp("check")
+    db = tmp / "rec.db"
+    agent = agent_argv("--permission", "--state-dir", str(tmp / "state"))
+    session = session_of(transcript(run_client(proxied(agent, db), "--prompt", "hello world")))
+    transcript(run_client(proxied(agent, db), "--load", session, "--prompt", "again"))
+    return db, session
+
+
+def invoke(*args: str) -> click.testing.Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.mark.parametrize("ref", ["1", "last"])
+def test_sdk_pair_is_clean(sdk_recording: tuple[Path, str], ref: str) -> None:
+    db, _ = sdk_recording
+    result = invoke("check", ref, "--db", str(db), "--json")
+    # Not a single finding, warnings included: the SDK pair keeps every rule checked here.
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == []
+    assert "frames/s" in result.stderr and "0 errors" in result.stderr
+
+
+def test_sdk_session_is_clean_in_a_table(sdk_recording: tuple[Path, str]) -> None:
+    db, session = sdk_recording
+    result = invoke("check", session[:8], "--db", str(db))
+    assert result.exit_code == 0
+    assert "no findings" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def bad_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An agent that prints a log line on stdout, answers an id nobody sent, and ends a turn
+    without answering the prompt."""
+    db = tmp_path_factory.mktemp("bad") / "rec.db"
+    agent = python_agent(
+        "import sys, json\n"
+        "def send(m):\n"
+        "    sys.stdout.write(json.dumps(m) + '\\n'); sys.stdout.flush()\n"
+        "for line in sys.stdin:\n"
+        "    m = json.loads(line)\n"
+        "    if m.get('method') == 'initialize':\n"
+        "        print('Loading model...', flush=True)\n"
+        "        send({'jsonrpc': '2.0', 'id': m['id'], 'result': {'protocolVersion': 1}})\n"
+        "        send({'jsonrpc': '2.0', 'id': 99, 'result': {}})\n"
+    )
+    client = b"".join(
+        json.dumps(m).encode() + b"\n"
+        for m in (
+            {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}},
+            {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w", "mcpServers": []}},
+        )
+    )
+    done = run_proxy(["run", "--db", str(db), "--", *agent], input=client, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return db
+
+
+def test_errors_exit_1_with_rules_and_frames(bad_recording: Path) -> None:
+    result = invoke("check", "last", "--db", str(bad_recording), "--json")
+    assert result.exit_code == 1
+    found = json.loads(result.stdout)
+    # In frame order: the session/new request (seq 2) is the one never answered.
+    assert [(f["rule_id"], f["severity"]) for f in found] == [
+        ("jsonrpc/unanswered", "warning"),
+        ("jsonrpc/not-json", "error"),
+        ("jsonrpc/unknown-id", "error"),
+    ]
+    assert all(f["run_id"] == 1 and isinstance(f["seq"], int) and f["spec"] for f in found)
+    table = invoke("check", "last", "--db", str(bad_recording))
+    assert table.exit_code == 1
+    assert "jsonrpc/not-json" in table.stdout and "1 errors" not in table.stderr
+    assert "2 errors, 1 warnings" in table.stderr
+
+
+def test_save_writes_findings_rows(bad_recording: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(bad_recording.read_bytes())
+    for _ in range(2):  # a second check replaces the first one's rows
+        assert invoke("check", "1", "--db", str(copy), "--save").exit_code == 1
+    with sqlite3.connect(copy) as conn:
+        rows = conn.execute("select run_id, rule, severity from findings order by id").fetchall()
+    assert rows == [
+        (1, "jsonrpc/unanswered", "warning"),
+        (1, "jsonrpc/not-json", "error"),
+        (1, "jsonrpc/unknown-id", "error"),
+    ]
+    runs = json.loads(invoke("runs", "--db", str(copy), "--json").output)
+    assert runs[0]["findings"] == 3
+
+
+def test_unknown_ref_is_one_line(sdk_recording: tuple[Path, str]) -> None:
+    db, _ = sdk_recording
+    result = CliRunner().invoke(cli, ["check", "nope", "--db", str(db)])
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output and "no run or session matches" in result.output

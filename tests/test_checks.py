@@ -1,0 +1,450 @@
+"""Conformance checks: one crafted trace per rule that breaks exactly that rule, and the same trace
+mended that passes; the recorded fixtures pass; schema validation follows the version and side.
+
+Frames are built as the recorder builds them (``wire.decode``) and annotated by a real tracker
+before the checker sees them, exactly as in a recording. Nothing here spawns.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acp_proxy import wire
+from acp_proxy.checks import RULES, Checker, Finding, check
+from acp_proxy.record import FrameRecord
+from acp_proxy.tracker import Tracker
+
+from .conftest import TRAFFIC
+
+S = "sess_1"
+Msg = tuple[str, Any]  # (direction, message dict or raw bytes)
+
+
+def records(trace: list[Msg]) -> list[FrameRecord]:
+    tracker = Tracker(1)
+    out = []
+    for seq, (direction, message) in enumerate(trace, start=1):
+        line = message if isinstance(message, bytes) else json.dumps(message).encode()
+        rec = FrameRecord(1, seq, seq * 1_000_000, direction, line, wire.decode(line))
+        tracker.observe(rec)
+        out.append(rec)
+    return out
+
+
+def findings(trace: list[Msg], **kw: Any) -> list[Finding]:
+    return list(check(records(trace), **kw))
+
+
+def req(i: Any, method: str, params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": i, "method": method, "params": params}
+
+
+def res(i: Any, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": i, "result": result}
+
+
+def err(i: Any, code: int = -32603, message: str = "failed") -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": i, "error": {"code": code, "message": message}}
+
+
+def note(method: str, params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "params": params}
+
+
+def upd(body: dict[str, Any]) -> Msg:
+    return ("a2c", note("session/update", {"sessionId": S, "update": body}))
+
+
+def text(value: str) -> dict[str, str]:
+    return {"type": "text", "text": value}
+
+
+def c2a(message: Any) -> Msg:
+    return ("c2a", message)
+
+
+def a2c(message: Any) -> Msg:
+    return ("a2c", message)
+
+
+# -- v1 --------------------------------------------------------------------------------------------
+
+
+def v1_start(agent_caps: dict[str, Any] | None = None, client_caps: dict[str, Any] | None = None) -> list[Msg]:
+    return [
+        c2a(req(0, "initialize", {"protocolVersion": 1, "clientCapabilities": client_caps or {}})),
+        a2c(res(0, {"protocolVersion": 1, "agentCapabilities": agent_caps or {}})),
+        c2a(req(1, "session/new", {"cwd": "/w", "mcpServers": []})),
+        a2c(res(1, {"sessionId": S})),
+    ]
+
+
+PROMPT_V1 = req(2, "session/prompt", {"sessionId": S, "prompt": [text("hi")]})
+CHUNK_V1 = upd({"sessionUpdate": "agent_message_chunk", "content": text("hello")})
+TOOL_V1 = upd({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Read", "kind": "read", "status": "pending"})
+TOOL_UPDATE_V1 = upd({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed"})
+CANCEL_V1 = c2a(note("session/cancel", {"sessionId": S}))
+PERMISSION_V1 = a2c(
+    req(
+        0,
+        "session/request_permission",
+        {
+            "sessionId": S,
+            "toolCall": {"toolCallId": "t1"},
+            "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
+        },
+    )
+)
+
+
+def v1_turn(*middle: Msg, stop: str = "end_turn") -> list[Msg]:
+    return [*v1_start(), c2a(PROMPT_V1), *middle, a2c(res(2, {"stopReason": stop}))]
+
+
+LOAD = req(3, "session/load", {"sessionId": S, "cwd": "/w", "mcpServers": []})
+RESUME = req(3, "session/resume", {"sessionId": S, "cwd": "/w"})
+HISTORY_V1 = upd({"sessionUpdate": "user_message_chunk", "content": text("hi")})
+READ = a2c(req(7, "fs/read_text_file", {"sessionId": S, "path": "/w/a.py"}))
+READ_ANSWER = c2a(res(7, {"content": "x = 1"}))
+
+# -- v2 (the seed document's examples, prompt-lifecycle.md) ---------------------------------------
+
+
+def v2_start() -> list[Msg]:
+    return [
+        c2a(
+            req(
+                0,
+                "initialize",
+                {"protocolVersion": 2, "info": {"name": "c", "version": "1"}, "capabilities": {}},
+            )
+        ),
+        a2c(res(0, {"protocolVersion": 2, "info": {"name": "a", "version": "1"}, "capabilities": {}})),
+        c2a(req(1, "session/new", {"cwd": "/w"})),
+        a2c(res(1, {"sessionId": S})),
+    ]
+
+
+def prompt2(i: int = 2, words: str = "hi") -> Msg:
+    return c2a(req(i, "session/prompt", {"sessionId": S, "prompt": [text(words)]}))
+
+
+def accepted(i: int = 2, message_id: Any = "msg_u1") -> Msg:
+    return a2c(res(i, {"messageId": message_id}))
+
+
+def user_message(message_id: str = "msg_u1") -> Msg:
+    return upd({"sessionUpdate": "user_message", "messageId": message_id, "content": [text("hi")]})
+
+
+RUNNING = upd({"sessionUpdate": "state_update", "state": "running"})
+AGENT_MESSAGE = upd({"sessionUpdate": "agent_message", "messageId": "msg_a1", "content": [text("ok")]})
+
+
+def idle(stop: str | None = "end_turn") -> Msg:
+    body: dict[str, Any] = {"sessionUpdate": "state_update", "state": "idle"}
+    if stop is not None:
+        body["stopReason"] = stop
+    return upd(body)
+
+
+def v2_turn(*middle: Msg, stop: str | None = "end_turn", message_id: Any = "msg_u1") -> list[Msg]:
+    return [
+        *v2_start(),
+        prompt2(),
+        accepted(message_id=message_id),
+        user_message(),
+        RUNNING,
+        *middle,
+        AGENT_MESSAGE,
+        idle(stop),
+    ]
+
+
+def compaction(cid: str = "cmp_1", status: str = "in_progress") -> Msg:
+    return upd({"sessionUpdate": "compaction_update", "compactionId": cid, "status": status})
+
+
+def summary_chunk(cid: str = "cmp_1") -> Msg:
+    return upd({"sessionUpdate": "compaction_summary_chunk", "compactionId": cid, "content": text("## kept")})
+
+
+NOTICE = upd({"sessionUpdate": "notice", "severity": "info", "title": "Rate limit at 80%"})
+RESUME_V2 = req(5, "session/resume", {"sessionId": S, "cwd": "/w", "replayFrom": {"type": "start"}})
+PERMISSION_V2 = a2c(
+    req(
+        0,
+        "session/request_permission",
+        {
+            "sessionId": S,
+            "toolCall": {"toolCallId": "call_1"},
+            "title": "Read main.py",
+            "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
+        },
+    )
+)
+CANCELLED_OUTCOME = c2a(res(0, {"outcome": {"outcome": "cancelled"}}))
+ALLOWED_OUTCOME = c2a(res(0, {"outcome": {"outcome": "selected", "optionId": "allow"}}))
+CANCEL_V2 = c2a(note("session/cancel", {"sessionId": S}))
+
+
+# -- one row per rule: (rule id, trace that breaks exactly it, the same trace mended) -------------
+
+CASES: list[tuple[str, list[Msg], list[Msg]]] = [
+    ("jsonrpc/not-json", [*v1_turn(), a2c(b"Loading model...")], v1_turn()),
+    ("jsonrpc/unknown-id", [*v1_turn(), a2c(res(99, {}))], v1_turn()),
+    (
+        "jsonrpc/duplicate-id",
+        [
+            *v1_start(),
+            c2a(PROMPT_V1),
+            c2a(req(2, "session/set_mode", {"sessionId": S, "modeId": "a"})),
+            a2c(res(2, {"stopReason": "end_turn"})),
+            a2c(res(2, {})),
+        ],
+        [
+            *v1_start(),
+            c2a(PROMPT_V1),
+            c2a(req(3, "session/set_mode", {"sessionId": S, "modeId": "a"})),
+            a2c(res(2, {"stopReason": "end_turn"})),
+            a2c(res(3, {})),
+        ],
+    ),
+    ("jsonrpc/unanswered", [*v1_start(), c2a(PROMPT_V1)], v1_turn()),
+    (
+        "ext/method-name",
+        [*v1_turn(), c2a(note("vendor/ping", {}))],
+        [*v1_turn(), c2a(note("_vendor/ping", {}))],
+    ),
+    (
+        "ext/update-name",
+        v1_turn(upd({"sessionUpdate": "progress", "percent": 5})),
+        v1_turn(upd({"sessionUpdate": "_progress", "percent": 5})),
+    ),
+    # v2: the stop reason is an open string (v1's schema enum rejects any other value itself).
+    ("ext/stop-reason", v2_turn(stop="too_tired"), v2_turn(stop="_too_tired")),
+    ("prompt/message-id", v2_turn(message_id=""), v2_turn()),
+    (
+        "prompt/user-message",
+        [*v2_start(), prompt2(), accepted(), RUNNING, AGENT_MESSAGE, idle()],
+        # Either order is allowed: here the update comes before the response.
+        [*v2_start(), prompt2(), user_message(), accepted(), RUNNING, AGENT_MESSAGE, idle()],
+    ),
+    (
+        "prompt/distinct-message-id",
+        [*v2_turn(), prompt2(3, "again"), accepted(3, "msg_u1"), user_message("msg_u1"), RUNNING, idle()],
+        [*v2_turn(), prompt2(3, "again"), accepted(3, "msg_u2"), user_message("msg_u2"), RUNNING, idle()],
+    ),
+    (
+        "turn/running-before-output",
+        [*v2_start(), prompt2(), accepted(), user_message(), AGENT_MESSAGE, RUNNING, idle()],
+        [*v2_start(), prompt2(), accepted(), user_message(), RUNNING, AGENT_MESSAGE, idle()],
+    ),
+    ("turn/idle-stop-reason", v2_turn(stop=None), v2_turn()),
+    ("turn/unfinished", v2_turn()[:-1], v2_turn()),
+    (
+        "cancel/stop-reason",
+        [*v1_start(), c2a(PROMPT_V1), CHUNK_V1, CANCEL_V1, a2c(err(2, -32603, "aborted"))],
+        [*v1_start(), c2a(PROMPT_V1), CHUNK_V1, CANCEL_V1, a2c(res(2, {"stopReason": "cancelled"}))],
+    ),
+    (
+        "cancel/stop-reason-race",
+        v2_turn(CANCEL_V2, stop="end_turn"),
+        v2_turn(CANCEL_V2, stop="cancelled"),
+    ),
+    (
+        "cancel/permission",
+        v2_turn(PERMISSION_V2, CANCEL_V2, ALLOWED_OUTCOME, stop="cancelled"),
+        v2_turn(PERMISSION_V2, CANCEL_V2, CANCELLED_OUTCOME, stop="cancelled"),
+    ),
+    (
+        "compaction/order",
+        v2_turn(summary_chunk(), compaction(), compaction(status="completed")),
+        v2_turn(compaction(), summary_chunk(), compaction(status="completed")),
+    ),
+    (
+        "compaction/terminal",
+        v2_turn(compaction(), compaction(status="completed"), compaction(status="failed")),
+        v2_turn(compaction(), compaction(status="completed")),
+    ),
+    (
+        "replay/notice",
+        [*v2_turn(), c2a(RESUME_V2), user_message(), NOTICE, a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), a2c(res(5, {})), NOTICE],
+    ),
+    (
+        "load/replay-after-response",
+        [*v1_start({"loadSession": True}), c2a(LOAD), a2c(res(3, {})), HISTORY_V1],
+        [*v1_start({"loadSession": True}), c2a(LOAD), HISTORY_V1, a2c(res(3, {}))],
+    ),
+    (
+        "resume/replayed",
+        [*v1_start({"sessionCapabilities": {"resume": {}}}), c2a(RESUME), HISTORY_V1, a2c(res(3, {}))],
+        [*v1_start({"sessionCapabilities": {"resume": {}}}), c2a(RESUME), a2c(res(3, {}))],
+    ),
+    ("tool/unknown-call", v1_turn(TOOL_UPDATE_V1), v1_turn(TOOL_V1, TOOL_UPDATE_V1)),
+    (
+        "capability/missing",
+        [*v1_start(), c2a(LOAD), a2c(res(3, {}))],
+        [*v1_start({"loadSession": True}), c2a(LOAD), a2c(res(3, {}))],
+    ),
+    (
+        "capability/missing",
+        [*v1_start(client_caps={"fs": {"readTextFile": False}}), READ, READ_ANSWER],
+        [*v1_start(client_caps={"fs": {"readTextFile": True}}), READ, READ_ANSWER],
+    ),
+    (
+        "capability/missing",
+        [
+            *v1_start(),
+            a2c(req(8, "terminal/create", {"sessionId": S, "command": "ls"})),
+            c2a(res(8, {"terminalId": "term_1"})),
+        ],
+        [
+            *v1_start(client_caps={"terminal": True}),
+            a2c(req(8, "terminal/create", {"sessionId": S, "command": "ls"})),
+            c2a(res(8, {"terminalId": "term_1"})),
+        ],
+    ),
+    (
+        "schema/params",
+        [
+            *v1_start(),
+            c2a(req(2, "session/prompt", {"sessionId": S, "prompt": "hi"})),
+            a2c(res(2, {"stopReason": "end_turn"})),
+        ],
+        v1_turn(),
+    ),
+    (
+        "schema/result",
+        [*v1_start()[:3], a2c(res(1, {"sessionId": 7}))],
+        [*v1_start()[:3], a2c(res(1, {"sessionId": "7"}))],
+    ),
+    (
+        "schema/update",
+        v1_turn(upd({"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}})),
+        v1_turn(CHUNK_V1),
+    ),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "broken", "mended"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_rule_broken_and_mended(rule_id: str, broken: list[Msg], mended: list[Msg]) -> None:
+    found = findings(broken)
+    assert {f.rule_id for f in found} == {rule_id}, [f.message for f in found]
+    finding = found[0]
+    rule = RULES[rule_id]
+    assert finding.severity == rule.severity
+    assert finding.spec.startswith(rule.spec)  # schema findings name the exact $defs type
+    assert finding.run_id == 1 and isinstance(finding.seq, int) and 1 <= finding.seq <= len(broken)
+    assert "\n" not in finding.message
+    assert findings(mended) == []
+
+
+def test_every_rule_has_a_case() -> None:
+    assert {c[0] for c in CASES} == set(RULES)
+
+
+def test_schema_finding_names_the_json_path() -> None:
+    [finding] = findings(v1_turn(upd({"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}})))
+    assert "$" in finding.message and "text" in finding.message
+    [finding] = findings([*v1_start()[:3], a2c(res(1, {"sessionId": 7}))])
+    assert "$.sessionId" in finding.message
+
+
+def test_schema_version_comes_from_initialize() -> None:
+    # `info`/`capabilities` in initialize are v2 names; v1 calls them clientInfo/clientCapabilities
+    # and its initialize result requires none of v2's shape. The same v2 turn is clean as v2 and,
+    # announced as v1, its v2-only prompt response fails v1's PromptResponse (stopReason required).
+    assert findings(v2_turn()) == []
+    as_v1 = [
+        (d, json.loads(json.dumps(m).replace('"protocolVersion": 2', '"protocolVersion": 1'))) for d, m in v2_turn()
+    ]
+    rules = {f.rule_id for f in findings(as_v1)}
+    assert "schema/result" in rules
+
+
+def test_schema_branch_follows_direction() -> None:
+    # A request the client may not send: fs/read_text_file travels agent->client only.
+    trace = [
+        *v1_start(client_caps={"fs": {"readTextFile": True}}),
+        c2a(req(7, "fs/read_text_file", {"sessionId": S, "path": "/w/a.py"})),
+        a2c(res(7, {"content": ""})),
+    ]
+    messages = [f.message for f in findings(trace)]
+    # Sent the wrong way, it has no params type on that side: nothing claims to validate it, and
+    # its result is not checked against the client's ReadTextFileResponse.
+    assert not any("ReadTextFile" in m for m in messages)
+    right_way = [*v1_start(client_caps={"fs": {"readTextFile": True}}), READ, c2a(res(7, {"content": 5}))]
+    [finding] = findings(right_way)
+    assert finding.rule_id == "schema/result" and "ReadTextFileResponse" in finding.message
+
+
+def test_rows_as_dicts_give_the_same_findings() -> None:
+    broken = v2_turn(compaction(), compaction(status="completed"), compaction(status="failed"))
+    recs = records(broken)
+    rows = []
+    for rec in recs:
+        row = rec.as_dict()
+        row["raw"] = rec.line.decode()
+        rows.append(row)
+    assert list(check(rows)) == list(check(recs))
+
+
+def test_proxy_injected_garbage_is_info() -> None:
+    recs = records([*v1_turn(), a2c(b"{not json")])
+    recs[-1].fault = "corrupt"
+    [finding] = check(recs)
+    assert finding.rule_id == "jsonrpc/not-json" and finding.severity == "info"
+
+
+def test_a_run_still_going_has_no_unanswered_requests() -> None:
+    recs = records([*v1_start(), c2a(PROMPT_V1)])
+    assert list(check(recs, ended={1: False})) == []
+
+
+def test_checker_never_raises_on_odd_frames() -> None:
+    checker = Checker()
+    odd = [
+        a2c(b"[]"),
+        a2c(b"{}"),
+        a2c(note("session/update", {"update": 5})),
+        a2c(res(None, None)),
+        c2a(req(1, "session/prompt", None)),
+        a2c(b"\xff\xfe"),
+    ]
+    for rec in records(odd):
+        checker.feed(rec)
+    checker.finish()
+
+
+@pytest.mark.parametrize("path", sorted(TRAFFIC.glob("*.jsonl")), ids=lambda p: p.name)
+def test_recorded_fixtures_have_no_findings(path: Path) -> None:
+    trace = []
+    for line in path.read_text().splitlines():
+        item = json.loads(line)
+        trace.append((item["dir"], item["frame"].encode()))
+    # The traffic is real SDK-to-SDK conversations (protocol version 1): clean, warnings included.
+    assert findings(trace) == []
+
+
+def test_seed_document_v2_traffic_has_only_its_deliberate_findings() -> None:
+    from . import v2_traffic as v2
+
+    trace = [
+        c2a(v2.INITIALIZE),
+        a2c(v2.AGENT_SCRIPT["on"]["initialize"][0] | {"id": 0}),
+        c2a(v2.NEW_SESSION),
+        a2c(res(1, {"sessionId": v2.SESSION})),
+        c2a(v2.PROMPT),
+    ]
+    first_turn = v2.AGENT_SCRIPT["on"]["session/prompt"][0]
+    trace += [a2c(m | {"id": 2} if m.get("id") == "$id" else m) for m in first_turn]
+    trace += [c2a(v2.PERMISSION_ANSWER)] + [a2c(m) for m in v2.AFTER_PERMISSION]
+    found = {f.rule_id for f in findings(trace)}
+    # The script plants one non-underscore future variant ("future_thing"): a warning, by design.
+    assert found == {"ext/update-name"}
