@@ -1,0 +1,1123 @@
+"""Relay benchmark: acp-proxy side by side with the relays DESIGN §8 measures it against.
+
+    python benchmarks/relay_bench.py            # the full run, best of 3 (~3 minutes on 2 cores)
+    python benchmarks/relay_bench.py --quick    # reduced sizes, one round: a smoke test (< 1 min)
+    python benchmarks/relay_bench.py --json results.json --repeat 5
+
+What is measured
+----------------
+Six ways of putting bytes between a client (this script) and an agent (``bench_agent.py``):
+
+- **direct**: the client talks to the agent's pipes; there is no relay at all.
+- **cat hop**: ``sh -c 'cat | AGENT | cat'`` — a relay made of two ``cat`` processes, the floor
+  of any relay (it copies bytes, looks at nothing, records nothing).
+- **tee relay**: ``naive_relays.py tee`` — Python, a thread per direction, ``readline``, write
+  to the other side, append the line to a file.
+- **commit/line**: ``naive_relays.py sqlite`` — the same with ``json.loads``, one ``INSERT`` and
+  one ``COMMIT`` per line (SQLite defaults). It is slow, so the chunk storm gives it 1/20 of the
+  frames (marked ``*``); its rate per frame is what matters.
+- **proxy --no-record** and **proxy recording**: ``python -m acp_proxy run [--no-record |
+  --db TMP] -- AGENT``.
+
+Workloads:
+
+- **chunk storm**: the agent writes N 300-byte ``session/update`` ``agent_message_chunk``
+  notifications, pre-built, in 1 MiB writes. First the client and the agent shake hands
+  through the relay (one request, one response: every process is up, start-up is not
+  counted); the clock starts when the client sends the request that releases the storm and
+  stops when the client has read every byte *and* the relay process has exited — for the
+  recording proxy, that is when the recording is complete (the proxy waits for its recorder).
+- **round trips**: the client sends a request line and waits for the agent's response line
+  before sending the next; each trip is timed with ``perf_counter_ns`` in the client. All
+  relays run at once: each is started and warmed up on its own, then the measured trips go
+  round them in 10 blocks (3 unmeasured trips after each switch), so that a change in the
+  machine's load hits every relay alike. *Added* latency is the relay's percentile minus the
+  direct pipe's.
+- **big frames**: COUNT single-line frames of SIZE bytes from agent to client (timed like the
+  storm), in MB/s (10^6 bytes per second), and the relay's peak RSS.
+- **SDK**: the official Python SDK: ``examples/sdk_client.py --summary`` driving
+  ``examples/sdk_agent.py --chunks N``, directly and through acp-proxy (both modes). The
+  client flushes a ``prompt:`` line just before it sends its prompt and a ``stop:`` line when
+  the response has come, after all N chunks: chunks/s over that prompt turn (no start-up, no
+  handshake). Also shown: the same up to the client's exit (after the relay's, so after the
+  recording is complete). Skipped, with a note, when those examples are missing.
+
+After every run the script checks that the client got every byte and line the agent sent; after
+every recording run, that the database holds one ``frames`` row per line, per direction, and
+that the run row says nothing was lost. A failed check marks the cell ``FAILED`` and makes the
+script exit with status 1.
+
+How to read the table
+---------------------
+One row per figure, one column per relay; the ``target`` column names the DESIGN §8 target and
+which columns it judges (``rec``: proxy recording, ``no-rec``: proxy --no-record, no prefix: both
+proxy columns); a judged cell ends in ``ok`` or ``MISS``. Targets in parentheses are aims,
+shown but not judged.
+
+- ``frames/s``, ``MB/s`` (10^6 bytes/s), ``chunks/s``: throughput, end to end as above.
+- ``x direct`` / ``x cat hop`` / ``x tee relay``: that throughput divided by the named column's.
+- ``p50 us`` / ``p99 us``: round-trip time percentiles as the client sees them; ``added``: in
+  each round, minus the direct pipe's percentile in that same round (they run interleaved),
+  then the median over rounds.
+- ``first response ms``: from spawning the relay to the first response (start-up; not judged).
+- ``peak RSS MiB``: the sum, over the relay's own processes (never the agent), of each one's peak
+  resident memory (``VmHWM``, sampled from ``/proc`` every 10 ms): for acp-proxy, the proxy, its
+  recorder and whatever the recorder forks (the JSON output has each apart; pages a forked
+  child shares with its parent count twice, so the sum is an upper bound); for the cat hop, the
+  shell and both ``cat``. "Bounded by a few frames" is judged as: peak RSS on big frames <= the
+  same relay's peak RSS in the chunk storm (its fixed cost, full queues included) + 4 frames.
+
+``--repeat N`` (default 3, 1 with ``--quick``) runs everything N times and keeps each cell's
+best (highest throughput, lowest percentile; ratios are between best figures: external load
+only ever slows a run down) — except ``added`` latencies (paired within each round, then the
+median over rounds: the direct pipe's latency on this kind of VM swings between ~15 and ~70 µs
+with CPU placement) and peak RSS (the highest); the commit/line relay runs once. Every process has a deadline
+(``Config.timeout``); temporary files go in one temporary directory, removed at the end.
+
+Numbers from a shared or busy machine are indicative only; compare columns within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import math
+import os
+import platform
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from bench_agent import CHUNK_LINE_BYTES, GO, HELLO, READY
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PY = sys.executable
+AGENT = str(HERE / "bench_agent.py")
+NAIVE = str(HERE / "naive_relays.py")
+MiB = 1 << 20
+
+REQUEST = (
+    '{"jsonrpc":"2.0","id":%d,"method":"session/prompt","params":{"sessionId":"sess_7f3a9c2e5b8d4a1f",'
+    '"prompt":[{"type":"text","text":"ping"}]}}\n'
+)
+
+
+class BenchError(Exception):
+    """A run that could not be measured or whose checks failed."""
+
+
+# -- configuration -------------------------------------------------------------------------
+
+
+@dataclass
+class Config:
+    storm_frames: int
+    commit_storm_frames: int  # the commit-per-line relay gets fewer: it manages ~1k frames/s
+    trips: int
+    warmup_trips: int
+    big: list[tuple[int, int]]  # (count, size in bytes)
+    sdk_chunks: int
+    sdk_chunk_bytes: int
+    timeout: float  # seconds, per spawned process
+
+    @classmethod
+    def full(cls) -> Config:
+        return cls(200_000, 10_000, 2000, 100, [(64, MiB), (4, 64 * MiB)], 100_000, 300, 300.0)
+
+    @classmethod
+    def quick(cls) -> Config:
+        return cls(20_000, 1000, 200, 20, [(16, MiB), (2, 16 * MiB)], 20_000, 300, 60.0)
+
+
+@dataclass(frozen=True)
+class Relay:
+    key: str
+    title: str
+    wrap: Callable[[list[str], Path], list[str]]  # (agent argv, scratch file) -> command
+    records_db: bool = False  # acp-proxy --db: check the recording
+    commit_db: bool = False  # the commit-per-line relay: check its table too
+
+
+def _proxy(*options: str) -> list[str]:
+    return [PY, "-m", "acp_proxy", "run", *options, "--"]
+
+
+RELAYS = [
+    Relay("direct", "direct", lambda agent, _: agent),
+    Relay("cat", "cat hop", lambda agent, _: ["sh", "-c", 'cat | "$@" | cat', "cat-hop", *agent]),
+    Relay("tee", "tee relay", lambda agent, scratch: [PY, NAIVE, "tee", str(scratch), "--", *agent]),
+    Relay(
+        "commit",
+        "commit/line",
+        lambda agent, scratch: [PY, NAIVE, "sqlite", str(scratch), "--", *agent],
+        commit_db=True,
+    ),
+    Relay("proxy", "proxy --no-record", lambda agent, _: [*_proxy("--no-record"), *agent]),
+    Relay("proxy_rec", "proxy recording", lambda agent, db: [*_proxy("--db", str(db)), *agent], records_db=True),
+]
+BY_KEY = {relay.key: relay for relay in RELAYS}
+
+
+# -- processes -----------------------------------------------------------------------------
+
+
+def children_of(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as handle:
+                found.extend(int(word) for word in handle.read().split())
+        except OSError:
+            pass
+    return found
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def vm_hwm_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def tree(root: int) -> list[int]:
+    pids, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        todo.extend(children_of(pid))
+    return pids
+
+
+def kill_tree(root: int) -> None:
+    for pid in reversed(tree(root)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def become_subreaper() -> None:
+    """Orphans of our runs become our children, so a stray process can be found and ended."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def end_strays() -> list[str]:
+    """Kill and reap whatever our runs left behind (with no run in progress, every child is one)."""
+    strays = []
+    for pid in children_of(os.getpid()):
+        strays.append(" ".join(cmdline(pid)) or str(pid))
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    return strays
+
+
+def role(argv: list[str]) -> str:
+    joined = " ".join(argv)
+    if "acp_proxy.recorder" in joined:
+        return "recorder"
+    if "acp_proxy" in joined:
+        return "proxy"
+    if "naive_relays.py" in joined:
+        return "relay"
+    return Path(argv[0]).name if argv else "?"
+
+
+class RssSampler:
+    """Peak RSS (VmHWM) of every process in a run's tree except the agent and its children."""
+
+    def __init__(self, root: int, agent_markers: tuple[str, ...], interval: float = 0.01) -> None:
+        self.root = root
+        self.agent_markers = agent_markers
+        self.interval = interval
+        self.latest: dict[int, tuple[str, int]] = {}  # pid -> (role, peak) under its current argv
+        self._argv: dict[int, list[str]] = {}
+        self._samples: dict[int, int] = {}  # pid -> samples taken under its current argv
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+        self._thread.start()
+
+    def _is_agent(self, argv: list[str]) -> bool:
+        # Only the program and its script: a relay's own argv names the agent after "--".
+        return any(part.endswith(marker) for part in argv[:2] for marker in self.agent_markers)
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self.interval):
+                return
+
+    def sample(self) -> None:
+        todo = [self.root]
+        while todo:
+            pid = todo.pop()
+            argv = cmdline(pid)
+            if not argv:
+                continue  # gone or a zombie: its last sample stands
+            if self._is_agent(argv):
+                # Not the relay's memory. A fork sampled before it exec'd the agent still had
+                # the relay's argv: forget what it showed then.
+                self.latest.pop(pid, None)
+                continue
+            hwm = vm_hwm_bytes(pid)
+            if hwm is not None:
+                if self._argv.get(pid) != argv:  # a fork that has just exec'd: a new process image
+                    self._argv[pid] = argv
+                    self.latest.pop(pid, None)
+                    self._samples[pid] = 0
+                name, peak = self.latest.get(pid, (role(argv), 0))
+                self.latest[pid] = (name, max(peak, hwm))
+                self._samples[pid] += 1
+            todo.extend(children_of(pid))
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join()
+        peaks: dict[str, int] = {}
+        for pid, (name, peak) in self.latest.items():
+            twin = any(self._argv[other] == self._argv[pid] for other in self.latest if other != pid)
+            if twin and self._samples[pid] < 2:
+                continue  # a fork caught once, between fork and exec (e.g. a short-lived helper)
+            label, n = name, 2
+            while label in peaks:
+                label, n = f"{name}#{n}", n + 1
+            peaks[label] = peak
+        return peaks
+
+
+class Spawned:
+    """One relay (or agent) process with pipes to us, a deadline, and optional RSS sampling."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        timeout: float,
+        *,
+        sample_rss: bool = False,
+        agent_markers: tuple[str, ...] = ("bench_agent.py", "sdk_agent.py"),
+        stdin: int | None = subprocess.PIPE,
+    ) -> None:
+        self.argv = argv
+        self.timeout = timeout
+        self.expired = False
+        self.stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in __exit__
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+        self.proc = subprocess.Popen(
+            argv, stdin=stdin, stdout=subprocess.PIPE, stderr=self.stderr, bufsize=0, env=env, cwd=REPO
+        )
+        self.timer = threading.Timer(timeout, self._expire)
+        self.timer.daemon = True
+        self.timer.start()
+        self.sampler = RssSampler(self.proc.pid, agent_markers) if sample_rss else None
+        self.rss: dict[str, int] = {}
+
+    @property
+    def stdin_fd(self) -> int:
+        assert self.proc.stdin is not None
+        return self.proc.stdin.fileno()
+
+    @property
+    def stdout_fd(self) -> int:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.fileno()
+
+    def _expire(self) -> None:
+        self.expired = True
+        kill_tree(self.proc.pid)
+
+    def finish(self) -> int:
+        """Close our end of its stdin, wait for it to exit; the exit status."""
+        if self.proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                self.proc.stdin.close()
+        returncode = self.proc.wait()
+        self.timer.cancel()
+        if self.sampler is not None:
+            self.rss = self.sampler.stop()
+            self.sampler = None
+        if self.expired:
+            raise BenchError(f"timed out after {self.timeout:.0f} s{self.stderr_tail()}")
+        if returncode != 0:
+            raise BenchError(f"exited with status {returncode}{self.stderr_tail()}")
+        return returncode
+
+    def stderr_tail(self) -> str:
+        self.stderr.seek(0)
+        text = self.stderr.read()[-600:].decode(errors="replace").strip()
+        return f"; stderr: {text}" if text else ""
+
+    def __enter__(self) -> Spawned:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.cancel()
+        if self.sampler is not None:
+            self.sampler.stop()
+        if self.proc.poll() is None:
+            kill_tree(self.proc.pid)
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+def drain(fd: int, expected: int | None = None) -> tuple[int, int]:
+    """Read until EOF, or until ``expected`` bytes have come; (bytes, newlines) received.
+
+    With ``expected``, the caller need not wait for EOF, which a relay may only give once the
+    client has closed its side (the cat hop's shell holds our pipe until then).
+    """
+    nbytes = nlines = 0
+    while expected is None or nbytes < expected:
+        chunk = os.read(fd, MiB)
+        if not chunk:
+            break
+        nbytes += len(chunk)
+        nlines += chunk.count(b"\n")
+    return nbytes, nlines
+
+
+def read_line(run: Spawned) -> bytes:
+    """One line, read a byte at a time (nothing after it may be consumed)."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = os.read(run.stdout_fd, 1)
+        if not byte:
+            raise BenchError(f"EOF before a full line{run.stderr_tail()}")
+        line += byte
+    return line
+
+
+def check_arrival(got: tuple[int, int], want_bytes: int, want_lines: int) -> None:
+    if got != (want_bytes, want_lines):
+        raise BenchError(f"client got {got[0]} bytes / {got[1]} lines, expected {want_bytes} / {want_lines}")
+
+
+# -- recordings ----------------------------------------------------------------------------
+
+
+def check_proxy_recording(db: Path, want: dict[str, tuple[int, int | None]]) -> dict[str, Any]:
+    """Rows per direction (and their total size) must match what was sent; nothing lost."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        runs = conn.execute("SELECT id, status, not_recorded, frames_c2a, frames_a2c FROM runs").fetchall()
+        rows = {d: (n, s) for d, n, s in conn.execute("SELECT dir, count(*), sum(size) FROM frames GROUP BY dir")}
+    finally:
+        conn.close()
+    problems = []
+    if len(runs) != 1:
+        problems.append(f"{len(runs)} runs in the database, expected 1")
+    else:
+        _, status, not_recorded, frames_c2a, frames_a2c = runs[0]
+        if status != "ended":
+            problems.append(f"run status {status!r}")
+        if not_recorded:
+            problems.append(f"run row says {not_recorded} frames not recorded")
+        for direction, counted in (("c2a", frames_c2a), ("a2c", frames_a2c)):
+            if counted != want.get(direction, (0, None))[0]:
+                problems.append(f"run row counts {counted} {direction} frames")
+    for direction, (count, size) in want.items():
+        got_count, got_size = rows.get(direction, (0, None))
+        if got_count != count or (size is not None and got_size != size):
+            problems.append(f"{direction}: {got_count} rows of {got_size} bytes, expected {count} of {size}")
+    for direction in rows.keys() - want.keys():
+        problems.append(f"unexpected {rows[direction][0]} {direction} rows")
+    if problems:
+        raise BenchError("recording incomplete: " + "; ".join(problems))
+    return {"rows": {d: n for d, (n, _) in rows.items()}}
+
+
+def check_commit_recording(db: Path, want_rows: int) -> None:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        (rows,) = conn.execute("SELECT count(*) FROM frames").fetchone()
+    finally:
+        conn.close()
+    if rows != want_rows:
+        raise BenchError(f"commit/line relay stored {rows} rows, expected {want_rows}")
+
+
+def remove_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(f"{path}{suffix}")
+
+
+# -- workloads -----------------------------------------------------------------------------
+
+
+def one_way(relay: Relay, agent: list[str], lines: int, line_bytes: int, cfg: Config, scratch: Path) -> dict:
+    """Agent -> client, timed from the go line to 'all bytes read and the relay exited'."""
+    with Spawned(relay.wrap(agent, scratch), cfg.timeout, sample_rss=relay.key != "direct") as run:
+        os.write(run.stdin_fd, HELLO)
+        ready = read_line(run)
+        if ready != READY:
+            raise BenchError(f"handshake: expected READY, got {ready[:200]!r}{run.stderr_tail()}")
+        t0 = time.perf_counter_ns()
+        os.write(run.stdin_fd, GO)
+        got = drain(run.stdout_fd, lines * line_bytes)
+        run.finish()
+        elapsed = (time.perf_counter_ns() - t0) / 1e9
+        rss = run.rss
+        extra = drain(run.stdout_fd)  # the relay has exited: anything more is an error
+        got = (got[0] + extra[0], got[1] + extra[1])
+    check_arrival(got, lines * line_bytes, lines)
+    result: dict[str, Any] = {"seconds": elapsed, "lines": lines, "bytes": got[0]}
+    if rss:
+        result["peak_rss"] = rss
+        result["peak_rss_sum"] = sum(rss.values())
+    if relay.records_db:
+        want = {
+            "c2a": (2, len(HELLO) - 1 + len(GO) - 1),
+            "a2c": (1 + lines, len(READY) - 1 + lines * (line_bytes - 1)),
+        }
+        result["recorded"] = check_proxy_recording(scratch, want)
+    if relay.commit_db:
+        check_commit_recording(scratch, 3 + lines)
+    return result
+
+
+def storm(relay: Relay, cfg: Config, scratch: Path) -> dict:
+    frames = cfg.commit_storm_frames if relay.key == "commit" else cfg.storm_frames
+    result = one_way(relay, [PY, AGENT, "storm", str(frames)], frames, CHUNK_LINE_BYTES, cfg, scratch)
+    result["frames_per_s"] = frames / result["seconds"]
+    return result
+
+
+def big_frames(relay: Relay, count: int, size: int, cfg: Config, scratch: Path) -> dict:
+    result = one_way(relay, [PY, AGENT, "big", str(count), str(size)], count, size, cfg, scratch)
+    result["mb_per_s"] = result["bytes"] / result["seconds"] / 1e6
+    return result
+
+
+def percentile(sorted_values: list[int], p: float) -> int:
+    """Nearest-rank percentile of an ascending list."""
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+class Tripper:
+    """One relay with the echo agent behind it, driven one timed round trip at a time."""
+
+    def __init__(self, relay: Relay, cfg: Config, scratch: Path) -> None:
+        self.relay = relay
+        self.scratch = scratch
+        self.spawned_ns = time.perf_counter_ns()
+        self.run = Spawned(relay.wrap([PY, AGENT, "echo"], scratch), cfg.timeout)
+        self.sent = 0
+        self.buf = b""
+        self.times: list[int] = []
+        self.first_response_ms = math.nan
+
+    def start(self, warmup: int) -> None:
+        """The first trip (it times start-up), then ``warmup`` unmeasured ones."""
+        self.trip()
+        self.first_response_ms = (time.perf_counter_ns() - self.spawned_ns) / 1e6
+        for _ in range(warmup):
+            self.trip()
+
+    def trip(self) -> int:
+        """Send one request, wait for its response; nanoseconds taken."""
+        i = self.sent
+        request = (REQUEST % i).encode()
+        t0 = time.perf_counter_ns()
+        os.write(self.run.stdin_fd, request)
+        while (end := self.buf.find(b"\n")) < 0:
+            chunk = os.read(self.run.stdout_fd, 65536)
+            if not chunk:
+                raise BenchError(f"EOF after {i} round trips{self.run.stderr_tail()}")
+            self.buf += chunk
+        t1 = time.perf_counter_ns()
+        line, self.buf = self.buf[:end], self.buf[end + 1 :]
+        if f'"id":{i},'.encode() not in line:
+            raise BenchError(f"trip {i}: unexpected response {line[:200]!r}")
+        self.sent += 1
+        return t1 - t0
+
+    def finish(self) -> dict:
+        self.run.finish()
+        times = sorted(self.times)
+        result: dict[str, Any] = {
+            "trips": len(times),
+            "p50_us": percentile(times, 50) / 1e3,
+            "p99_us": percentile(times, 99) / 1e3,
+            "mean_us": sum(times) / len(times) / 1e3,
+            "first_response_ms": self.first_response_ms,
+        }
+        if self.relay.records_db:  # response sizes vary with the id's digits: count rows only
+            want = {"c2a": (self.sent, None), "a2c": (self.sent, None)}
+            result["recorded"] = check_proxy_recording(self.scratch, want)
+        if self.relay.commit_db:
+            check_commit_recording(self.scratch, 2 * self.sent)
+        return result
+
+
+RT_BLOCKS = 10  # the measured trips of each relay come in this many blocks, interleaved
+RT_BLOCK_WARMUP = 3  # unmeasured trips each time the client switches to a relay
+
+
+def round_trips(relays: list[Relay], cfg: Config, scratches: dict[str, Path]) -> dict[str, dict | Exception]:
+    """All relays at once: blocks of trips, relay after relay, so load drift hits them alike.
+
+    Each relay is started (and warmed up) on its own, then the measured trips go round the
+    relays in RT_BLOCKS blocks, each block starting with a different relay.
+    """
+    outcome: dict[str, dict | Exception] = {}
+    live: dict[str, Tripper] = {}
+    with contextlib.ExitStack() as stack:
+        for relay in relays:
+            try:
+                tripper = Tripper(relay, cfg, scratches[relay.key])
+                stack.enter_context(tripper.run)
+                tripper.start(cfg.warmup_trips)
+                live[relay.key] = tripper
+            except BenchError as exc:
+                outcome[relay.key] = exc
+        per_block = math.ceil(cfg.trips / RT_BLOCKS)
+        for block in range(RT_BLOCKS):
+            keys = list(live)
+            shift = block % max(1, len(keys))
+            for key in keys[shift:] + keys[:shift]:
+                tripper = live[key]
+                try:
+                    for _ in range(RT_BLOCK_WARMUP):
+                        tripper.trip()
+                    tripper.times.extend(tripper.trip() for _ in range(per_block))
+                except BenchError as exc:
+                    outcome[key] = exc
+                    del live[key]
+        for key, tripper in live.items():
+            try:
+                outcome[key] = tripper.finish()
+            except BenchError as exc:
+                outcome[key] = exc
+    direct = outcome.get("direct")
+    if isinstance(direct, dict):  # added latency: against the direct pipe of the same round
+        for key, result in outcome.items():
+            if isinstance(result, dict) and key != "direct":
+                result["added_p50_us"] = result["p50_us"] - direct["p50_us"]
+                result["added_p99_us"] = result["p99_us"] - direct["p99_us"]
+    return outcome
+
+
+def sdk_examples(examples: Path) -> tuple[Path, Path] | None:
+    agent, client = examples / "sdk_agent.py", examples / "sdk_client.py"
+    return (agent, client) if agent.is_file() and client.is_file() else None
+
+
+def sdk_stream(relay: Relay, examples: Path, cfg: Config, scratch: Path) -> dict:
+    """The SDK client's prompt turn, timed from its ``prompt:`` line to its ``stop:`` line.
+
+    The client prints (and flushes) ``prompt: x`` just before it sends the prompt and
+    ``stop: end_turn`` when the response arrives, after every update: what lies between is the
+    stream, without start-up, ``initialize`` or ``session/new``. Also timed: from ``prompt:``
+    until the client has exited, which is after the relay (and so the recording) has finished.
+    """
+    chunks = cfg.sdk_chunks
+    agent_py, client_py = examples / "sdk_agent.py", examples / "sdk_client.py"
+    agent = [PY, str(agent_py), "--chunks", str(chunks), "--chunk-bytes", str(cfg.sdk_chunk_bytes)]
+    via = relay.wrap([], scratch) if relay.key != "direct" else []
+    client = [PY, str(client_py), "--prompt", "x", "--summary", "--timeout", str(cfg.timeout)]
+    seen: dict[str, int] = {}  # transcript line kind -> when it arrived
+    transcript = b""
+    with Spawned([*client, "--", *via, *agent], cfg.timeout + 10, stdin=subprocess.DEVNULL) as run:
+        while chunk := os.read(run.stdout_fd, 65536):
+            now = time.perf_counter_ns()
+            transcript += chunk
+            for line in transcript.split(b"\n")[:-1]:  # complete lines only
+                seen.setdefault(line.split(b":", 1)[0].decode(errors="replace"), now)
+        run.finish()
+        exited = time.perf_counter_ns()
+    text = transcript.decode(errors="replace")
+    # --summary: the client counts the updates it received instead of printing each one.
+    if f"updates: agent_message_chunk={chunks}\n" not in text or "stop: end_turn" not in text:
+        raise BenchError(f"the SDK client did not get {chunks} chunks and end_turn: {text[-300:]!r}")
+    if relay.records_db:
+        check_sdk_recording(scratch, chunks)
+    return {
+        "chunks": chunks,
+        "stream_seconds": (seen["stop"] - seen["prompt"]) / 1e9,
+        "to_exit_seconds": (exited - seen["prompt"]) / 1e9,
+        "chunks_per_s": chunks / ((seen["stop"] - seen["prompt"]) / 1e9),
+        "to_exit_chunks_per_s": chunks / ((exited - seen["prompt"]) / 1e9),
+    }
+
+
+def check_sdk_recording(db: Path, chunks: int) -> None:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        (chunk_rows,) = conn.execute(
+            "SELECT count(*) FROM frames WHERE dir = 'a2c' AND update_kind = 'agent_message_chunk'"
+        ).fetchone()
+        status, not_recorded, counted = conn.execute(
+            "SELECT status, not_recorded, frames_c2a + frames_a2c FROM runs"
+        ).fetchone()
+        (rows,) = conn.execute("SELECT count(*) FROM frames WHERE dir IN ('c2a', 'a2c')").fetchone()
+    finally:
+        conn.close()
+    if chunk_rows != chunks or status != "ended" or not_recorded or rows != counted:
+        raise BenchError(
+            f"SDK recording: {chunk_rows} agent_message_chunk rows (expected {chunks}), "
+            f"{rows} rows for {counted} frames counted, run {status!r}, not_recorded={not_recorded}"
+        )
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    """Results of one (workload, relay) pair over the repeats."""
+
+    runs: list[dict] = field(default_factory=list)
+    error: str | None = None
+
+
+def best(cell: Cell, key: str, how: str) -> float | None:
+    """Over a cell's runs: the "max", "min" or "median" of one figure."""
+    values = sorted(run[key] for run in cell.runs if key in run)
+    if not values:
+        return None
+    if how == "median":
+        return values[(len(values) - 1) // 2]
+    return values[-1] if how == "max" else values[0]
+
+
+@dataclass
+class Plan:
+    """A workload: ``run`` measures one relay at a time; ``group`` all of them together."""
+
+    name: str  # workload key, e.g. "storm", "rt", "big:64x1048576", "sdk"
+    relays: list[str]
+    run: Callable[[Relay, Path], dict] | None = None
+    group: Callable[[list[Relay], dict[str, Path]], dict[str, dict | Exception]] | None = None
+
+
+def make_plans(cfg: Config, examples: Path, skip_sdk: str | None) -> list[Plan]:
+    all_keys = [relay.key for relay in RELAYS]
+    plans = [
+        Plan("storm", all_keys, lambda relay, scratch: storm(relay, cfg, scratch)),
+        Plan("rt", all_keys, group=lambda relays, scratches: round_trips(relays, cfg, scratches)),
+    ]
+    for count, size in cfg.big:
+        plans.append(
+            Plan(
+                f"big:{count}x{size}",
+                all_keys,
+                lambda relay, scratch, c=count, s=size: big_frames(relay, c, s, cfg, scratch),
+            )
+        )
+    if skip_sdk is None:
+        plans.append(
+            Plan(
+                "sdk",
+                ["direct", "proxy", "proxy_rec"],
+                lambda relay, scratch: sdk_stream(relay, examples, cfg, scratch),
+            )
+        )
+    return plans
+
+
+def execute(plans: list[Plan], repeat: int, workdir: Path, progress: Callable[[str], None]) -> dict:
+    cells: dict[tuple[str, str], Cell] = {(plan.name, key): Cell() for plan in plans for key in plan.relays}
+
+    def record(plan: Plan, key: str, result: dict | Exception) -> None:
+        cell = cells[plan.name, key]
+        if isinstance(result, Exception):
+            cell.error = f"{plan.name} / {BY_KEY[key].title}: {result}"
+            progress(f"  FAILED: {cell.error}")
+        else:
+            cell.runs.append(result)
+
+    def cleanup(plan: Plan, keys: list[str], scratches: dict[str, Path]) -> None:
+        for scratch in scratches.values():
+            remove_db(scratch)
+        strays = end_strays()
+        if strays:
+            for key in keys:
+                record(plan, key, BenchError(f"processes left behind: {strays}"))
+
+    for round_no in range(repeat):
+        for plan in plans:
+            # commit/line is orders of magnitude off every target: one run says it all.
+            keys = [key for key in plan.relays if not (round_no and key == "commit")]
+            name = plan.name.replace(":", "-")
+            scratches = {key: workdir / f"{name}-{key}-{round_no}" for key in keys}
+            if plan.group is not None:
+                progress(f"[{round_no + 1}/{repeat}] {plan.name:<18} all relays, interleaved")
+                try:
+                    outcome = plan.group([BY_KEY[key] for key in keys], scratches)
+                except (BenchError, OSError) as exc:
+                    outcome = dict.fromkeys(keys, exc)
+                for key in keys:
+                    record(plan, key, outcome.get(key, BenchError("no result")))
+                cleanup(plan, keys, scratches)
+                continue
+            assert plan.run is not None
+            for key in keys:
+                progress(f"[{round_no + 1}/{repeat}] {plan.name:<18} {BY_KEY[key].title}")
+                try:
+                    record(plan, key, plan.run(BY_KEY[key], scratches[key]))
+                except (BenchError, OSError) as exc:
+                    record(plan, key, exc)
+                finally:
+                    cleanup(plan, [key], {key: scratches[key]})
+    return cells
+
+
+# -- the table -----------------------------------------------------------------------------
+
+
+@dataclass
+class Mark:
+    text: str
+    ok: bool | None = None  # None: not judged
+    failed: bool = False  # the run failed a check or timed out: no figure
+
+
+@dataclass
+class Row:
+    label: str
+    cells: dict[str, Mark]
+    target: str = ""
+    section: bool = False
+
+
+def fmt_int(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def fmt_ratio(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def fmt_signed(value: float) -> str:
+    return f"{value:+,.0f}"
+
+
+def fmt_size(size: int) -> str:
+    return f"{size // MiB} MiB" if size % MiB == 0 else f"{size:,} B"
+
+
+def build_rows(cfg: Config, cells: dict, sdk_note: str | None) -> tuple[list[Row], list[dict]]:
+    rows: list[Row] = []
+    judged: list[dict] = []
+
+    def judge(key: str, label: str, value: float, ok: bool, target: str, text: str) -> Mark:
+        judged.append({"relay": key, "figure": label, "value": value, "target": target, "pass": ok})
+        return Mark(text, ok)
+
+    def pick(name: str, key: str, metric: str, how: str) -> float | None:
+        cell = cells.get((name, key))
+        if cell is None or cell.error is not None:
+            return None
+        return best(cell, metric, how)
+
+    def failed(name: str, key: str) -> bool:
+        cell = cells.get((name, key))
+        return cell is not None and cell.error is not None
+
+    def series(name: str, metric: str, how: str) -> dict[str, float]:
+        values = {}
+        for relay in RELAYS:
+            value = pick(name, relay.key, metric, how)
+            if value is not None:
+                values[relay.key] = value
+        return values
+
+    def row(
+        label: str,
+        name: str,
+        values: dict[str, float],
+        fmt: Callable[[float], str],
+        target: str = "",
+        judges: dict[str, Callable[[float], bool]] | None = None,
+        suffix: dict[str, str] | None = None,
+    ) -> None:
+        marks: dict[str, Mark] = {}
+        for relay in RELAYS:
+            if relay.key in values:
+                value = values[relay.key]
+                text = fmt(value) + (suffix or {}).get(relay.key, "")
+                if judges and relay.key in judges:
+                    marks[relay.key] = judge(
+                        relay.key, f"{name} {label}", value, judges[relay.key](value), target, text
+                    )
+                else:
+                    marks[relay.key] = Mark(text)
+            elif failed(name, relay.key):
+                marks[relay.key] = Mark("FAILED", failed=True)
+        rows.append(Row(label, marks, target))
+
+    def ratios(values: dict[str, float], base: str) -> dict[str, float]:
+        if base not in values or values[base] <= 0:
+            return {}
+        return {key: value / values[base] for key, value in values.items()}
+
+    proxies = ("proxy", "proxy_rec")
+
+    # (a) chunk storm
+    rows.append(Row(f"chunk storm: {cfg.storm_frames:,} x {CHUNK_LINE_BYTES} B frames", {}, section=True))
+    fps = series("storm", "frames_per_s", "max")
+    commit_note = {"commit": "*"}
+    row(
+        "frames/s",
+        "storm",
+        fps,
+        fmt_int,
+        "rec >= 100,000",
+        {"proxy_rec": lambda v: v >= 100_000},
+        commit_note,
+    )
+    row("x direct", "storm", ratios(fps, "direct"), fmt_ratio)
+    row("x cat hop", "storm", ratios(fps, "cat"), fmt_ratio, "no-rec >= 0.5x", {"proxy": lambda v: v >= 0.5})
+    row("x tee relay", "storm", ratios(fps, "tee"), fmt_ratio, "(aim: rec ~1x)")
+    storm_rss = {k: v / MiB for k, v in series("storm", "peak_rss_sum", "max").items()}
+    row("peak RSS MiB", "storm", storm_rss, lambda v: f"{v:,.1f}")
+
+    # (b) round trips
+    rows.append(Row(f"round trips: {cfg.trips:,} sequential request -> response", {}, section=True))
+    row("p50 us", "rt", series("rt", "p50_us", "min"), fmt_int)
+    added50 = series("rt", "added_p50_us", "median")
+    if added50:
+        row(
+            "p50 added us",
+            "rt",
+            added50,
+            fmt_signed,
+            "<= 100 (aim: < tee)",
+            {k: (lambda v: v <= 100) for k in proxies},
+        )
+    row("p99 us", "rt", series("rt", "p99_us", "min"), fmt_int)
+    added99 = series("rt", "added_p99_us", "median")
+    if added99:
+        row("p99 added us", "rt", added99, fmt_signed, "<= 1,000", {k: (lambda v: v <= 1000) for k in proxies})
+    row(
+        "first response ms",
+        "rt",
+        series("rt", "first_response_ms", "min"),
+        lambda v: f"{v:,.0f}",
+        "(start-up, not judged)",
+    )
+
+    # (c) big frames
+    for count, size in cfg.big:
+        name = f"big:{count}x{size}"
+        rows.append(Row(f"big frames: {count} x {fmt_size(size)}, agent -> client", {}, section=True))
+        mbs = series(name, "mb_per_s", "max")
+        row("MB/s", name, mbs, fmt_int, ">= 300", {k: (lambda v: v >= 300) for k in proxies})
+        row("x direct", name, ratios(mbs, "direct"), fmt_ratio)
+        row("x cat hop", name, ratios(mbs, "cat"), fmt_ratio)
+        rss = {k: v / MiB for k, v in series(name, "peak_rss_sum", "max").items()}
+        bound = {k: storm_rss[k] + 4 * size / MiB for k in proxies if k in storm_rss}
+        row(
+            "peak RSS MiB",
+            name,
+            rss,
+            lambda v: f"{v:,.1f}",
+            "<= storm RSS + 4 frames",
+            {k: (lambda v, b=b: v <= b) for k, b in bound.items()},
+        )
+
+    # (d) the official SDK
+    if sdk_note is not None:
+        rows.append(Row(f"SDK: skipped — {sdk_note}", {}, section=True))
+    else:
+        rows.append(
+            Row(
+                f"SDK: sdk_client <- sdk_agent, {cfg.sdk_chunks:,} x {cfg.sdk_chunk_bytes} B chunks",
+                {},
+                section=True,
+            )
+        )
+        steady = series("sdk", "chunks_per_s", "max")
+        row("chunks/s (prompt turn)", "sdk", steady, fmt_int)
+        row(
+            "x direct",
+            "sdk",
+            ratios(steady, "direct"),
+            fmt_ratio,
+            "rec >= 0.95x",
+            {"proxy_rec": lambda v: v >= 0.95},
+        )
+        to_exit = series("sdk", "to_exit_chunks_per_s", "max")
+        row("x direct, to exit", "sdk", ratios(to_exit, "direct"), fmt_ratio, "(incl. shutdown, not judged)")
+    return rows, judged
+
+
+def mark_text(mark: Mark, rich: bool) -> str:
+    if mark.failed and rich:
+        return f"[bold red]{mark.text}[/]"
+    if mark.ok is None:
+        return mark.text
+    if rich:
+        return f"[green]{mark.text} ok[/]" if mark.ok else f"[bold red]{mark.text} MISS[/]"
+    return f"{mark.text} {'ok' if mark.ok else 'MISS'}"
+
+
+def print_table(rows: list[Row], title: str, footnotes: list[str]) -> None:
+    headers = ["", *(relay.title for relay in RELAYS), "target"]
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title, title_justify="left", caption="\n".join(footnotes), caption_justify="left")
+        table.add_column("", max_width=26)  # section titles wrap rather than widen the table
+        for relay in RELAYS:
+            table.add_column(relay.title, justify="right", no_wrap=True, min_width=len(relay.title))
+        table.add_column("target", style="dim")
+        for row in rows:
+            if row.section:
+                table.add_section()
+                table.add_row(f"[bold]{row.label}[/]", *([""] * (len(RELAYS) + 1)))
+                continue
+            cells = [mark_text(row.cells[r.key], True) if r.key in row.cells else "" for r in RELAYS]
+            table.add_row("  " + row.label, *cells, row.target)
+        Console().print(table)
+        return
+    lines = [
+        [
+            f"  {row.label}",
+            *(mark_text(row.cells[r.key], False) if r.key in row.cells else "" for r in RELAYS),
+            row.target,
+        ]
+        for row in rows
+    ]
+    widths = [
+        max(len(h), *(len(line[i]) for line, row in zip(lines, rows, strict=True) if not row.section))
+        for i, h in enumerate(headers)
+    ]
+    out = [title]
+
+    def fmt_line(values: list[str]) -> str:
+        parts = [values[0].ljust(widths[0])]
+        parts += [value.rjust(width) for value, width in zip(values[1:-1], widths[1:-1], strict=True)]
+        parts.append(values[-1])
+        return "  ".join(parts).rstrip()
+
+    out.append(fmt_line(headers))
+    out.append("-" * (sum(widths) + 2 * (len(widths) - 1)))
+    for line, row in zip(lines, rows, strict=True):
+        out.append(row.label if row.section else fmt_line(line))
+    out.extend(footnotes)
+    print("\n".join(out))
+
+
+# -- main ----------------------------------------------------------------------------------
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loadavg_at_start": os.getloadavg(),
+        "acp_proxy_commit": _git("rev-parse", "HEAD"),
+        "acp_proxy_dirty_files": _git("status", "--porcelain", "--", "acp_proxy"),
+    }
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="reduced sizes: a smoke test in about a minute")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also save every figure as JSON here")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        metavar="N",
+        help="run everything N times, interleaved, and keep each cell's best (default: 3; 1 with --quick)",
+    )
+    parser.add_argument(
+        "--examples",
+        type=Path,
+        default=REPO / "examples",
+        metavar="DIR",
+        help="where sdk_agent.py and sdk_client.py live (default: the repo's examples/)",
+    )
+    args = parser.parse_args(argv)
+    cfg = Config.quick() if args.quick else Config.full()
+    repeat = max(1, args.repeat if args.repeat is not None else (1 if args.quick else 3))
+    env = environment()
+    sdk_note = None
+    if sdk_examples(args.examples) is None:
+        sdk_note = "examples/sdk_agent.py or examples/sdk_client.py not found"
+    become_subreaper()
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="acp-relay-bench-") as tmp:
+        cells = execute(make_plans(cfg, args.examples, sdk_note), repeat, Path(tmp), progress)
+    elapsed = time.monotonic() - started
+
+    rows, judged = build_rows(cfg, cells, sdk_note)
+    errors = [cell.error for cell in cells.values() if cell.error]
+    passed = sum(item["pass"] for item in judged)
+    title = (
+        f"acp-proxy relay benchmark{' (--quick)' if args.quick else ''}: "
+        f"{env['cpus']} CPUs, Python {env['python']}, best of {repeat}, {elapsed:.0f} s"
+    )
+    footnotes = [
+        f"* commit/line relay: {cfg.commit_storm_frames:,} frames (it commits each one).",
+        "peak RSS: sum of each relay process's VmHWM (proxy + recorder for acp-proxy), the agent excluded.",
+        f"targets (DESIGN §8): {passed} of {len(judged)} met.",
+    ]
+    if errors:
+        footnotes += ["FAILED:", *(f"  {error}" for error in errors)]
+    print_table(rows, title, footnotes)
+
+    if args.json is not None:
+        results = {f"{name}/{key}": {"error": cell.error, "runs": cell.runs} for (name, key), cell in cells.items()}
+        document = {
+            "config": cfg.__dict__,
+            "environment": env,
+            "seconds": elapsed,
+            "sdk_skipped": sdk_note,
+            "results": results,
+            "targets": judged,
+            "errors": errors,
+        }
+        args.json.write_text(json.dumps(document, indent=2, default=str) + "\n")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
