@@ -142,6 +142,17 @@ def cli() -> None:
     help="A TOML file of fault rules (see examples/faults.toml).",
 )
 @click.option("--seed", type=int, default=None, help="Seed for probabilistic faults (recorded on the run).")
+@click.option(
+    "--check",
+    "live_check",
+    type=click.Choice(["full", "lifecycle"]),
+    default=None,
+    flag_value="full",
+    is_flag=False,
+    help="Check conformance as the conversation happens and report findings on stderr (and in "
+    "the findings table); `--check=lifecycle` skips schema validation. Runs in the recorder, "
+    "never on the relay's path; nothing forwarded changes.",
+)
 @click.argument("agent", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- AGENT [ARGS]...")
 def run(
     db_path: Path | None,
@@ -153,6 +164,7 @@ def run(
     fault_rules: tuple[str, ...],
     faults_file: Path | None,
     seed: int | None,
+    live_check: str | None,
     agent: tuple[str, ...],
 ) -> None:
     """Launch AGENT and relay its stdio byte for byte, recording every frame.
@@ -176,6 +188,7 @@ def run(
         db_limit=db_limit,
         strip_replayed_notices=strip_replayed_notices,
         fault_plan=plan,
+        check=None if no_record else live_check,
         options={
             "grace": grace,
             "max_record_bytes": max_record_bytes,

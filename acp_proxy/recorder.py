@@ -45,6 +45,9 @@ CHECKPOINT_BYTES = 16 * 1024 * 1024
 _INSERT_FAULT = "INSERT INTO faults (run_id, seq, ts_ns, rule, action, detail) VALUES (?, ?, ?, ?, ?, ?)"
 
 
+_INSERT_FINDING = "INSERT INTO findings (run_id, seq, rule, severity, message, spec) VALUES (?, ?, ?, ?, ?, ?)"
+
+
 class _SparseInserts:
     """Rows grouped by shape; one INSERT statement per shape, naming only non-NULL columns."""
 
@@ -136,6 +139,14 @@ class Recorder:
         db.conn.close()  # from here on, only the writer process touches the database
         self.writer = _WriterLink(db_path, start.get("db_limit"), self.run_id)
         self.tracker = Tracker(self.run_id)
+        self.checker: Any = None
+        if start.get("check"):
+            from .checks import Checker
+
+            # Live checks validate schemas too; they run here, in the recorder, so a slow rule
+            # can only delay the recording, never a frame on its way to a peer.
+            self.checker = Checker(schema=start.get("check") != "lifecycle")
+        self.finding_rows: list[tuple] = []
         self.framers = [LineFramer(self.max_keep) for _ in DIRECTIONS]
         self.seq = 0
         self.pending = _SparseInserts()
@@ -205,10 +216,17 @@ class Recorder:
             self.pending.add(rec)
             return
         self.tracker.observe(rec)
+        if self.checker is not None:
+            self._report(self.checker.feed(rec))
         self.pending.add(rec)
         elements = rec.frame.elements if rec.frame is not None else None
         if elements:
             self._add_batch_elements(rec, elements)
+
+    def _report(self, findings: list[Any]) -> None:
+        for f in findings:
+            _say(f"check: {f.severity} {f.rule_id} at frame {f.seq}: {f.message}")
+            self.finding_rows.append((self.run_id, f.seq, f.rule_id, f.severity, f.message, f.spec))
 
     def _add_batch_elements(self, batch: FrameRecord, elements: list[tuple[bytes, wire.Frame]]) -> None:
         for index, (raw, frame) in enumerate(elements):
@@ -231,6 +249,9 @@ class Recorder:
         if not count and not changes:
             return
         batches = self.pending.take()
+        if self.finding_rows:
+            batches.append((_INSERT_FINDING, self.finding_rows))
+            self.finding_rows = []
         if self.fault_rows:
             batches.append((_INSERT_FAULT, self.fault_rows))
             self.fault_rows = []
@@ -251,6 +272,8 @@ class Recorder:
             if line is not None:
                 self._add(direction, ts, line, None)
         self.tracker.finish(ts)
+        if self.checker is not None:
+            self._report(self.checker.finish(ended=True))
         self.flush()
         values: dict[str, Any] = {
             "ended_ns": self.end.pop("ended_ns", ts),
