@@ -151,7 +151,8 @@ class Gate:
         self.tracker.drain()
         actions = self.plan.decide(rec) if self.plan is not None else []
         if strip is not None:
-            return self._release(state, [Note(direction, line, {"forwarded": 0, "note": f"stripped: {strip}"})])
+            note = Note(direction, line, {"forwarded": 0, "note": f"stripped: {strip}"})
+            return self._release(state, [note])
         if state.stalled or PIPE_OF[direction] in self.closed:
             why = "direction stalled by a fault" if state.stalled else "pipe closed by a fault"
             return [Note(direction, line, {"forwarded": 0, "note": why})]
@@ -190,8 +191,10 @@ class Gate:
                 if action.to_sender:
                     data = None
                     back = OTHER[direction]
-                    steps.append(Send(back, action.data))
-                    steps.append(self._proxy_note(back, action.data, action, "error reply sent by acp-proxy"))
+                    # After the request's own note: the recorder pairs the reply with it.
+                    frame_steps.append(Send(back, action.data))
+                    reply = self._proxy_note(back, action.data, action, "error reply sent by acp-proxy")
+                    frame_steps.append(reply)
                     notes.append("answered with an error by acp-proxy")
                 elif data is not None:
                     data = action.data
@@ -199,7 +202,7 @@ class Gate:
             elif isinstance(action, (fl.Corrupt, fl.Truncate)):
                 if data is not None:
                     data = action.data
-                    notes.append(f"forwarded {action.name}ed")
+                    notes.append("forwarded corrupted" if action.name == "corrupt" else "forwarded truncated")
             elif isinstance(action, fl.Reorder):
                 reorder = True
         written: list[Step] = []
@@ -239,19 +242,20 @@ class Gate:
         return steps + held
 
     def _injected(self, direction: str, action: fl.Inject) -> list[Step]:
-        return [Send(direction, action.data), self._proxy_note(direction, action.data, action, "injected by acp-proxy")]
+        note = self._proxy_note(direction, action.data, action, "injected by acp-proxy")
+        return [Send(direction, action.data), note]
 
     def _proxy_note(self, direction: str, data: bytes, action: fl.Action, why: str) -> Note:
         body = data[:-1] if data.endswith(b"\n") else data
         line = Line(body, len(body), data.endswith(b"\n"), False)
         # The tracker sees what the receiver sees: an error reply answers the request.
         self._observe(direction, line, time.time_ns())
+        # No "faults" entry: the fault's one row is on the frame that triggered it.
         meta = {
             "forwarded": 1,
             "fault": action.name,
             "origin": "proxy",
             "note": f"{why} (rule {action.rule_index + 1}: {action.rule_text})",
-            "faults": [{"rule": action.rule_text, "action": action.name, "detail": action.detail()}],
         }
         return Note(direction, line, meta)
 

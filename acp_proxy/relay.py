@@ -70,6 +70,7 @@ class RunOptions:
     max_record_bytes: int | None = 16 * 1024 * 1024
     db_limit: int | None = None
     strip_replayed_notices: bool = False
+    check: str | None = None  # None | "full" | "lifecycle": live conformance checks in the recorder
     fault_plan: FaultPlan | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -128,6 +129,7 @@ class RecorderProcess:
             "max_record_bytes": options.max_record_bytes,
             "db_limit": options.db_limit,
             "options": options.options,
+            "check": options.check,
         }
         if options.fault_plan:
             start["fault_spec"] = msgspec.json.encode(options.fault_plan.describe()).decode()
@@ -460,6 +462,10 @@ class Relay:
         if stream is not None:
             async with self.write_locks[direction]:
                 await _close_quietly(stream)
+        if pipe == "client-stdout":
+            # The relay writes through a duplicate: fd 1 itself still holds the client's pipe,
+            # and the client reads EOF only once no descriptor of ours does.
+            _detach_stdout()
 
     async def _pump_stderr(self, err_out: Any, done: trio.Event) -> None:
         assert self.proc is not None and self.proc.stderr is not None
@@ -536,6 +542,20 @@ async def _close_quietly(stream: Any) -> None:
         await stream.aclose()
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
         pass
+
+
+def _detach_stdout() -> None:
+    """Point fd 1 at /dev/null, letting go of the pipe it held (nothing else may reach it)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(devnull, 1)
+    except OSError:
+        pass
+    finally:
+        os.close(devnull)
 
 
 def _restore_blocking() -> None:
