@@ -17,6 +17,7 @@ The link's message format is in ``link.py``.
 from __future__ import annotations
 
 import fcntl
+import gc
 import os
 import select
 import signal
@@ -38,6 +39,7 @@ from .link import A2C, C2A, DATA, DIRECTIONS, EOF, HEADER, LINE, LINE_META, META
 from .record import COLUMNS, FrameRecord
 
 FLUSH_ROWS = 4000
+FLUSH_BYTES = 8 * 1024 * 1024  # big frames: a batch holds a few of them, not thousands
 FLUSH_SECONDS = 0.05
 CHECKPOINT_BYTES = 16 * 1024 * 1024
 
@@ -178,7 +180,11 @@ class Recorder:
             self._add(direction, ts_ns, line, meta)
         elif kind == META:
             self.end.update(msgspec.json.decode(payload))
-        if self.pending.count >= FLUSH_ROWS or time.monotonic() - self.last_flush > FLUSH_SECONDS:
+        if (
+            self.pending.count >= FLUSH_ROWS
+            or self.unflushed_bytes >= FLUSH_BYTES
+            or time.monotonic() - self.last_flush > FLUSH_SECONDS
+        ):
             self.flush()
 
     def _add(self, direction: int, ts_ns: int, line: Line, meta: dict[str, Any] | None) -> None:
@@ -515,6 +521,10 @@ def main(argv: list[str]) -> int:
     # they mean. The recorder stops only when its input ends, so nothing given to it is lost.
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+    # Frames and rows are short-lived and acyclic: a full collection every few hundred
+    # allocations cost ~12% of the decoder's time (profiled). Collect far less often.
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
     db_path = Path(argv[0])
     messages = read_messages(0, FLUSH_SECONDS)
     recorder: Recorder | None = None
