@@ -231,7 +231,9 @@ class RecorderLink:
         self.backlog_bytes += len(message)
         self.has_work.set()
         while self.backlog_bytes > BACKLOG_BYTES and not self.broken:
-            self.has_room = trio.Event()
+            # Several pumps may wait here at once: they share one event, renewed only once set.
+            if self.has_room.is_set():
+                self.has_room = trio.Event()
             await self.has_room.wait()
 
     def _write(self, data: bytes | memoryview) -> int | None:
