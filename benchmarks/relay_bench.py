@@ -165,6 +165,14 @@ RELAYS = [
     ),
     Relay("proxy", "proxy --no-record", lambda agent, _: [*_proxy("--no-record"), *agent]),
     Relay("proxy_rec", "proxy recording", lambda agent, db: [*_proxy("--db", str(db)), *agent], records_db=True),
+    # Faults on: a rule that can touch agent->client frames (so that direction is framed and
+    # judged line by line) but matches nothing in this traffic.
+    Relay(
+        "proxy_fault",
+        "recording + faults",
+        lambda agent, db: [*_proxy("--db", str(db), "--fault", "drop if dir:a2c method:_bench/never"), *agent],
+        records_db=True,
+    ),
 ]
 BY_KEY = {relay.key: relay for relay in RELAYS}
 
