@@ -474,6 +474,9 @@ class Checker:
 
     # -- interface -------------------------------------------------------------------------------
 
+    def _schema_name(self) -> str:
+        return f"v{self.version}" if self.version is not None else "v1 or v2"
+
     def feed(self, rec: Any) -> list[Finding]:
         out: list[Finding] = []
         try:
@@ -651,7 +654,7 @@ class Checker:
                 self._finding(
                     "ext/method-name",
                     rec,
-                    f"method {method!r} is not in the v{self.version} schema and does not start with _",
+                    f"method {method!r} is not in the {self._schema_name()} schema and does not start with _",
                 )
             )
 
@@ -716,7 +719,7 @@ class Checker:
                 self._finding(
                     "ext/update-name",
                     rec,
-                    f"update {variant!r} is not in the v{self.version} schema and does not start with _",
+                    f"update {variant!r} is not in the {self._schema_name()} schema and does not start with _",
                 )
             )
         sid = _field(rec, "session_id")
@@ -805,7 +808,7 @@ class Checker:
                 self._finding(
                     "ext/stop-reason",
                     rec,
-                    f"stop reason {stop!r} is not in the v{self.version} schema and does not start with _",
+                    f"stop reason {stop!r} is not in the {self._schema_name()} schema and does not start with _",
                 )
             )
 

@@ -519,6 +519,36 @@ def show(db_path: Path | None, as_raw: bool, turn: int | None, as_json: bool, re
         return
     for conv in sorted(conversations.values(), key=lambda c: c.timeline[0].seq if c.timeline else 0):
         transcript.render_conversation(con, conv, turn)
+    _show_annotations(con, db, queries.run_ids_of(db, resolved), {f["seq"] for f in found} if resolved.is_session else None)
+
+
+def _show_annotations(con: Any, db: Any, run_ids: list[int], seqs: set[int] | None) -> None:
+    """Faults applied and conformance findings, each pointing at its frame."""
+    from . import queries
+
+    marks = ",".join("?" * len(run_ids)) or "null"
+    faults = queries.rows(
+        db,
+        f"select f.run_id, f.seq, f.action, f.detail, f.rule, x.dir, x.kind, x.method from faults f "
+        f"left join frames x on x.run_id = f.run_id and x.seq = f.seq where f.run_id in ({marks}) order by f.run_id, f.seq",
+        run_ids,
+    )
+    findings = queries.rows(
+        db, f"select * from findings where run_id in ({marks}) order by run_id, seq, id", run_ids
+    )
+    if seqs is not None:
+        faults = [f for f in faults if f["seq"] in seqs]
+        findings = [f for f in findings if f["seq"] in seqs]
+    if faults:
+        con.print("Faults applied", style="bold red")
+        for f in faults:
+            what = " ".join(filter(None, [f["dir"], f["kind"], f["method"]]))
+            detail = f" ({f['detail']})" if f["detail"] else ""
+            con.print(f"  frame {f['run_id']}:{f['seq']} {what}: {f['action']}{detail} — rule: {f['rule']}", markup=False)
+    if findings:
+        con.print("Findings", style="bold yellow")
+        for f in findings:
+            con.print(f"  frame {f['run_id']}:{f['seq']} {f['severity']} {f['rule']}: {f['message']}", markup=False)
 
 
 def parse_filter(words: tuple[str, ...]) -> Any:

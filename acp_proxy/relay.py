@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 CHUNK = 65536
 _DIRECTION_CODE = {"c2a": link_format.C2A, "a2c": link_format.A2C}
 BACKLOG_BYTES = 16 * 1024 * 1024  # the most the relay holds for a recorder that is behind
+COALESCE_BYTES = 1024 * 1024
 RECORDER_START_TIMEOUT = 30.0
 RECORDER_FINISH_TIMEOUT = 120.0
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -210,7 +211,7 @@ class RecorderLink:
     def __init__(self, fd: int) -> None:
         self.fd = os.dup(fd)
         os.set_blocking(self.fd, False)
-        self.backlog: collections.deque[bytes] = collections.deque()
+        self.backlog: collections.deque[bytes | memoryview] = collections.deque()
         self.backlog_bytes = 0
         self.has_work = trio.Event()
         self.has_room = trio.Event()
@@ -222,13 +223,14 @@ class RecorderLink:
         if self.broken:
             self.lost_messages += 1
             return
+        pending: bytes | memoryview = message
         if not self.backlog:
             written = self._write(message)
             if written is None or written == len(message):
                 return
-            message = message[written:]
-        self.backlog.append(message)
-        self.backlog_bytes += len(message)
+            pending = memoryview(message)[written:]  # a view: a 64 MiB frame is never copied
+        self.backlog.append(pending)
+        self.backlog_bytes += len(pending)
         self.has_work.set()
         while self.backlog_bytes > BACKLOG_BYTES and not self.broken:
             # Several pumps may wait here at once: they share one event, renewed only once set.
@@ -261,22 +263,26 @@ class RecorderLink:
                     await self.has_work.wait()
                     continue
                 await trio.lowlevel.wait_writable(self.fd)
-                # Coalesce the backlog into one write: fewer syscalls while the recorder catches up.
-                parts = []
-                size = 0
-                while self.backlog and size < 1 << 20:
-                    part = self.backlog.popleft()
-                    parts.append(part)
-                    size += len(part)
-                self.backlog_bytes -= size
-                data = b"".join(parts)
-                written = self._write(data)
+                head = self.backlog[0]
+                if len(head) < COALESCE_BYTES and len(self.backlog) > 1:
+                    # Many small messages: join them into one write (fewer syscalls while the
+                    # recorder catches up). Big ones are written from a view, never re-joined.
+                    parts = [self.backlog.popleft()]
+                    size = len(parts[0])
+                    while self.backlog and size + len(self.backlog[0]) <= COALESCE_BYTES:
+                        part = self.backlog.popleft()
+                        parts.append(part)
+                        size += len(part)
+                    head = b"".join(parts)
+                    self.backlog.appendleft(head)
+                written = self._write(head)
                 if written is None:
                     return
-                if written < len(data):
-                    rest = data[written:]
-                    self.backlog.appendleft(rest)
-                    self.backlog_bytes += len(rest)
+                self.backlog_bytes -= written
+                if written == len(head):
+                    self.backlog.popleft()
+                elif written:
+                    self.backlog[0] = memoryview(head)[written:]
                 if self.backlog_bytes <= BACKLOG_BYTES:
                     self.has_room.set()
         finally:

@@ -664,6 +664,14 @@ class Tracker:
         if direction is None:
             return
         rpc_id = rec.rpc_id
+        if rec.forwarded == 0:
+            withheld = self._pending.get((direction, rpc_id))
+            if withheld is not None:
+                # The proxy withheld this answer (a fault): for the requester the request is
+                # still waiting, so it stays pending and can end the run unanswered.
+                self._paired(rec, withheld)
+                _add_note(rec, "not forwarded: the request stays unanswered for its sender")
+                return
         pending = self._take_pending(direction, rpc_id)
         if pending is None:
             if rpc_id is None or rpc_id == "null":
