@@ -565,9 +565,11 @@ def test_sdk_client_times_out_cleanly_when_the_prompt_response_is_dropped(tmp_pa
         "a2c",
         0,
         "drop",
-        "dropped",
+        "dropped; not forwarded: the request stays unanswered for its sender",
     )
     assert json.loads(dropped["raw"])["result"] == {"stopReason": "end_turn"}
+    # The client never got its answer: the prompt is unanswered, as its sender saw it.
+    assert [r["method"] for r in query(db, "select * from unanswered")] == ["session/prompt"]
     assert [(f["action"], f["seq"]) for f in faults(db)] == [("drop", dropped["seq"])]
 
 
