@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,6 +45,28 @@ def run_proxy(
         env=env or proxy_env(),
         cwd=cwd,
     )
+
+
+def start_proxy(args: Sequence[str], *, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start `acp-proxy ARGS` with all three pipes, for tests that talk to it as it runs.
+
+    Pair it with ``watchdog``: nothing here bounds its lifetime on its own.
+    """
+    return subprocess.Popen(
+        [*PROXY, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env or proxy_env(),
+    )
+
+
+def watchdog(proc: subprocess.Popen[bytes], timeout: float) -> threading.Timer:
+    """Kill ``proc`` after ``timeout`` seconds unless cancelled first (every spawn is bounded)."""
+    timer = threading.Timer(timeout, proc.kill)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def python_agent(code: str) -> list[str]:

@@ -7,7 +7,6 @@ import pty
 import signal
 import sqlite3
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .conftest import PROXY, proxy_env, python_agent, run_proxy
+from .conftest import PROXY, proxy_env, python_agent, run_proxy, start_proxy, watchdog
 
 
 def rows(db: Path, sql: str, *params: object) -> list[tuple]:
@@ -53,13 +52,12 @@ def wait_gone(pid: int, timeout: float = 10) -> bool:
 def read_to_end(proc: subprocess.Popen[bytes], timeout: float) -> bytes:
     """The rest of ``proc``'s stdout (its buffered reader included), killing it past ``timeout``."""
     assert proc.stdout is not None
-    watchdog = threading.Timer(timeout, proc.kill)
-    watchdog.start()
+    timer = watchdog(proc, timeout)
     try:
         data = proc.stdout.read()
         proc.wait(timeout=timeout)
     finally:
-        watchdog.cancel()
+        timer.cancel()
     return data
 
 
@@ -126,13 +124,7 @@ def test_sigterm_to_the_proxy_reaches_the_agent_and_every_forwarded_frame_is_rec
         '    sys.stdout.write(\'{"jsonrpc":"2.0","method":"tick","params":{"n":%d}}\\n\' % i)\n'
         "    sys.stdout.flush()\n"
     )
-    proc = subprocess.Popen(
-        [*PROXY, "run", "--db", str(db_path), "--", *agent],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=proxy_env(),
-    )
+    proc = start_proxy(["run", "--db", str(db_path), "--", *agent])
     try:
         assert proc.stdout is not None
         for _ in range(200):
@@ -156,13 +148,7 @@ def test_sigint_to_the_proxy_reaches_the_agent(db_path: Path) -> None:
         "print('ready', flush=True)\n"
         "while True: time.sleep(1)\n"
     )
-    proc = subprocess.Popen(
-        [*PROXY, "run", "--db", str(db_path), "--", *agent],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=proxy_env(),
-    )
+    proc = start_proxy(["run", "--db", str(db_path), "--", *agent])
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"ready\n"

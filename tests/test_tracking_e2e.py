@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 from . import v2_traffic as v2
-from .conftest import PROXY, TRAFFIC, proxy_env, python_agent, run_proxy
+from .conftest import TRAFFIC, python_agent, run_proxy, start_proxy, watchdog
 from .peers import agent_argv, proxied, run_client, session_of, transcript
 
 SCRIPTED_AGENT = Path(__file__).parent / "scripted_agent.py"
@@ -87,16 +85,11 @@ class ScriptedConversation:
         script = tmp_path / "script.json"
         script.write_text(json.dumps(v2.AGENT_SCRIPT))
         self.db = tmp_path / "rec.db"
-        self.proc = subprocess.Popen(
-            [*PROXY, "run", "--db", str(self.db), *proxy_args, "--", sys.executable, str(SCRIPTED_AGENT), str(script)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=proxy_env(),
+        self.proc = start_proxy(
+            ["run", "--db", str(self.db), *proxy_args, "--", sys.executable, str(SCRIPTED_AGENT), str(script)]
         )
         self.received: list[dict[str, Any]] = []
-        self.watchdog = threading.Timer(60, self.proc.kill)
-        self.watchdog.start()
+        self.watchdog = watchdog(self.proc, 60)
 
     def send(self, frame: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
@@ -221,15 +214,8 @@ def replay_fixture(path: Path, db: Path) -> None:
         "        sys.stdout.write(frame + '\\n')\n"
         "        sys.stdout.flush()\n"
     )
-    proc = subprocess.Popen(
-        [*PROXY, "run", "--db", str(db), "--", *agent],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=proxy_env(),
-    )
-    watchdog = threading.Timer(60, proc.kill)
-    watchdog.start()
+    proc = start_proxy(["run", "--db", str(db), "--", *agent])
+    timer = watchdog(proc, 60)
     try:
         assert proc.stdin is not None and proc.stdout is not None
         for direction, frame in script:
@@ -241,7 +227,7 @@ def replay_fixture(path: Path, db: Path) -> None:
         proc.stdin.close()
         assert proc.wait(timeout=60) == 0
     finally:
-        watchdog.cancel()
+        timer.cancel()
         proc.kill()
         proc.wait()
 
