@@ -807,9 +807,16 @@ def _replay_rows(db: Any, ref_text: str) -> list[dict[str, Any]]:
                    "error and the command exits 1 with a report. Lenient: best effort.")
 @click.option("--match-cwd", is_flag=True,
               help="Compare `cwd` params too (ignored by default, like ids and _meta).")
+@click.option("--client", "as_client", is_flag=True,
+              help="Be the recorded client instead: drive `-- AGENT ARGS...` (run through `acp-proxy run`, "
+                   "recorded in the same database) with the recorded requests and answers.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, help="With --client: give up (exit 1) after this many seconds.")
 @click.argument("ref")
-def replay(db_path: Path | None, timing: str, strict: bool, match_cwd: bool, ref: str) -> None:
-    """Serve the recorded agent of REF as a fake agent on stdio.
+@click.argument("agent", nargs=-1, type=click.UNPROCESSED, metavar="[-- AGENT [ARGS]...]")
+def replay(db_path: Path | None, timing: str, strict: bool, match_cwd: bool, as_client: bool,
+           timeout_s: float, ref: str, agent: tuple[str, ...]) -> None:
+    """Serve the recorded agent of REF as a fake agent on stdio (or, with --client, its client).
 
     Point an editor at `acp-proxy replay REF` instead of the agent: requests get the recorded
     responses (ids remapped), recorded updates and agent requests follow in recorded order,
@@ -821,6 +828,7 @@ def replay(db_path: Path | None, timing: str, strict: bool, match_cwd: bool, ref
         acp-proxy replay last
         acp-proxy replay 3f2a --timing fast --strict
         acp-proxy replay 12 --timing 2x
+        acp-proxy replay 3 --client -- my-agent --flag    # rerun run 3's client; then `diff 3 last`
     """
     import sys
 
@@ -830,14 +838,54 @@ def replay(db_path: Path | None, timing: str, strict: bool, match_cwd: bool, ref
         speed = rp.parse_timing(timing)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--timing") from None
+    if bool(agent) != as_client:
+        raise click.UsageError("--client needs `-- AGENT [ARGS]...`, and an AGENT needs --client")
     db = open_db(db_path)
     rows = _replay_rows(db, ref)
     db.conn.close()
+    if as_client:
+        _replay_client(rows, resolve_db(db_path), list(agent), strict, timeout_s)
+        return
     replayer = rp.Replayer(rows, strict=strict, match_cwd=match_cwd)
     deviations = rp.serve(replayer, sys.stdin.buffer, sys.stdout.buffer, speed)
     if deviations:
         word = "failed" if strict else "finished"
         click.echo(f"acp-proxy: replay {word} with {len(deviations)} deviation(s) from the recording",
+                   err=True)
+        if strict:
+            raise SystemExit(1)
+
+
+def _replay_client(rows: list[dict[str, Any]], db_path: Path, agent: list[str], strict: bool,
+                   timeout_s: float) -> None:
+    """`replay --client`: drive `acp-proxy run --db DB -- AGENT` with the recorded client side."""
+    import subprocess
+    import sys
+
+    from . import replay as rp
+
+    replayer = rp.ClientReplayer(rows, strict=strict)
+    argv = [sys.executable, "-m", "acp_proxy", "run", "--db", str(db_path), "--", *agent]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    deviations = rp.drive(replayer, proc.stdin, proc.stdout, timeout_s)
+    if replayer.fatal is not None:
+        proc.terminate()  # the proxy stops the agent's process group
+    try:
+        status = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        status = proc.wait(timeout=10)
+    proc.stdout.close()
+    if replayer.fatal is not None:
+        click.echo(f"acp-proxy: replay --client failed: {replayer.fatal}", err=True)
+        raise SystemExit(1)
+    if status != 0:
+        deviations.append(f"the agent exited with status {status}")
+        click.echo(f"acp-proxy: replay: the agent exited with status {status}", err=True)
+    if deviations:
+        word = "failed" if strict else "finished"
+        click.echo(f"acp-proxy: replay --client {word} with {len(deviations)} deviation(s) from the recording",
                    err=True)
         if strict:
             raise SystemExit(1)
