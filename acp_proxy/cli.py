@@ -279,7 +279,9 @@ def runs(db_path: Path | None, as_json: bool, as_jsonl: bool, limit: int) -> Non
         run["when"] = views.when(run["started_ns"])
         run["agent_cmd"] = " ".join(json.loads(run["argv"] or "[]"))
         run["peers"] = " ⇄ ".join(
-            filter(None, [_name(run["client_name"], run["client_version"]), _name(run["agent_name"], run["agent_version"])])
+            filter(
+                None, [_name(run["client_name"], run["client_version"]), _name(run["agent_name"], run["agent_version"])]
+            )
         )
         run["took"] = views.duration(run["ended_ns"] - run["started_ns"]) if run["ended_ns"] else "running"
         run["exit"] = views.exit_status(run["exit_code"], run["exit_signal"], run["status"])
@@ -508,18 +510,28 @@ def show(db_path: Path | None, as_raw: bool, turn: int | None, as_json: bool, re
     con = views.console()
     if not resolved.is_session:
         (run,) = queries.rows(db, "select * from runs where id = ?", [resolved.run_id])
-        peers = " ⇄ ".join(filter(None, [_name(run["client_name"], run["client_version"]),
-                                          _name(run["agent_name"], run["agent_version"])]))
+        peers = " ⇄ ".join(
+            filter(
+                None, [_name(run["client_name"], run["client_version"]), _name(run["agent_name"], run["agent_version"])]
+            )
+        )
         exit_text = views.exit_status(run["exit_code"], run["exit_signal"], run["status"])
-        con.print(f"Run {run['id']} · {' '.join(json.loads(run['argv'] or '[]'))}" + (f" · {peers}" if peers else "")
-                  + (f" · protocol {run['protocol_version']}" if run["protocol_version"] else "")
-                  + f" · exit {exit_text}", style="bold", markup=False)
+        con.print(
+            f"Run {run['id']} · {' '.join(json.loads(run['argv'] or '[]'))}"
+            + (f" · {peers}" if peers else "")
+            + (f" · protocol {run['protocol_version']}" if run["protocol_version"] else "")
+            + f" · exit {exit_text}",
+            style="bold",
+            markup=False,
+        )
     if not conversations:
         con.print("no conversation recorded", style="dim")
         return
     for conv in sorted(conversations.values(), key=lambda c: c.timeline[0].seq if c.timeline else 0):
         transcript.render_conversation(con, conv, turn)
-    _show_annotations(con, db, queries.run_ids_of(db, resolved), {f["seq"] for f in found} if resolved.is_session else None)
+    _show_annotations(
+        con, db, queries.run_ids_of(db, resolved), {f["seq"] for f in found} if resolved.is_session else None
+    )
 
 
 def _show_annotations(con: Any, db: Any, run_ids: list[int], seqs: set[int] | None) -> None:
@@ -533,9 +545,7 @@ def _show_annotations(con: Any, db: Any, run_ids: list[int], seqs: set[int] | No
         f"left join frames x on x.run_id = f.run_id and x.seq = f.seq where f.run_id in ({marks}) order by f.run_id, f.seq",
         run_ids,
     )
-    findings = queries.rows(
-        db, f"select * from findings where run_id in ({marks}) order by run_id, seq, id", run_ids
-    )
+    findings = queries.rows(db, f"select * from findings where run_id in ({marks}) order by run_id, seq, id", run_ids)
     if seqs is not None:
         faults = [f for f in faults if f["seq"] in seqs]
         findings = [f for f in findings if f["seq"] in seqs]
@@ -544,7 +554,9 @@ def _show_annotations(con: Any, db: Any, run_ids: list[int], seqs: set[int] | No
         for f in faults:
             what = " ".join(filter(None, [f["dir"], f["kind"], f["method"]]))
             detail = f" ({f['detail']})" if f["detail"] else ""
-            con.print(f"  frame {f['run_id']}:{f['seq']} {what}: {f['action']}{detail} — rule: {f['rule']}", markup=False)
+            con.print(
+                f"  frame {f['run_id']}:{f['seq']} {what}: {f['action']}{detail} — rule: {f['rule']}", markup=False
+            )
     if findings:
         con.print("Findings", style="bold yellow")
         for f in findings:
@@ -660,7 +672,10 @@ def frames(
             cut += f["cut"] or 0
         out.flush()
         if cut:
-            click.echo(f"acp-proxy: {cut} frame(s) were recorded cut (--max-record-bytes); their bytes are incomplete", err=True)
+            click.echo(
+                f"acp-proxy: {cut} frame(s) were recorded cut (--max-record-bytes); their bytes are incomplete",
+                err=True,
+            )
         return
     if as_jsonl:
         views.write_jsonl(exports.frame_object(f) for f in found)
@@ -677,7 +692,9 @@ def frames(
 @click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per frame.")
 @click.option("-c", "--count", type=click.IntRange(min=1), default=None, help="Stop after this many frames.")
 @click.option("--from-start", is_flag=True, help="Begin with frames already recorded, not only new ones.")
-@click.option("--interval", type=click.FloatRange(min=0.01), default=0.2, show_default=True, help="Seconds between polls.")
+@click.option(
+    "--interval", type=click.FloatRange(min=0.01), default=0.2, show_default=True, help="Seconds between polls."
+)
 @click.argument("filter_words", nargs=-1, metavar="[FILTER]...")
 def tail(
     db_path: Path | None,
@@ -710,7 +727,9 @@ def tail(
         while True:
             active = [
                 r[0]
-                for r in db.execute("select id from runs where status = 'running' or id > ?", [max(last_seq, default=0)])
+                for r in db.execute(
+                    "select id from runs where status = 'running' or id > ?", [max(last_seq, default=0)]
+                )
             ]
             for run_id in sorted(set(active) | ({max(last_seq)} if last_seq else set())):
                 sql = f"select * from frames where run_id = ? and seq > ? and ({where}) order by seq limit 5000"
@@ -736,11 +755,21 @@ def tail(
 @cli.command()
 @db_option
 @click.option(
-    "-f", "--format", "fmt", type=click.Choice(["jsonl", "jsons", "inspector"]), default="jsonl", show_default=True,
+    "-f",
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "jsons", "inspector"]),
+    default="jsonl",
+    show_default=True,
     help="jsonl: acp-proxy's own; jsons: the ACP conductor trace viewer; inspector: ACP Inspector traces.",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write here (created 0600) instead of stdout.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write here (created 0600) instead of stdout.",
+)
 @click.argument("ref")
 def export(db_path: Path | None, fmt: str, output: Path | None, ref: str) -> None:
     """Export a run or a session (REF: run id, `last`, or session id / prefix).
@@ -759,8 +788,11 @@ def export(db_path: Path | None, fmt: str, output: Path | None, ref: str) -> Non
     db = open_db(db_path)
     resolved = resolve_ref(db, ref)
     run_ids = queries.run_ids_of(db, resolved)
-    header = {"ref": ref, "resolved": resolved.describe(), "runs": queries.rows(
-        db, f"select * from runs where id in ({','.join('?' * len(run_ids)) or 'null'})", run_ids)}
+    header = {
+        "ref": ref,
+        "resolved": resolved.describe(),
+        "runs": queries.rows(db, f"select * from runs where id in ({','.join('?' * len(run_ids)) or 'null'})", run_ids),
+    }
     found = queries.frames_of(db, resolved, include_stderr=True)
     lines = exports.export_lines(fmt, found, header)
     if output is None:
@@ -800,22 +832,48 @@ def _replay_rows(db: Any, ref_text: str) -> list[dict[str, Any]]:
 
 @cli.command()
 @db_option
-@click.option("--timing", default="original", show_default=True, metavar="original|fast|N.x",
-              help="Recorded pace, none at all, or sped up N times (2x, 0.5x).")
-@click.option("--strict/--lenient", default=False, show_default=True,
-              help="Strict: a request out of the recorded order (or with other params) gets a JSON-RPC "
-                   "error and the command exits 1 with a report. Lenient: best effort.")
-@click.option("--match-cwd", is_flag=True,
-              help="Compare `cwd` params too (ignored by default, like ids and _meta).")
-@click.option("--client", "as_client", is_flag=True,
-              help="Be the recorded client instead: drive `-- AGENT ARGS...` (run through `acp-proxy run`, "
-                   "recorded in the same database) with the recorded requests and answers.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=60.0,
-              show_default=True, help="With --client: give up (exit 1) after this many seconds.")
+@click.option(
+    "--timing",
+    default="original",
+    show_default=True,
+    metavar="original|fast|N.x",
+    help="Recorded pace, none at all, or sped up N times (2x, 0.5x).",
+)
+@click.option(
+    "--strict/--lenient",
+    default=False,
+    show_default=True,
+    help="Strict: a request out of the recorded order (or with other params) gets a JSON-RPC "
+    "error and the command exits 1 with a report. Lenient: best effort.",
+)
+@click.option("--match-cwd", is_flag=True, help="Compare `cwd` params too (ignored by default, like ids and _meta).")
+@click.option(
+    "--client",
+    "as_client",
+    is_flag=True,
+    help="Be the recorded client instead: drive `-- AGENT ARGS...` (run through `acp-proxy run`, "
+    "recorded in the same database) with the recorded requests and answers.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="With --client: give up (exit 1) after this many seconds.",
+)
 @click.argument("ref")
 @click.argument("agent", nargs=-1, type=click.UNPROCESSED, metavar="[-- AGENT [ARGS]...]")
-def replay(db_path: Path | None, timing: str, strict: bool, match_cwd: bool, as_client: bool,
-           timeout_s: float, ref: str, agent: tuple[str, ...]) -> None:
+def replay(
+    db_path: Path | None,
+    timing: str,
+    strict: bool,
+    match_cwd: bool,
+    as_client: bool,
+    timeout_s: float,
+    ref: str,
+    agent: tuple[str, ...],
+) -> None:
     """Serve the recorded agent of REF as a fake agent on stdio (or, with --client, its client).
 
     Point an editor at `acp-proxy replay REF` instead of the agent: requests get the recorded
@@ -850,14 +908,12 @@ def replay(db_path: Path | None, timing: str, strict: bool, match_cwd: bool, as_
     deviations = rp.serve(replayer, sys.stdin.buffer, sys.stdout.buffer, speed)
     if deviations:
         word = "failed" if strict else "finished"
-        click.echo(f"acp-proxy: replay {word} with {len(deviations)} deviation(s) from the recording",
-                   err=True)
+        click.echo(f"acp-proxy: replay {word} with {len(deviations)} deviation(s) from the recording", err=True)
         if strict:
             raise SystemExit(1)
 
 
-def _replay_client(rows: list[dict[str, Any]], db_path: Path, agent: list[str], strict: bool,
-                   timeout_s: float) -> None:
+def _replay_client(rows: list[dict[str, Any]], db_path: Path, agent: list[str], strict: bool, timeout_s: float) -> None:
     """`replay --client`: drive `acp-proxy run --db DB -- AGENT` with the recorded client side."""
     import subprocess
     import sys
@@ -885,8 +941,9 @@ def _replay_client(rows: list[dict[str, Any]], db_path: Path, agent: list[str], 
         click.echo(f"acp-proxy: replay: the agent exited with status {status}", err=True)
     if deviations:
         word = "failed" if strict else "finished"
-        click.echo(f"acp-proxy: replay --client {word} with {len(deviations)} deviation(s) from the recording",
-                   err=True)
+        click.echo(
+            f"acp-proxy: replay --client {word} with {len(deviations)} deviation(s) from the recording", err=True
+        )
         if strict:
             raise SystemExit(1)
 
@@ -1058,15 +1115,20 @@ def diff_command(db_path: Path | None, as_json: bool, left: str, right: str) -> 
     diffs = df.diff_conversations(left_convs, right_convs)
     differ = df.any_difference(diffs)
     if as_json:
-        views.write_json({"left": left_name, "right": right_name, "differ": differ,
-                          "turns": [d.as_json() for d in diffs]})
+        views.write_json(
+            {"left": left_name, "right": right_name, "differ": differ, "turns": [d.as_json() for d in diffs]}
+        )
     else:
         con = views.console()
         terminal = views.is_terminal(con)
         for d in diffs:
             mark = "differs: " + ", ".join(d.differs) if d.differs else "same"
-            table = Table(title=f"session {d.session} · turn {d.turn} · {mark}", title_justify="left",
-                          box=None if not terminal else box.SIMPLE_HEAD, show_lines=False)
+            table = Table(
+                title=f"session {d.session} · turn {d.turn} · {mark}",
+                title_justify="left",
+                box=None if not terminal else box.SIMPLE_HEAD,
+                show_lines=False,
+            )
             table.add_column("")
             table.add_column(left_name)
             table.add_column(right_name)
@@ -1079,8 +1141,12 @@ def diff_command(db_path: Path | None, as_json: bool, left: str, right: str) -> 
         if not diffs:
             con.print("no prompt turns on either side", style="dim")
         summary = sum(1 for d in diffs if d.differs)
-        click.echo(f"acp-proxy: {summary} of {len(diffs)} turn(s) differ" if differ
-                   else f"acp-proxy: no difference in {len(diffs)} turn(s)", err=True)
+        click.echo(
+            f"acp-proxy: {summary} of {len(diffs)} turn(s) differ"
+            if differ
+            else f"acp-proxy: no difference in {len(diffs)} turn(s)",
+            err=True,
+        )
     if differ:
         raise SystemExit(1)
 
