@@ -542,7 +542,8 @@ def _show_annotations(con: Any, db: Any, run_ids: list[int], seqs: set[int] | No
     faults = queries.rows(
         db,
         f"select f.run_id, f.seq, f.action, f.detail, f.rule, x.dir, x.kind, x.method from faults f "
-        f"left join frames x on x.run_id = f.run_id and x.seq = f.seq where f.run_id in ({marks}) order by f.run_id, f.seq",
+        f"left join frames x on x.run_id = f.run_id and x.seq = f.seq "
+        f"where f.run_id in ({marks}) order by f.run_id, f.seq",
         run_ids,
     )
     findings = queries.rows(db, f"select * from findings where run_id in ({marks}) order by run_id, seq, id", run_ids)
