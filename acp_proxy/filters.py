@@ -37,7 +37,7 @@ An empty filter selects every frame.
 Terms
     FIELD:VALUE        the field has this value (FIELD=VALUE is the same)
     FIELD              the field has a value at all: method, id, session, update, item,
-                       error, fault, unknown, latency, note
+                       error, fault, finding, unknown, latency, note
     FIELD>N  FIELD>=N  FIELD<N  FIELD<=N
                        compare a number: seq, run, size, latency, error
     FIELD:A..B         a range, both ends included; leave one out for an open range:
@@ -57,8 +57,9 @@ Values
     "..." a backslash makes the next character plain (\\" and \\\\); inside '...' nothing is
     special, which suits JSON: text:'"stopReason":"cancelled"'. In a shell, put the whole
     filter in single quotes when it has quotes or parentheses of its own.
-    In an unquoted value of dir, kind, method, update, item, session or unknown, a * stands for
-    any run of characters: method:session/* is every session/... method. Quoted, * is a star.
+    In an unquoted value of dir, kind, method, update, item, session, unknown or finding, a *
+    stands for any run of characters: method:session/* is every session/... method. Quoted, *
+    is a star.
     Field names are case-insensitive; values are case-sensitive (text, note and error
     messages: see text).
 
@@ -86,6 +87,12 @@ Fields
                    contains T, case as for text
     fault          a fault was applied to the frame
     fault:ACTION   that fault was applied: fault:drop, fault:delay, fault:corrupt, ...
+    finding        a conformance check found something on the frame (acp-proxy check --save,
+                   or acp-proxy run --check)
+    finding:RULE   a finding of that rule: finding:jsonrpc/not-json, finding:schema/*
+    finding:SEV    a finding of that severity: error, warning or info (rule ids always hold
+                   a /, severities never do). Fault selectors see no findings: a frame is
+                   checked after the relay has passed it on
     unknown        the method or update variant is not in the ACP schema
     unknown:U      extension (a name starting with _) or future (not in the schema)
     latency        on a response, the time since its request: latency>500ms,
@@ -134,6 +141,7 @@ __all__ = [
     "FLAGS",
     "HELP",
     "KINDS",
+    "SEVERITIES",
     "UNKNOWN_VALUES",
     "Expr",
     "FilterError",
@@ -148,6 +156,7 @@ DIRECTIONS = ("c2a", "a2c", "stderr", "proxy")
 DIRECTION_ALIASES = {"client": "c2a", "agent": "a2c"}
 KINDS = ("request", "notification", "response", "error", "batch", "invalid", "stderr")
 UNKNOWN_VALUES = ("extension", "future")
+SEVERITIES = ("error", "warning", "info")  # as checks.Severity; rule ids always hold a /
 _RARE_KINDS = ("error", "invalid", "batch")  # as in store's idx_frames_rare
 _RARE_KINDS_SQL = "(" + ", ".join(f"'{kind}'" for kind in _RARE_KINDS) + ")"
 
@@ -566,6 +575,76 @@ class LastRun(Term):
         return "run_id = (SELECT max(id) FROM runs)", []
 
 
+class HasFinding(Expr):
+    """The frame has a conformance finding (``finding``), of a rule (``finding:RULE``, a pattern
+    with ``*``) or of a severity (``finding:error``).
+
+    Findings live in their own table, so in SQL this is an ``EXISTS`` over ``findings`` on the
+    frame's (run_id, seq), which its index serves; negated, ``NOT EXISTS``, which SQL's NULLs
+    cannot disturb. A live record carries them, when it has any, as ``findings``: a list of
+    (rule_id, severity) pairs; a record without it has none, so both backends agree.
+    """
+
+    __slots__ = ("mode", "regex", "value")
+
+    def __init__(self, mode: str, value: str | None = None) -> None:
+        super().__init__()
+        self.mode = mode  # any | rule | glob | severity
+        self.value = value
+        self.regex: re.Pattern[str] | None = None
+        if mode == "glob":
+            assert value is not None
+            # As Glob: SQLite's GLOB stops reading at a NUL, so the pattern and values do too.
+            parts = value.split("\0", 1)[0].split("*")
+            self.regex = re.compile(".*".join(map(re.escape, parts)), re.DOTALL)
+        elif mode == "severity":
+            # Spelled into the SQL (Rule 2): only this module's closed list may get here.
+            assert value in SEVERITIES, value
+
+    def _hit(self, rule: Any, severity: Any) -> bool:
+        if self.mode == "any":
+            return True
+        if self.mode == "severity":
+            return severity == self.value
+        if not isinstance(rule, str):
+            return False
+        if self.regex is not None:
+            return self.regex.fullmatch(rule.split("\0", 1)[0]) is not None
+        return rule == self.value
+
+    def matches(self, record: Any) -> bool:
+        found = record.get("findings") if isinstance(record, dict) else getattr(record, "findings", None)
+        return any(self._hit(rule, severity) for rule, severity in found or ())
+
+    def _sql(self, negate: bool) -> tuple[str, list[Any]]:
+        # frames is named in full: unqualified, run_id and seq would be the findings' own.
+        where = "findings.run_id = frames.run_id AND findings.seq = frames.seq"
+        params: list[Any] = []
+        if self.mode == "rule":
+            where += " AND findings.rule = ?"
+            params.append(self.value)
+        elif self.mode == "glob":
+            assert self.value is not None
+            where += " AND findings.rule GLOB ?"
+            params.append("*".join(map(_glob_escape, self.value.split("\0", 1)[0].split("*"))))
+        elif self.mode == "severity":
+            where += f" AND findings.severity = '{self.value}'"
+        return f"{'NOT ' if negate else ''}EXISTS (SELECT 1 FROM findings WHERE {where})", params
+
+    def _text(self) -> str:
+        if self.mode == "any":
+            return "finding"
+        if self.mode == "glob":
+            return f"finding:{self.value}"
+        return f"finding:{_quote_if_needed(str(self.value))}"
+
+
+def _quote_if_needed(value: str) -> str:
+    if value and not re.search(r"[\s()\"'*]", value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 # -- lexer -----------------------------------------------------------------------------------
 
 
@@ -826,6 +905,7 @@ _EXAMPLES = {
     "text": 'text:"permission denied"',
     "note": "note:stripped",
     "fault": "fault:drop",
+    "finding": "finding:schema/*",
     "unknown": "unknown:extension",
     "latency": "latency>500ms",
     "size": "size>=1KiB",
@@ -944,6 +1024,25 @@ def _fault_field(tok: _Token, ctx: _Context) -> Expr:
     if tok.op is None:
         return Present("fault")
     return Listed("fault", _needs_value(tok))
+
+
+def _finding_field(tok: _Token, ctx: _Context) -> Expr:
+    _no_compare(tok)
+    if tok.op is None:
+        return HasFinding("any")
+    value = _needs_value(tok)
+    if not tok.quoted and "*" in value:
+        return HasFinding("glob", value)
+    if value in SEVERITIES:  # quoted or not: a severity is no pattern that quotes could change
+        return HasFinding("severity", value)
+    if "/" not in value:
+        # Neither a rule id (they all hold a /) nor a severity: say so rather than select nothing.
+        raise FilterError(
+            f"finding takes a rule id (finding:jsonrpc/not-json), a pattern (finding:schema/*) or a "
+            f"severity ({', '.join(SEVERITIES)}), not {value!r}{_suggest(value, SEVERITIES)}",
+            tok.value_pos,
+        )
+    return HasFinding("rule", value)
 
 
 def _error_field(tok: _Token, ctx: _Context) -> Expr:
@@ -1159,6 +1258,7 @@ FIELDS: dict[str, Callable[[_Token, _Context], Expr]] = {
     "text": _text_field,
     "note": _note_field,
     "fault": _fault_field,
+    "finding": _finding_field,
     "unknown": _string_field("unknown", choices=UNKNOWN_VALUES),
     "latency": _numeric_field("latency_ns", _latency, present=True),
     "size": _numeric_field("size", _size, present=False),

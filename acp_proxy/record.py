@@ -21,7 +21,9 @@ _NONES = (None,) * len(COLUMNS)
 
 
 class FrameRecord:
-    __slots__ = (*COLUMNS, "frame", "line")
+    # ``findings``: optional (rule_id, severity) pairs a check found on this frame, for the
+    # filter's ``finding`` term; left unset (no findings) unless someone checked the frame.
+    __slots__ = (*COLUMNS, "findings", "frame", "line")
 
     def __init__(self, run_id: int, seq: int, ts_ns: int, direction: str, line: bytes, frame: Frame | None) -> None:
         self.run_id = run_id

@@ -448,3 +448,70 @@ def test_seed_document_v2_traffic_has_only_its_deliberate_findings() -> None:
     found = {f.rule_id for f in findings(trace)}
     # The script plants one non-underscore future variant ("future_thing"): a warning, by design.
     assert found == {"ext/update-name"}
+
+
+# -- discriminated unions: validated by dispatch on their tag, with the same verdicts ---------------
+
+_CONTENTS: list[Any] = [
+    {"type": "text", "text": "hi"},
+    {"type": "text"},  # no text
+    {"type": "text", "text": 3},
+    {"type": "image", "data": "AA==", "mimeType": "image/png"},
+    {"type": "image", "text": "hi"},
+    {"type": "resource_link", "name": "a", "uri": "file:///a"},
+    {"type": "resource", "resource": {"uri": "file:///a", "text": "x"}},
+    {"type": "resource", "resource": {"uri": "file:///a"}},
+    {"type": "video"},
+    {"type": 1, "text": "hi"},
+    {"type": ["text"], "text": "hi"},
+    {"text": "hi"},
+    {},
+    "text",
+    None,
+    [{"type": "text", "text": "hi"}],
+]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_dispatch_on_the_tag_gives_the_verdicts_of_the_plain_union(version: int) -> None:
+    from acp_proxy import checks
+
+    fast = checks.SchemaSet(version, unstable=True)
+    plain = checks.SchemaSet(version, unstable=True)
+    plain._dispatch_ok = False  # unions validated as written: every member
+    # The content block union really is dispatched (else this test would prove nothing).
+    assert checks._DISPATCH in json.dumps(fast.validator(fast.variants["agent_message_chunk"]).schema)
+    assert checks._DISPATCH not in json.dumps(plain.validator(plain.variants["agent_message_chunk"]).schema)
+    updates: list[tuple[str, Any]] = [
+        (variant, {"sessionUpdate": variant, "content": content, "messageId": "m1"})
+        for variant in ("agent_message_chunk", "user_message_chunk")
+        for content in _CONTENTS
+    ]
+    updates += [
+        (
+            "tool_call",
+            {"sessionUpdate": "tool_call", "toolCallId": "c", "title": "t", "content": [{"type": kind, **extra}]},
+        )
+        for kind, extra in (
+            ("content", {"content": {"type": "text", "text": "x"}}),
+            ("content", {"content": {"type": "text"}}),
+            ("diff", {"path": "/a", "newText": "x"}),
+            ("diff", {"path": "/a"}),
+            ("terminal", {"terminalId": "t"}),
+            ("nope", {}),
+        )
+    ]
+    assert len(updates) > 30
+    for variant, update in updates:
+        name = fast.variants.get(variant)
+        if name is None:
+            continue
+        verdict = fast.first_error(name, update) is None
+        assert verdict == (plain.first_error(name, update) is None), (variant, update)
+    # The verdicts are not all the same, and a bad block names where it went wrong.
+    error = fast.first_error(
+        fast.variants["agent_message_chunk"],
+        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}, "messageId": "m"},
+    )
+    assert error is not None and error.startswith("$.content") and "text" in error
+    assert fast.first_error(fast.variants["agent_message_chunk"], updates[0][1]) is None

@@ -34,6 +34,8 @@ def frame(seq: int = 1, **fields: Any) -> FrameRecord:
     else:
         rec.raw, rec.line = raw, raw.encode()
     rec.size = len(rec.line)
+    if "findings" in fields:
+        rec.findings = fields.pop("findings")
     for name, value in fields.items():
         assert name in store.FRAME_COLUMNS, name
         setattr(rec, name, value)
@@ -45,10 +47,13 @@ def new_db(runs: Iterable[int] = (1, 2, 3)) -> sqlite_utils.Database:
     db["frames"].create(store.FRAME_COLUMNS, pk=("run_id", "seq"), not_null={"run_id", "seq", "ts_ns", "dir"})
     db["runs"].create(store.RUN_COLUMNS, pk="id")
     db["runs"].insert_all([{"id": r, "started_ns": 0, "status": "ended"} for r in runs])
+    db.execute("create table findings (id integer primary key, run_id int, seq int, rule text, severity text)")
+    db.execute("create index findings_frame on findings (run_id, seq)")
     return db
 
 
 def insert(db: sqlite_utils.Database, frames: Iterable[FrameRecord]) -> None:
+    frames = list(frames)
     rows = [f.as_dict() for f in frames]
     if rows:
         cols = list(store.FRAME_COLUMNS)
@@ -56,6 +61,10 @@ def insert(db: sqlite_utils.Database, frames: Iterable[FrameRecord]) -> None:
             f"insert into frames ({', '.join(cols)}) values ({', '.join('?' * len(cols))})",
             [[row[c] for c in cols] for row in rows],
         )
+    db.conn.executemany(
+        "insert into findings (run_id, seq, rule, severity) values (?, ?, ?, ?)",
+        [(f.run_id, f.seq, rule, sev) for f in frames for rule, sev in getattr(f, "findings", None) or ()],
+    )
 
 
 def sql_select(db: sqlite_utils.Database, expr: filters.Expr) -> set[tuple[int, int]]:
@@ -279,6 +288,46 @@ def test_note_and_fault() -> None:
     assert select("fault:drop", *frames) == {2, 3}
     assert select("fault:delay", *frames) == {3}
     assert select("-fault:drop", *frames) == {1, 4, 5}
+
+
+def test_finding_any_rule_pattern_and_severity() -> None:
+    frames = [
+        frame(1, findings=[("jsonrpc/not-json", "error")]),
+        frame(2, findings=[("schema/update", "error"), ("turn/unfinished", "warning")]),
+        frame(3, findings=[("jsonrpc/unanswered", "warning")]),
+        frame(4, findings=[]),
+        frame(5),  # no findings attribute at all: a live record nobody checked
+    ]
+    assert select("finding", *frames) == {1, 2, 3}
+    assert select("-finding", *frames) == {4, 5}
+    assert select("finding:jsonrpc/not-json", *frames) == {1}
+    assert select("finding:jsonrpc/*", *frames) == {1, 3}
+    assert select("finding:*/un*", *frames) == {2, 3}
+    assert select('finding:"jsonrpc/*"', *frames) == set()  # quoted: a star is a star
+    assert select("finding:error", *frames) == {1, 2}
+    assert select('finding:"warning"', *frames) == {2, 3}
+    assert select("-finding:error", *frames) == {3, 4, 5}
+    assert select("finding:info", *frames) == set()
+    # Both on one frame means one finding each, not one finding of both.
+    assert select("finding:schema/* finding:warning", *frames) == {2}
+    # A plain dict record carries its findings under the same key.
+    assert parse("finding:error").matches({"findings": [("a/b", "error")]})
+    assert not parse("finding").matches({})
+
+
+def test_finding_values_that_are_neither_rule_nor_severity() -> None:
+    assert "rule id" in error_of("finding:errors").message and error_of("finding:errors").column == 8
+    assert "did you mean error" in error_of("finding:eror").message
+    assert error_of("finding>1").message.startswith("finding is not a number")
+
+
+def test_finding_uses_the_findings_index() -> None:
+    db = sqlite_utils.Database(memory=True)
+    store.migrate(db)
+    for text in ("finding", "-finding:schema/*", "finding:error"):
+        where, params = parse(text).to_sql()
+        plan = " ".join(r[-1] for r in db.execute(f"explain query plan select * from frames where {where}", params))
+        assert "SEARCH findings USING" in plan and "(run_id=? AND seq=?)" in plan, (text, plan)
 
 
 def test_flags() -> None:
@@ -624,6 +673,9 @@ NOTES = ["stripped: replayed notice", "held", "Withheld"]
 WORDS = ["prompt", "Prompt", "denied", "DENIED", '"id":1', "é", "É", "'", '"', "\\", "\x00", " ", "x"]
 
 
+FINDING_RULES = ["jsonrpc/not-json", "jsonrpc/unknown-id", "schema/update", "schema/params", "x\x00y/z"]
+
+
 def maybe(values: Iterable[Any]) -> st.SearchStrategy[Any]:
     return st.sampled_from([None, *values])
 
@@ -657,6 +709,8 @@ FRAME_FIELDS = st.fixed_dictionaries(
         "note": maybe(NOTES),
         "fault": maybe(FAULTS),
         "size": maybe([999, 1000, 1024, 1025]),
+        "findings": maybe([[], *([(r, v)] for r in FINDING_RULES for v in filters.SEVERITIES)])
+        | st.lists(st.tuples(st.sampled_from(FINDING_RULES), st.sampled_from(filters.SEVERITIES)), max_size=3),
     }
 )
 
@@ -702,6 +756,8 @@ FIXED_TERMS = [
     "seq:3", "seq:3..9", "seq:10..", "seq:..4", "seq>20", "seq<=1",
     "since:10m", "until:10m", "since:2h", "until:1h30m", "since:2025-05-01T11:46:40Z",
     "until:2025-05-01T11:46:40Z", "since:2025-05-01T11:46:39.999999Z", "until:2025-05-01", "since:2025-05-02",
+    "finding", "finding:error", "finding:warning", "finding:info", "finding:jsonrpc/not-json",
+    "finding:schema/*", "finding:*/*date", 'finding:"schema/*"', "finding:x*", "finding:*/z",
     "text:prompt", "text:Prompt", "text:denied", 'text:"\\""', "text:'\\'", 'text:"é"', 'text:"É"',
 ]
 # fmt: on
@@ -750,6 +806,7 @@ def test_both_backends_select_the_same_frames(
 ) -> None:
     db = SHARED_DB
     db.execute("delete from frames")
+    db.execute("delete from findings")
     insert(db, frames)
     for text in texts:
         expr = parse(text, now_ns=NOW, last_run=last_run)
