@@ -964,7 +964,9 @@ _PROGRESS_MIN_FRAMES = 20_000  # below this a check takes well under a second: n
 )
 @click.argument("ref")
 def check(db_path: Path | None, as_json: bool, no_schema: bool, stable: bool, save: bool, ref: str) -> None:
-    """Check a run or session against the ACP spec: schema and lifecycle rules. Exits 1 on errors.
+    """Check a run or session (or `all` runs) against the ACP spec: schema and lifecycle rules.
+
+    Exits 1 on errors.
 
     Each finding names its rule, severity (error / warning / info), the frame (run, seq) and the
     spec section it comes from. Frames/s goes to stderr; a progress bar shows on a terminal.
@@ -980,10 +982,16 @@ def check(db_path: Path | None, as_json: bool, no_schema: bool, stable: bool, sa
     from . import checks, queries, views
 
     db = open_db(db_path)
-    resolved = resolve_ref(db, ref)
-    run_ids = queries.run_ids_of(db, resolved)
+    if ref == "all":
+        resolved = None
+        label = "every run"
+        run_ids = [row[0] for row in db.execute("select id from runs order by id")]
+    else:
+        resolved = resolve_ref(db, ref)
+        label = resolved.describe()
+        run_ids = queries.run_ids_of(db, resolved)
     if not run_ids:
-        raise click.ClickException(f"{resolved.describe()} has no recorded run")
+        raise click.ClickException(f"{label} has no recorded run")
     marks = ",".join("?" * len(run_ids))
     run_rows = queries.rows(db, f"select id, protocol_version, status from runs where id in ({marks})", run_ids)
     versions = {r["id"]: r["protocol_version"] for r in run_rows}
@@ -994,7 +1002,7 @@ def check(db_path: Path | None, as_json: bool, no_schema: bool, stable: bool, sa
     # A session is checked in the context of its whole runs (initialize, capabilities and pairing
     # live outside the session's own frames); only findings on the session's frames are kept.
     keep: set[tuple[int, int]] | None = None
-    if resolved.is_session:
+    if resolved is not None and resolved.is_session:
         keep = {(f["run_id"], f["seq"]) for f in queries.frames_of(db, resolved)}
     frames = queries.iter_rows(
         db,
@@ -1041,7 +1049,7 @@ def check(db_path: Path | None, as_json: bool, no_schema: bool, stable: bool, sa
     if as_json:
         views.write_json(found)
     elif not found:
-        click.echo(f"no findings for {resolved.describe()}")
+        click.echo(f"no findings for {label}")
     else:
         views.table(
             con,
@@ -1054,7 +1062,7 @@ def check(db_path: Path | None, as_json: bool, no_schema: bool, stable: bool, sa
                 ("spec", "spec"),
             ],
             found,
-            title=f"findings for {resolved.describe()}",
+            title=f"findings for {label}",
         )
     rate = f"{total / took:,.0f} frames/s" if took > 0 else "instant"
     click.echo(

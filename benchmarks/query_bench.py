@@ -201,10 +201,11 @@ def main() -> None:
         ("frames method:session/prompt kind:request", ["frames", "method:session/prompt", "kind:request"]),
         (f"frames run:{stats['r'] // 2} update:tool_call", ["frames", f"run:{stats['r'] // 2}", "update:tool_call"]),
         ("stats last", ["stats", "last"]),
-        # One run (~10,000 frames) of the big database, schema and lifecycle rules; the rate is
-        # the command's own frames/s (start-up excluded). Not held to the 1 s target of queries.
+        # One run (~10,000 frames), then the whole database, schema and lifecycle rules; the rate
+        # is the command's own frames/s (start-up excluded). Not held to the 1 s target of queries.
         ("check last (one run, schema + lifecycle)", ["check", "last"]),
         ("check last --no-schema (lifecycle only)", ["check", "last", "--no-schema"]),
+        ("check all (every frame, schema + lifecycle)", ["check", "all"]),
         ("acp-proxy --help (start-up alone)", ["--help"]),
     ]
     print(f"\n{stats['n']:,} frames in {stats['r']} runs\n")

@@ -35,7 +35,7 @@ def invoke(*args: str) -> click.testing.Result:
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-@pytest.mark.parametrize("ref", ["1", "last"])
+@pytest.mark.parametrize("ref", ["1", "last", "all"])
 def test_sdk_pair_is_clean(sdk_recording: tuple[Path, str], ref: str) -> None:
     db, _ = sdk_recording
     result = invoke("check", ref, "--db", str(db), "--json")
