@@ -181,20 +181,6 @@ _DEFAULT_ERROR_CODE = -32603
 _DEFAULT_SPLIT_PAUSE_NS = 10_000_000
 _SUB = 0x1A  # ASCII "substitute": made to stand in for a character received in error
 # Durations are spelt as in the filter language (latency>1.5s): the same units, combinable.
-_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
-_UNITS_NS = {
-    "ns": 1,
-    "us": 10**3,
-    "µs": 10**3,
-    "μs": 10**3,
-    "ms": 10**6,
-    "s": 10**9,
-    "m": 60 * 10**9,
-    "h": 3600 * 10**9,
-    "d": 86400 * 10**9,
-}
-_DURATION_PART = re.compile(rf"({_NUMBER})(ns|us|µs|μs|ms|s|m|h|d)")
-_DURATION = re.compile(rf"(?:{_NUMBER}(?:ns|us|µs|μs|ms|s|m|h|d))+")
 _FRAMES = re.compile(r"(\d+) ?frames?")
 _OPTION_WORD = re.compile(r"([a-z_]+)=")
 _SESSION_PLACEHOLDER = "${sessionId}"
@@ -546,11 +532,12 @@ def parse_duration(text: str, *, bare_ms: bool = False) -> int:
     Raises ValueError.
     """
     text = text.strip()
-    if bare_ms and re.fullmatch(_NUMBER, text):
+    if bare_ms and re.fullmatch(filters.NUMBER, text):
         return round(Fraction(text) * 10**6)
-    if not _DURATION.fullmatch(text):
+    value = filters.duration_ns(text)  # the filter language's durations: one spelling everywhere
+    if value is None:
         raise ValueError(f"bad duration {text!r} (examples: 300ms, 1.5s, 1m30s; units ns us ms s m h d)")
-    return round(sum(Fraction(m.group(1)) * _UNITS_NS[m.group(2)] for m in _DURATION_PART.finditer(text)))
+    return round(value)
 
 
 def _duration(text: str, pos: int = 0, *, bare_ms: bool = True) -> int:

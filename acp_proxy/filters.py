@@ -1093,6 +1093,17 @@ def _integer(text: str) -> Fraction:
     return Fraction(int(text))
 
 
+def duration_ns(text: str) -> Fraction | None:
+    """``300ms``, ``1.5s``, ``1m30s`` -> nanoseconds; None when the text is not a duration.
+
+    Public: fault rules (``faults.py``) spell durations the same way.
+    """
+    return _duration_ns(text)
+
+
+NUMBER = _NUMBER
+
+
 def _duration_ns(text: str) -> Fraction | None:
     if not _DURATION.fullmatch(text):
         return None
