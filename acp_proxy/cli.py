@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from . import __version__, relay
+from . import __version__
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_FACTORS = {
@@ -180,6 +180,8 @@ def run(
     messages go to stderr prefixed `acp-proxy:`; stdout carries only the agent's bytes.
     """
     plan = build_fault_plan(fault_rules, faults_file, seed)
+    from . import relay  # imported here: query commands need neither trio nor processes
+
     options = relay.RunOptions(
         argv=list(agent),
         db_path=None if no_record else resolve_db(db_path),
@@ -219,7 +221,9 @@ def build_fault_plan(rules: tuple[str, ...], path: Path | None, seed: int | None
         where = f"{exc.where}: " if exc.where else ""
         at = f" at column {exc.column + 1}" if exc.column is not None else ""
         rule = f" in {exc.rule!r}" if exc.rule is not None else ""
-        relay.say(f"bad fault rule: {where}{exc.message}{at}{rule}")
+        from .relay import say
+
+        say(f"bad fault rule: {where}{exc.message}{at}{rule}")
         raise SystemExit(2) from None
     return plan if plan else None
 

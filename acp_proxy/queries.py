@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import sqlite_utils
+from .store import ReadDb
 
 
 class RefError(Exception):
@@ -37,7 +37,7 @@ class Ref:
         return f"session {self.session_id}" if self.is_session else f"run {self.run_id}"
 
 
-def resolve(db: sqlite_utils.Database, text: str) -> Ref:
+def resolve(db: ReadDb, text: str) -> Ref:
     text = text.strip()
     if not text:
         raise RefError("empty reference: use a run id, 'last', or a session id (or a unique prefix)")
@@ -72,20 +72,20 @@ def _like_prefix(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def rows(db: sqlite_utils.Database, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+def rows(db: ReadDb, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list[dict[str, Any]]:
     cursor = db.execute(sql, list(params))
     names = [d[0] for d in cursor.description]
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def iter_rows(db: sqlite_utils.Database, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> Iterator[dict]:
+def iter_rows(db: ReadDb, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> Iterator[dict]:
     cursor = db.execute(sql, list(params))
     names = [d[0] for d in cursor.description]
     for row in cursor:
         yield dict(zip(names, row, strict=True))
 
 
-def runs(db: sqlite_utils.Database, limit: int | None = 20) -> list[dict[str, Any]]:
+def runs(db: ReadDb, limit: int | None = 20) -> list[dict[str, Any]]:
     sql = """
         select r.*, (select count(*) from faults f where f.run_id = r.id) as faults_applied,
                (select count(*) from findings x where x.run_id = r.id) as findings
@@ -97,7 +97,7 @@ def runs(db: sqlite_utils.Database, limit: int | None = 20) -> list[dict[str, An
     return rows(db, sql)
 
 
-def sessions(db: sqlite_utils.Database, limit: int | None = 50) -> list[dict[str, Any]]:
+def sessions(db: ReadDb, limit: int | None = 50) -> list[dict[str, Any]]:
     sql = """
         select s.id as row_id, s.session_id, s.title, s.cwd, s.created_by, s.first_seen_ns, s.last_seen_ns,
                (select group_concat(run_id, ',') from
@@ -111,7 +111,7 @@ def sessions(db: sqlite_utils.Database, limit: int | None = 50) -> list[dict[str
     return rows(db, sql)
 
 
-def run_ids_of(db: sqlite_utils.Database, ref: Ref) -> list[int]:
+def run_ids_of(db: ReadDb, ref: Ref) -> list[int]:
     if not ref.is_session:
         assert ref.run_id is not None
         return [ref.run_id]
@@ -131,7 +131,7 @@ def run_ids_of(db: sqlite_utils.Database, ref: Ref) -> list[int]:
     return found
 
 
-def frames_of(db: sqlite_utils.Database, ref: Ref, include_stderr: bool = False) -> list[dict[str, Any]]:
+def frames_of(db: ReadDb, ref: Ref, include_stderr: bool = False) -> list[dict[str, Any]]:
     """Every frame of a run, or every frame that concerns a session (responses included)."""
     stderr = "" if include_stderr else "and f.dir != 'stderr'"
     if not ref.is_session:
@@ -158,7 +158,7 @@ def percentile(sorted_values: list[float], fraction: float) -> float | None:
     return sorted_values[rank - 1]
 
 
-def latency_stats(db: sqlite_utils.Database, run_ids: list[int] | None) -> list[dict[str, Any]]:
+def latency_stats(db: ReadDb, run_ids: list[int] | None) -> list[dict[str, Any]]:
     """Per method and direction: count, errors, p50/p95/p99/max latency in milliseconds."""
     where, params = _runs_clause(run_ids, "run_id")
     by_method: dict[tuple[str, str], list[float]] = {}
@@ -191,7 +191,7 @@ def latency_stats(db: sqlite_utils.Database, run_ids: list[int] | None) -> list[
     return out
 
 
-def turn_stats(db: sqlite_utils.Database, run_ids: list[int] | None, session_id: str | None) -> list[dict]:
+def turn_stats(db: ReadDb, run_ids: list[int] | None, session_id: str | None) -> list[dict]:
     where, params = _runs_clause(run_ids, "run_id")
     if session_id is not None:
         where += " and session_id = ?"
@@ -199,12 +199,12 @@ def turn_stats(db: sqlite_utils.Database, run_ids: list[int] | None, session_id:
     return rows(db, f"select * from turn_metrics where 1 = 1 {where} order by run_id, turn_index", params)
 
 
-def unanswered(db: sqlite_utils.Database, run_ids: list[int] | None) -> list[dict[str, Any]]:
+def unanswered(db: ReadDb, run_ids: list[int] | None) -> list[dict[str, Any]]:
     where, params = _runs_clause(run_ids, "run_id")
     return rows(db, f"select * from unanswered where 1 = 1 {where} order by run_id, seq", params)
 
 
-def errors(db: sqlite_utils.Database, run_ids: list[int] | None) -> list[dict[str, Any]]:
+def errors(db: ReadDb, run_ids: list[int] | None) -> list[dict[str, Any]]:
     where, params = _runs_clause(run_ids, "run_id")
     sql = f"""
         select run_id, seq, dir, method, rpc_id, error_code, error_message from frames

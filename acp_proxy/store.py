@@ -14,10 +14,12 @@ import os
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from .locations import default_db_path
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 __all__ = ["default_db_path"]
 
@@ -112,6 +114,8 @@ def open_for_writing(path: Path, limit_bytes: int | None = None) -> sqlite_utils
         os.close(fd)
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA busy_timeout = 10000")
+        import sqlite_utils  # only writers need it (~0.2 s to import): query commands start faster
+
         db = sqlite_utils.Database(conn)
         _set_pragmas(db)
         migrate(db)
@@ -130,7 +134,17 @@ def open_for_writing(path: Path, limit_bytes: int | None = None) -> sqlite_utils
     return db
 
 
-def open_for_reading(path: Path) -> sqlite_utils.Database:
+class ReadDb:
+    """A read-only connection with the one method the query side uses (``execute``)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        return self.conn.execute(sql, params)
+
+
+def open_for_reading(path: Path) -> ReadDb:
     """Open an existing database; never creates one (a typo must not yield an empty answer)."""
     if not path.exists():
         raise StoreError(f"no database at {path} (record one with: acp-proxy run -- AGENT)")
@@ -144,7 +158,7 @@ def open_for_reading(path: Path) -> sqlite_utils.Database:
         raise StoreError(f"{path} was written by a newer acp-proxy (schema {version} > {SCHEMA_VERSION})")
     if version == 0:
         raise StoreError(f"{path} is not an acp-proxy database")
-    return sqlite_utils.Database(conn)
+    return ReadDb(conn)
 
 
 def _reason(exc: BaseException) -> str:
