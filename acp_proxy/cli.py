@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -667,7 +668,7 @@ def frames(
         sql += f" limit {int(limit)}"
     found = queries.iter_rows(db, sql, params)
     if as_raw:
-        out = click.get_binary_stream("stdout")
+        out = sys.stdout.buffer
         cut = 0
         for f in found:
             if f["batch_seq"] is not None:
@@ -801,7 +802,7 @@ def export(db_path: Path | None, fmt: str, output: Path | None, ref: str) -> Non
     found = queries.frames_of(db, resolved, include_stderr=True)
     lines = exports.export_lines(fmt, found, header)
     if output is None:
-        out = click.get_binary_stream("stdout")
+        out = sys.stdout.buffer
         for line in lines:
             out.write(line + b"\n")
         out.flush()
