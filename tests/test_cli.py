@@ -164,3 +164,29 @@ def test_every_command_has_help_with_an_example_and_is_in_the_readme(name: str) 
     if name not in ("faults-help",):
         assert re.search(r"acp-proxy " + re.escape(name), command.help or ""), f"{name}: no example in --help"
     assert f"acp-proxy {name}" in README.read_text(), f"{name} is not documented in README.md"
+
+
+def test_tail_follows_a_run_while_it_is_recorded(tmp_path: Path) -> None:
+    """`tail` in one process, a proxy recording in another: the frames show up as they land."""
+    import subprocess
+
+    from .conftest import PROXY, proxy_env, run_proxy
+
+    db = tmp_path / "live.db"
+    assert run_proxy(["run", "--db", str(db), "--", "true"]).returncode == 0  # the database exists
+    tail = subprocess.Popen(
+        [*PROXY, "tail", "--db", str(db), "--from-start", "--count", "2", "--jsonl", "--interval", "0.05", "run:2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=proxy_env(),
+    )
+    try:
+        lines = b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n'
+        assert run_proxy(["run", "--db", str(db), "--", "cat"], input=lines).returncode == 0
+        out, err = tail.communicate(timeout=60)
+    finally:
+        tail.kill()
+        tail.wait(timeout=10)
+    assert tail.returncode == 0, err
+    frames = [json.loads(line) for line in out.splitlines()]
+    assert [(f["run_id"], f["dir"], f["method"]) for f in frames] == [(2, "c2a", "ping"), (2, "a2c", "ping")]
