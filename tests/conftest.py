@@ -16,6 +16,20 @@ FIXTURES = Path(__file__).parent / "fixtures"
 TRAFFIC = FIXTURES / "traffic"
 
 
+@pytest.fixture(scope="session")
+def sdk_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The official Python SDK pair through the proxy, twice: a session with a permission
+    request, then the same session loaded again with one more prompt. Shared, read-only."""
+    from .peers import agent_argv, proxied, run_client, session_of, transcript
+
+    tmp = tmp_path_factory.mktemp("sdk-recording")
+    db = tmp / "rec.db"
+    agent = agent_argv("--permission", "--state-dir", str(tmp / "state"))
+    session = session_of(transcript(run_client(proxied(agent, db), "--prompt", "hello world")))
+    transcript(run_client(proxied(agent, db), "--load", session, "--prompt", "again"))
+    return db, session
+
+
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "rec.db"

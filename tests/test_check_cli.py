@@ -17,18 +17,6 @@ from click.testing import CliRunner
 from acp_proxy.cli import cli
 
 from .conftest import python_agent, run_proxy
-from .peers import agent_argv, proxied, run_client, session_of, transcript
-
-
-@pytest.fixture(scope="module")
-def sdk_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """The official Python SDK pair: a session with a permission request, then loaded again."""
-    tmp = tmp_path_factory.mktemp("check")
-    db = tmp / "rec.db"
-    agent = agent_argv("--permission", "--state-dir", str(tmp / "state"))
-    session = session_of(transcript(run_client(proxied(agent, db), "--prompt", "hello world")))
-    transcript(run_client(proxied(agent, db), "--load", session, "--prompt", "again"))
-    return db, session
 
 
 def invoke(*args: str) -> click.testing.Result:

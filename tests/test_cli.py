@@ -13,28 +13,15 @@ from click.testing import CliRunner
 
 from acp_proxy.cli import cli
 
-from .peers import agent_argv, proxied, run_client, session_of, transcript
-
 README = Path(__file__).resolve().parent.parent / "README.md"
-
-
-@pytest.fixture(scope="module")
-def recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """Two runs: a session with a permission request, then the same session loaded again."""
-    tmp = tmp_path_factory.mktemp("rec")
-    db = tmp / "rec.db"
-    agent = agent_argv("--permission", "--state-dir", str(tmp / "state"))
-    session = session_of(transcript(run_client(proxied(agent, db), "--prompt", "hello world")))
-    transcript(run_client(proxied(agent, db), "--load", session, "--prompt", "again"))
-    return db, session
 
 
 def invoke(*args: str) -> click.testing.Result:
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-def test_runs(recording: tuple[Path, str]) -> None:
-    db, _ = recording
+def test_runs(sdk_recording: tuple[Path, str]) -> None:
+    db, _ = sdk_recording
     result = invoke("runs", "--db", str(db))
     assert result.exit_code == 0
     assert "acp-proxy-sdk-client 0.1.0 ⇄ acp-proxy-sdk-agent 0.1.0" in result.output
@@ -45,8 +32,8 @@ def test_runs(recording: tuple[Path, str]) -> None:
     assert [json.loads(line)["id"] for line in lines] == [2, 1]
 
 
-def test_sessions(recording: tuple[Path, str]) -> None:
-    db, session = recording
+def test_sessions(sdk_recording: tuple[Path, str]) -> None:
+    db, session = sdk_recording
     (row,) = json.loads(invoke("sessions", "--db", str(db), "--json").output)
     assert row["session_id"] == session
     assert row["runs"] == "1,2"
@@ -54,8 +41,8 @@ def test_sessions(recording: tuple[Path, str]) -> None:
     assert session in invoke("sessions", "--db", str(db)).output
 
 
-def test_show_a_session_across_runs_marks_history(recording: tuple[Path, str]) -> None:
-    db, session = recording
+def test_show_a_session_across_runs_marks_history(sdk_recording: tuple[Path, str]) -> None:
+    db, session = sdk_recording
     output = invoke("show", session[:8], "--db", str(db)).output
     assert "user       hello world" in output
     assert "permission call_1 [allow-once, reject-once] → allow-once" in output
@@ -69,8 +56,8 @@ def test_show_a_session_across_runs_marks_history(recording: tuple[Path, str]) -
     assert "session/load" in raw
 
 
-def test_frames_filters_and_formats(recording: tuple[Path, str]) -> None:
-    db, session = recording
+def test_frames_filters_and_formats(sdk_recording: tuple[Path, str]) -> None:
+    db, session = sdk_recording
     table = invoke("frames", "run:1", "method:session/prompt", "--db", str(db)).output.splitlines()
     assert [line.split()[3] for line in table[1:]] == ["request", "response"]
     lines = invoke("frames", "run:1", "--jsonl", "--db", str(db)).output.splitlines()
@@ -86,8 +73,8 @@ def test_frames_filters_and_formats(recording: tuple[Path, str]) -> None:
     assert session in invoke("frames", f"session:{session[:6]}", "--db", str(db)).output
 
 
-def test_stats(recording: tuple[Path, str]) -> None:
-    db, _ = recording
+def test_stats(sdk_recording: tuple[Path, str]) -> None:
+    db, _ = sdk_recording
     report = json.loads(invoke("stats", "last", "--json", "--db", str(db)).output)
     methods = {(m["method"], m["dir"]): m for m in report["latency"]}
     assert methods[("session/prompt", "c2a")]["count"] == 1
@@ -96,14 +83,14 @@ def test_stats(recording: tuple[Path, str]) -> None:
     assert "Latency" in invoke("stats", "--db", str(db)).output
 
 
-def test_tail_from_start_stops_after_count(recording: tuple[Path, str]) -> None:
-    db, _ = recording
+def test_tail_from_start_stops_after_count(sdk_recording: tuple[Path, str]) -> None:
+    db, _ = sdk_recording
     lines = invoke("tail", "--from-start", "--count", "3", "--jsonl", "--db", str(db)).output.splitlines()
     assert [json.loads(line)["seq"] for line in lines] == [1, 2, 3]
 
 
-def test_export_jsonl_and_conductor_trace(recording: tuple[Path, str], tmp_path: Path) -> None:
-    db, session = recording
+def test_export_jsonl_and_conductor_trace(sdk_recording: tuple[Path, str], tmp_path: Path) -> None:
+    db, session = sdk_recording
     out = tmp_path / "session.jsonl"
     result = CliRunner().invoke(cli, ["export", session, "-o", str(out), "--db", str(db)])
     assert result.exit_code == 0
@@ -119,8 +106,8 @@ def test_export_jsonl_and_conductor_trace(recording: tuple[Path, str], tmp_path:
     assert all(e["from"] in ("client", "agent") for e in events if e["type"] != "trace")
 
 
-def test_sql_is_read_only(recording: tuple[Path, str]) -> None:
-    db, _ = recording
+def test_sql_is_read_only(sdk_recording: tuple[Path, str]) -> None:
+    db, _ = sdk_recording
     rows = json.loads(
         invoke("sql", "select count(*) as n from frames where run_id = ?", "1", "--json", "--db", str(db)).output
     )
@@ -133,8 +120,8 @@ def test_sql_is_read_only(recording: tuple[Path, str]) -> None:
     "args",
     [["show", "nope"], ["show", "999"], ["stats", "zzz"], ["export", "nope"]],
 )
-def test_bad_reference_is_one_line_and_nonzero(recording: tuple[Path, str], args: list[str]) -> None:
-    db, _ = recording
+def test_bad_reference_is_one_line_and_nonzero(sdk_recording: tuple[Path, str], args: list[str]) -> None:
+    db, _ = sdk_recording
     result = CliRunner().invoke(cli, [*args, "--db", str(db)])
     assert result.exit_code != 0
     assert len(result.output.strip().splitlines()) == 1
