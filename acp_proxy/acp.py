@@ -154,9 +154,7 @@ def _derive(schema: dict[str, Any]) -> dict[str, frozenset[str]]:
     out: dict[str, frozenset[str]] = {}
     for union, field in _UNIONS.items():
         params = defs.get(union, {}).get("properties", {}).get("params", {})
-        out[field] = frozenset(
-            defs[ref]["x-method"] for ref in _refs(params) if "x-method" in defs.get(ref, {})
-        )
+        out[field] = frozenset(defs[ref]["x-method"] for ref in _refs(params) if "x-method" in defs.get(ref, {}))
     out["protocol"] = frozenset(
         d["x-method"] for d in defs.values() if d.get("x-side") == "protocol" and "x-method" in d
     )

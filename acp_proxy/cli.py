@@ -151,8 +151,8 @@ def cli() -> None:
     flag_value="full",
     is_flag=False,
     help="Check conformance as the conversation happens and report findings on stderr (and in "
-    "the findings table); `--check=lifecycle` skips schema validation. Runs in the recorder, "
-    "never on the relay's path; nothing forwarded changes.",
+    "the findings table); `--check=lifecycle` skips schema validation. A low-priority process "
+    "checks what was recorded: it never holds up the relay, and nothing forwarded changes.",
 )
 @click.argument("agent", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- AGENT [ARGS]...")
 def run(
@@ -180,6 +180,8 @@ def run(
     The proxy exits with the agent's status (a death by signal is reproduced). Its own
     messages go to stderr prefixed `acp-proxy:`; stdout carries only the agent's bytes.
     """
+    if live_check and no_record:
+        raise click.UsageError("--check checks what is recorded: it cannot be used with --no-record")
     plan = build_fault_plan(fault_rules, faults_file, seed)
     from . import relay  # imported here: query commands need neither trio nor processes
 
@@ -191,7 +193,7 @@ def run(
         db_limit=db_limit,
         strip_replayed_notices=strip_replayed_notices,
         fault_plan=plan,
-        check=None if no_record else live_check,
+        check=live_check,
         options={
             "grace": grace,
             "max_record_bytes": max_record_bytes,

@@ -198,9 +198,7 @@ class RuleError(ValueError):
     is one line saying where and what, then the rule with a caret under the mistake.
     """
 
-    def __init__(
-        self, message: str, rule: str | None = None, column: int | None = None, where: str = ""
-    ) -> None:
+    def __init__(self, message: str, rule: str | None = None, column: int | None = None, where: str = "") -> None:
         self.message = message
         self.rule = rule
         self.column = column
@@ -652,9 +650,7 @@ def _option_value(name: str, value: str, pos: int = 0) -> dict[str, Any]:
         if m is not None:
             return {"after_frames": int(m.group(1))}
         if re.fullmatch(r"\d+", value.strip()):
-            raise _Bad(
-                f"after= needs a unit: a duration (5s, 300ms) or frames (10 frames), got {value!r}", pos
-            )
+            raise _Bad(f"after= needs a unit: a duration (5s, 300ms) or frames (10 frames), got {value!r}", pos)
         return {"after_ns": _duration(value, pos, bare_ms=False)}
     raise _Bad(f"unknown option {name!r} (options: {', '.join(OPTIONS)})", pos)
 
@@ -781,9 +777,7 @@ def _parse_rule(text: str, source: str) -> Rule:
                 else:
                     meant = _looks_like_option(last)
                     if meant is not None:
-                        raise _Bad(
-                            f"unknown option {last.text.split('=')[0]!r}; did you mean {meant}=?", last.start
-                        )
+                        raise _Bad(f"unknown option {last.text.split('=')[0]!r}; did you mean {meant}=?", last.start)
                     break
             if end == 0:
                 raise _Bad("'if' needs a filter after it", word.end)
@@ -794,16 +788,12 @@ def _parse_rule(text: str, source: str) -> Rule:
                 k = take_option(k)
             break
         if word.text in ("before", "after"):
-            raise _Bad(
-                f"{word.text!r} only follows an inject payload (inject=PAYLOAD {word.text})", word.start
-            )
+            raise _Bad(f"{word.text!r} only follows an inject payload (inject=PAYLOAD {word.text})", word.start)
         meant = _looks_like_option(word)
         if meant is not None:
             raise _Bad(f"unknown option {word.text.split('=')[0]!r}; did you mean {meant}=?", word.start)
         hint = " (quote an argument that contains spaces)" if i == 1 and eq else ""
-        raise _Bad(
-            f"expected 'if FILTER' or an option ({'=, '.join(OPTIONS)}=), got {word.text!r}{hint}", word.start
-        )
+        raise _Bad(f"expected 'if FILTER' or an option ({'=, '.join(OPTIONS)}=), got {word.text!r}{hint}", word.start)
 
     options: dict[str, Any] = {}
     found: list[tuple[str, int | None]] = []
@@ -889,9 +879,7 @@ def _toml_rule(entry: dict[str, Any], where: str) -> Rule:
     if "rule" in entry:
         extra = [key for key in entry if key != "rule"]
         if extra:
-            raise RuleError(
-                f'give either rule = "..." or its parts, not both (found {extra[0]!r})', where=where
-            )
+            raise RuleError(f'give either rule = "..." or its parts, not both (found {extra[0]!r})', where=where)
         if not isinstance(entry["rule"], str):
             raise RuleError("rule must be a string", where=where)
         return parse_rule(entry["rule"], where)
@@ -1024,9 +1012,7 @@ _ERRORABLE = ("request", "response", "error")
 class FaultPlan:
     """The rules of a run with their counters; ``decide`` is called for each frame in order."""
 
-    def __init__(
-        self, rules: Sequence[Rule] = (), seed: int | None = None, start_ns: int | None = None
-    ) -> None:
+    def __init__(self, rules: Sequence[Rule] = (), seed: int | None = None, start_ns: int | None = None) -> None:
         self.rules: tuple[Rule, ...] = tuple(rules)
         self.seed: int = seed if seed is not None else secrets.randbelow(2**31)
         """The seed in use (chosen at random when none was given): record it on the run."""
@@ -1150,9 +1136,7 @@ class FaultPlan:
             built = self._build(index, rule, state, rec, wire)
             if built is None:
                 continue
-            if isinstance(built, Corrupt | Truncate) or (
-                isinstance(built, ErrorReply) and not built.to_sender
-            ):
+            if isinstance(built, Corrupt | Truncate) or (isinstance(built, ErrorReply) and not built.to_sender):
                 written = built.data
             state.fired += 1
             phase = action if action != "inject" else f"inject-{rule.params['position']}"
@@ -1162,9 +1146,7 @@ class FaultPlan:
         # Split cuts what is actually written, which is known only once the replacement is.
         for k, action in enumerate(actions):
             if isinstance(action, Split):
-                actions[k] = Split(
-                    action.rule_index, action.rule_text, _cut(written, len(action.parts)), action.pause
-                )
+                actions[k] = Split(action.rule_index, action.rule_text, _cut(written, len(action.parts)), action.pause)
         return actions
 
     def _build(self, index: int, rule: Rule, state: _State, rec: FrameRecord, wire: bytes) -> Action | None:

@@ -1199,8 +1199,7 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _TIME_OF_DAY = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _TIME_HELP = (
-    "a date (2025-05-01), a date-time (2025-05-01T14:30:00Z), a time of day (14:30) "
-    "or a duration ago (10m, 2h, 1d)"
+    "a date (2025-05-01), a date-time (2025-05-01T14:30:00Z), a time of day (14:30) or a duration ago (10m, 2h, 1d)"
 )
 
 

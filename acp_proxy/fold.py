@@ -850,9 +850,7 @@ class Folder:
                 self._inferred.setdefault(item.run, params["protocolVersion"])
             if sid is not None and isinstance(params.get("cwd"), str):
                 conv.cwd = params["cwd"]
-            if method == "session/load" or (
-                method == "session/resume" and params.get("replayFrom") is not None
-            ):
+            if method == "session/load" or (method == "session/resume" and params.get("replayFrom") is not None):
                 pending.replay_window = True
                 key = (item.run, sid)
                 self._replaying[key] = self._replaying.get(key, 0) + 1
@@ -1036,12 +1034,7 @@ class Folder:
             mine = turn.user_message
             reported = self._keyed(conv, at, "message:user", message_id)
             if reported is not None and reported is not mine:
-                if (
-                    mine is not None
-                    and mine.from_prompt
-                    and mine.message_id is None
-                    and mine in conv.timeline
-                ):
+                if mine is not None and mine.from_prompt and mine.message_id is None and mine in conv.timeline:
                     conv.timeline.remove(mine)
                 turn.user_message = reported
             elif mine is not None and mine.message_id is None:
@@ -1057,9 +1050,7 @@ class Folder:
 
     # ---- permission requests
 
-    def _permission(
-        self, conv: Conversation, at: _At, msg: dict[str, Any], params: dict[str, Any]
-    ) -> Permission:
+    def _permission(self, conv: Conversation, at: _At, msg: dict[str, Any], params: dict[str, Any]) -> Permission:
         subject = params.get("subject")
         tool_call = params.get("toolCall")
         if not isinstance(tool_call, dict) and _dict(subject).get("type") == "tool_call":
@@ -1357,9 +1348,7 @@ class Folder:
             term.output += data
         return True
 
-    def _terminal_answered(
-        self, conv: Conversation, at: _At, pending: _Pending, result: dict[str, Any]
-    ) -> None:
+    def _terminal_answered(self, conv: Conversation, at: _At, pending: _Pending, result: dict[str, Any]) -> None:
         terminal_id = _str(pending.params.get("terminalId"))
         if terminal_id is None:
             return
@@ -1589,7 +1578,5 @@ def diff_text(item: Json) -> str:
             tofile=path,
         )
         return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
-    changes = [
-        f"{_dict(c).get('operation', '?')} {_dict(c).get('path', '?')}" for c in _list(item.get("changes"))
-    ]
+    changes = [f"{_dict(c).get('operation', '?')} {_dict(c).get('path', '?')}" for c in _list(item.get("changes"))]
     return f"<diff {', '.join(changes)}>" if changes else "<diff>"

@@ -36,6 +36,7 @@ import msgspec
 from . import store, wire
 from .framing import Line, LineFramer
 from .link import A2C, C2A, DATA, DIRECTIONS, EOF, HEADER, LINE, LINE_META, META, START, STDERR
+from .live_check import LiveCheck
 from .record import COLUMNS, FrameRecord
 
 FLUSH_ROWS = 4000
@@ -45,9 +46,6 @@ CHECKPOINT_BYTES = 16 * 1024 * 1024
 
 
 _INSERT_FAULT = "INSERT INTO faults (run_id, seq, ts_ns, rule, action, detail) VALUES (?, ?, ?, ?, ?, ?)"
-
-
-_INSERT_FINDING = "INSERT INTO findings (run_id, seq, rule, severity, message, spec) VALUES (?, ?, ?, ?, ?, ?)"
 
 
 class _SparseInserts:
@@ -139,16 +137,10 @@ class Recorder:
         with db.conn:
             self.run_id: int = db["runs"].insert(run).last_pk  # type: ignore[assignment]
         db.conn.close()  # from here on, only the writer process touches the database
-        self.writer = _WriterLink(db_path, start.get("db_limit"), self.run_id)
+        # Live checks run in a process of their own that follows the database (live_check.py):
+        # checking is slower than recording, and must hold up neither this process nor the relay.
+        self.writer = _WriterLink(db_path, start.get("db_limit"), self.run_id, start.get("check"))
         self.tracker = Tracker(self.run_id)
-        self.checker: Any = None
-        if start.get("check"):
-            from .checks import Checker
-
-            # Live checks validate schemas too; they run here, in the recorder, so a slow rule
-            # can only delay the recording, never a frame on its way to a peer.
-            self.checker = Checker(schema=start.get("check") != "lifecycle")
-        self.finding_rows: list[tuple] = []
         self.framers = [LineFramer(self.max_keep) for _ in DIRECTIONS]
         self.seq = 0
         self.pending = _SparseInserts()
@@ -222,17 +214,10 @@ class Recorder:
             self.pending.add(rec)
             return
         self.tracker.observe(rec)
-        if self.checker is not None:
-            self._report(self.checker.feed(rec))
         self.pending.add(rec)
         elements = rec.frame.elements if rec.frame is not None else None
         if elements:
             self._add_batch_elements(rec, elements)
-
-    def _report(self, findings: list[Any]) -> None:
-        for f in findings:
-            _say(f"check: {f.severity} {f.rule_id} at frame {f.seq}: {f.message}")
-            self.finding_rows.append((self.run_id, f.seq, f.rule_id, f.severity, f.message, f.spec))
 
     def _add_batch_elements(self, batch: FrameRecord, elements: list[tuple[bytes, wire.Frame]]) -> None:
         for index, (raw, frame) in enumerate(elements):
@@ -255,9 +240,6 @@ class Recorder:
         if not count and not changes:
             return
         batches = self.pending.take()
-        if self.finding_rows:
-            batches.append((_INSERT_FINDING, self.finding_rows))
-            self.finding_rows = []
         if self.fault_rows:
             batches.append((_INSERT_FAULT, self.fault_rows))
             self.fault_rows = []
@@ -278,8 +260,6 @@ class Recorder:
             if line is not None:
                 self._add(direction, ts, line, None)
         self.tracker.finish(ts)
-        if self.checker is not None:
-            self._report(self.checker.finish(ended=True))
         self.flush()
         values: dict[str, Any] = {
             "ended_ns": self.end.pop("ended_ns", ts),
@@ -305,7 +285,7 @@ def _change_as_dict(change: Any) -> dict[str, Any]:
 class _WriterLink:
     """The recorder's end of the pipe to its writer process (forked, so it starts at once)."""
 
-    def __init__(self, db_path: Path, limit_bytes: int | None, run_id: int) -> None:
+    def __init__(self, db_path: Path, limit_bytes: int | None, run_id: int, check: str | None) -> None:
         read_fd, write_fd = os.pipe()
         try:  # a deeper pipe lets decoding run ahead of a briefly slow disk
             fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 1 << 20)
@@ -316,7 +296,7 @@ class _WriterLink:
             os.close(write_fd)
             status = 1
             try:
-                status = _writer_main(read_fd, db_path, limit_bytes, run_id)
+                status = _writer_main(read_fd, db_path, limit_bytes, run_id, check)
             except BaseException as exc:  # never let a bug here pass silently
                 _say(f"the database writer failed: {type(exc).__name__}: {exc}")
             finally:
@@ -346,8 +326,14 @@ class _WriterLink:
 _LENGTH = struct.Struct("<I")
 
 
-def _writer_main(fd: int, db_path: Path, limit_bytes: int | None, run_id: int) -> int:
-    """The writer process: length-prefixed msgpack transactions in, SQLite rows out."""
+def _writer_main(fd: int, db_path: Path, limit_bytes: int | None, run_id: int, check: str | None) -> int:
+    """The writer process: length-prefixed msgpack transactions in, SQLite rows out.
+
+    With ``check`` ("full" or "lifecycle") it forks the live checker first (before any thread or
+    connection exists here) and tells it about each commit."""
+    live: LiveCheck | None = None
+    if check:
+        live = LiveCheck(db_path, run_id, schema=check != "lifecycle", close_fds=(fd,))
     db = store.open_for_writing(db_path, limit_bytes=limit_bytes)
     conn = db.conn
     # Checkpoints happen in their own thread (see _Checkpointer), never inside a COMMIT.
@@ -373,6 +359,8 @@ def _writer_main(fd: int, db_path: Path, limit_bytes: int | None, run_id: int) -
                     db["runs"].update(run_id, values)
             except sqlite3.Error as exc:
                 _say(f"could not finish the run row ({exc})")
+            if live is not None:
+                live.committed()
             continue
         try:
             with conn:  # one transaction per batch; a failure loses only this batch
@@ -398,11 +386,15 @@ def _writer_main(fd: int, db_path: Path, limit_bytes: int | None, run_id: int) -
                 _say(f"recording failed ({exc}); the conversation is still relayed, frames are not recorded")
             continue
         checkpointer.wrote(message["nbytes"])
+        if live is not None:
+            live.committed()
     checkpointer.stop()
     try:
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
     except sqlite3.Error:
         pass
+    if live is not None:
+        live.finish()  # the proxy waits for the recorder, so a check is complete when it exits
     return 0
 
 

@@ -72,7 +72,7 @@ class RunOptions:
     max_record_bytes: int | None = 16 * 1024 * 1024
     db_limit: int | None = None
     strip_replayed_notices: bool = False
-    check: str | None = None  # None | "full" | "lifecycle": live conformance checks in the recorder
+    check: str | None = None  # None | "full" | "lifecycle": live conformance checks (live_check.py)
     fault_plan: FaultPlan | None = None
     options: dict[str, Any] = field(default_factory=dict)
 

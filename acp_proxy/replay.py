@@ -191,9 +191,7 @@ def _describe(frame: _Frame) -> str:
 class Replayer:
     """The pure fake agent: ``start()`` once, then ``receive(line)`` per client line, then ``finish()``."""
 
-    def __init__(
-        self, rows: Iterable[dict[str, Any]], *, strict: bool = False, match_cwd: bool = False
-    ) -> None:
+    def __init__(self, rows: Iterable[dict[str, Any]], *, strict: bool = False, match_cwd: bool = False) -> None:
         self.strict = strict
         self.ignore = VOLATILE_KEYS if match_cwd else VOLATILE_KEYS | {"cwd"}
         self.deviations: list[str] = []  # what made the replay differ from the recording
@@ -291,11 +289,7 @@ class Replayer:
         while queue and queue[0].used:
             queue.popleft()
         expected = next(
-            (
-                t
-                for t in self._triggers
-                if not t.used and isinstance(t.message, dict) and "method" in t.message
-            ),
+            (t for t in self._triggers if not t.used and isinstance(t.message, dict) and "method" in t.message),
             None,
         )
         if self.strict:
@@ -312,10 +306,7 @@ class Replayer:
         got = normalise(message.get("params"), self.ignore)
         want = normalise(candidate.message.get("params"), self.ignore)
         if got != want:
-            text = (
-                f"{method} params differ from {_describe(candidate)}: "
-                f"got {_short(got)}, recorded {_short(want)}"
-            )
+            text = f"{method} params differ from {_describe(candidate)}: got {_short(got)}, recorded {_short(want)}"
             if self.strict:
                 return text
             self.deviations.append(text)  # lenient: play it anyway
@@ -344,9 +335,7 @@ class Replayer:
                 f"the client answered {_describe(self._by_seq[request_seq])} "
                 f"{'with an error' if 'error' in message else 'with a result'}, unlike the recording"
             )
-        elif normalise(message.get("result"), self.ignore) != normalise(
-            recorded.message.get("result"), self.ignore
-        ):
+        elif normalise(message.get("result"), self.ignore) != normalise(recorded.message.get("result"), self.ignore):
             self.deviations.append(
                 f"the client's answer to {_describe(self._by_seq[request_seq])} differs "
                 f"from the recording: {_short(message.get('result'))}"
@@ -417,20 +406,13 @@ class Replayer:
         if not with_history:  # a resume without replayFrom: no history, just the answer
             return [Send(_line({"jsonrpc": "2.0", "id": message["id"], "result": {}}))]
         user_sent_live = any(
-            f.update_kind in ("user_message", "user_message_chunk")
-            and f.session_id == session_id
-            and not f.replay
+            f.update_kind in ("user_message", "user_message_chunk") and f.session_id == session_id and not f.replay
             for f in self._by_seq.values()
         )
         for frame in sorted(self._by_seq.values(), key=lambda f: f.seq):
             if frame.session_id != session_id or frame.replay:
                 continue
-            if (
-                frame.dir == C2A
-                and frame.method == "session/prompt"
-                and self._version < 2
-                and not user_sent_live
-            ):
+            if frame.dir == C2A and frame.method == "session/prompt" and self._version < 2 and not user_sent_live:
                 prompt = (frame.message or {}).get("params", {}).get("prompt") or []
                 for block in prompt:
                     update = {"sessionUpdate": "user_message_chunk", "content": block}
@@ -453,9 +435,7 @@ class Replayer:
             ):
                 sends.append(Send(frame.raw + b"\n", seq=frame.seq))
         if with_history and not any(f.session_id == session_id for f in self._by_seq.values()):
-            self._deviate(
-                f"{message.get('method')} of session {session_id!r}, which the recording does not hold"
-            )
+            self._deviate(f"{message.get('method')} of session {session_id!r}, which the recording does not hold")
             sends = []
         sends.append(Send(_line({"jsonrpc": "2.0", "id": message["id"], "result": {}})))
         return sends
@@ -578,9 +558,7 @@ class ClientReplayer:
     @property
     def done(self) -> bool:
         """Every recorded client frame sent; every request answered in the recording answered live."""
-        return self._next == len(self._steps) and not any(
-            f.seq in self._responses for f in self._pending.values()
-        )
+        return self._next == len(self._steps) and not any(f.seq in self._responses for f in self._pending.values())
 
     def start(self) -> list[bytes]:
         """The client frames the recording sent before the agent said anything."""

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["default_db_path"]
 
 SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 10_000  # how long a connection waits for another's write lock before failing
 
 # Column order of the frames table is the order the recorder's INSERT uses.
 FRAME_COLUMNS: dict[str, type] = {
@@ -113,7 +114,7 @@ def open_for_writing(path: Path, limit_bytes: int | None = None) -> sqlite_utils
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         os.close(fd)
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         import sqlite_utils  # only writers need it (~0.2 s to import): query commands start faster
 
         db = sqlite_utils.Database(conn)
@@ -150,7 +151,7 @@ def open_for_reading(path: Path) -> ReadDb:
         raise StoreError(f"no database at {path} (record one with: acp-proxy run -- AGENT)")
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.Error as exc:
         raise StoreError(f"cannot read database {path}: {_reason(exc)}") from exc
@@ -323,11 +324,22 @@ def replace_findings(path: Path, run_ids: list[int], findings: list[dict]) -> No
         with db.conn:
             db.execute("BEGIN")
             db.execute(f"DELETE FROM findings WHERE run_id IN ({marks})", list(run_ids))
-            db.conn.executemany(
-                "INSERT INTO findings (run_id, seq, rule, severity, message, spec) VALUES (?, ?, ?, ?, ?, ?)",
-                [(f["run_id"], f["seq"], f["rule_id"], f["severity"], f["message"], f["spec"]) for f in findings],
-            )
+            _insert_findings(db.conn, findings)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot write findings to {path}: {_reason(exc)}") from exc
     finally:
         db.conn.close()
+
+
+def add_findings(conn: sqlite3.Connection, findings: list[dict]) -> None:
+    """Append findings (as in ``replace_findings``) in one transaction of their own."""
+    with conn:
+        conn.execute("BEGIN")
+        _insert_findings(conn, findings)
+
+
+def _insert_findings(conn: sqlite3.Connection, findings: list[dict]) -> None:
+    conn.executemany(
+        "INSERT INTO findings (run_id, seq, rule, severity, message, spec) VALUES (?, ?, ?, ?, ?, ?)",
+        [(f["run_id"], f["seq"], f["rule_id"], f["severity"], f["message"], f["spec"]) for f in findings],
+    )

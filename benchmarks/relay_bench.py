@@ -6,7 +6,7 @@
 
 What is measured
 ----------------
-Six ways of putting bytes between a client (this script) and an agent (``bench_agent.py``):
+Seven ways of putting bytes between a client (this script) and an agent (``bench_agent.py``):
 
 - **direct**: the client talks to the agent's pipes; there is no relay at all.
 - **cat hop**: ``sh -c 'cat | AGENT | cat'`` — a relay made of two ``cat`` processes, the floor
@@ -18,6 +18,9 @@ Six ways of putting bytes between a client (this script) and an agent (``bench_a
   frames (marked ``*``); its rate per frame is what matters.
 - **proxy --no-record** and **proxy recording**: ``python -m acp_proxy run [--no-record |
   --db TMP] -- AGENT``.
+- **recording + faults** and **recording + check**: the recording proxy with a fault rule that
+  matches nothing (so agent->client frames are judged line by line) or with ``--check`` (live
+  conformance checks with schema validation).
 
 Workloads:
 
@@ -26,7 +29,9 @@ Workloads:
   through the relay (one request, one response: every process is up, start-up is not
   counted); the clock starts when the client sends the request that releases the storm and
   stops when the client has read every byte *and* the relay process has exited — for the
-  recording proxy, that is when the recording is complete (the proxy waits for its recorder).
+  recording proxy, that is when the recording is complete (the proxy waits for its recorder),
+  and with ``--check`` when every frame has been checked. ``delivered frames/s`` stops the clock
+  when the client has read every byte instead: what the conversation itself sees.
 - **round trips**: the client sends a request line and waits for the agent's response line
   before sending the next; each trip is timed with ``perf_counter_ns`` in the client. All
   relays run at once: each is started and warmed up on its own, then the measured trips go
@@ -171,6 +176,13 @@ RELAYS = [
         "proxy_fault",
         "recording + faults",
         lambda agent, db: [*_proxy("--db", str(db), "--fault", "drop if dir:a2c method:_bench/never"), *agent],
+        records_db=True,
+    ),
+    # Live conformance checks with schema validation: a niced process that follows the database.
+    Relay(
+        "proxy_check",
+        "recording + check",
+        lambda agent, db: [*_proxy("--db", str(db), "--check"), *agent],
         records_db=True,
     ),
 ]
@@ -493,13 +505,14 @@ def one_way(relay: Relay, agent: list[str], lines: int, line_bytes: int, cfg: Co
         t0 = time.perf_counter_ns()
         os.write(run.stdin_fd, GO)
         got = drain(run.stdout_fd, lines * line_bytes)
+        delivered = (time.perf_counter_ns() - t0) / 1e9
         run.finish()
         elapsed = (time.perf_counter_ns() - t0) / 1e9
         rss = run.rss
         extra = drain(run.stdout_fd)  # the relay has exited: anything more is an error
         got = (got[0] + extra[0], got[1] + extra[1])
     check_arrival(got, lines * line_bytes, lines)
-    result: dict[str, Any] = {"seconds": elapsed, "lines": lines, "bytes": got[0]}
+    result: dict[str, Any] = {"seconds": elapsed, "delivered_seconds": delivered, "lines": lines, "bytes": got[0]}
     if rss:
         result["peak_rss"] = rss
         result["peak_rss_sum"] = sum(rss.values())
@@ -518,6 +531,7 @@ def storm(relay: Relay, cfg: Config, scratch: Path) -> dict:
     frames = cfg.commit_storm_frames if relay.key == "commit" else cfg.storm_frames
     result = one_way(relay, [PY, AGENT, "storm", str(frames)], frames, CHUNK_LINE_BYTES, cfg, scratch)
     result["frames_per_s"] = frames / result["seconds"]
+    result["delivered_frames_per_s"] = frames / result["delivered_seconds"]
     return result
 
 
@@ -909,6 +923,16 @@ def build_rows(cfg: Config, cells: dict, sdk_note: str | None) -> tuple[list[Row
     row("x direct", "storm", ratios(fps, "direct"), fmt_ratio)
     row("x cat hop", "storm", ratios(fps, "cat"), fmt_ratio, "no-rec >= 0.5x", {"proxy": lambda v: v >= 0.5})
     row("x tee relay", "storm", ratios(fps, "tee"), fmt_ratio, "(aim: rec ~1x)")
+    delivered = series("storm", "delivered_frames_per_s", "max")
+    row("delivered frames/s", "storm", delivered, fmt_int, "(client has every byte)", suffix=commit_note)
+    row(
+        "delivered x recording",
+        "storm",
+        ratios(delivered, "proxy_rec"),
+        fmt_ratio,
+        "check >= 0.9x",
+        {"proxy_check": lambda v: v >= 0.9},
+    )
     storm_rss = {k: v / MiB for k, v in series("storm", "peak_rss_sum", "max").items()}
     row("peak RSS MiB", "storm", storm_rss, lambda v: f"{v:,.1f}")
 
@@ -980,6 +1004,15 @@ def build_rows(cfg: Config, cells: dict, sdk_note: str | None) -> tuple[list[Row
         to_exit = series("sdk", "to_exit_chunks_per_s", "max")
         row("x direct, to exit", "sdk", ratios(to_exit, "direct"), fmt_ratio, "(incl. shutdown, not judged)")
     return rows, judged
+
+
+def shown(rows: list[Row]) -> list[Row]:
+    """The rows with a figure, and the section titles above them (``--only`` leaves gaps)."""
+    kept: list[Row] = []
+    for row in rows:
+        if row.section or row.cells:
+            kept.append(row)
+    return [row for i, row in enumerate(kept) if not row.section or (i + 1 < len(kept) and not kept[i + 1].section)]
 
 
 def mark_text(mark: Mark, rich: bool) -> str:
@@ -1062,6 +1095,13 @@ def _git(*args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def sdk_note_for(examples: Path) -> str | None:
+    """Why the SDK workload is skipped, or None when it can run."""
+    if sdk_examples(examples) is None:
+        return "examples/sdk_agent.py or examples/sdk_client.py not found"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="reduced sizes: a smoke test in about a minute")
@@ -1079,13 +1119,32 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="where sdk_agent.py and sdk_client.py live (default: the repo's examples/)",
     )
+    parser.add_argument(
+        "--only",
+        metavar="WORKLOADS",
+        help="comma-separated workloads to run: storm, rt, big, sdk (default: all)",
+    )
+    parser.add_argument(
+        "--relays",
+        metavar="KEYS",
+        help=f"comma-separated relay columns to run (default: all): {', '.join(BY_KEY)}",
+    )
     args = parser.parse_args(argv)
     cfg = Config.quick() if args.quick else Config.full()
+    plans = make_plans(cfg, args.examples, sdk_note_for(args.examples))
+    if args.only:
+        wanted = set(args.only.split(","))
+        plans = [plan for plan in plans if plan.name.split(":")[0] in wanted]
+    if args.relays:
+        keys = args.relays.split(",")
+        unknown = [key for key in keys if key not in BY_KEY]
+        if unknown:
+            parser.error(f"unknown relay column(s): {', '.join(unknown)}")
+        for plan in plans:
+            plan.relays = [key for key in plan.relays if key in keys]
     repeat = max(1, args.repeat if args.repeat is not None else (1 if args.quick else 3))
     env = environment()
-    sdk_note = None
-    if sdk_examples(args.examples) is None:
-        sdk_note = "examples/sdk_agent.py or examples/sdk_client.py not found"
+    sdk_note = sdk_note_for(args.examples)
     become_subreaper()
 
     def progress(message: str) -> None:
@@ -1093,7 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="acp-relay-bench-") as tmp:
-        cells = execute(make_plans(cfg, args.examples, sdk_note), repeat, Path(tmp), progress)
+        cells = execute(plans, repeat, Path(tmp), progress)
     elapsed = time.monotonic() - started
 
     rows, judged = build_rows(cfg, cells, sdk_note)
@@ -1110,7 +1169,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if errors:
         footnotes += ["FAILED:", *(f"  {error}" for error in errors)]
-    print_table(rows, title, footnotes)
+    print_table(shown(rows), title, footnotes)
 
     if args.json is not None:
         results = {f"{name}/{key}": {"error": cell.error, "runs": cell.runs} for (name, key), cell in cells.items()}

@@ -51,9 +51,7 @@ class Clock:
         self.seq = 0
         self.now = 1_000_000_000
 
-    def rec(
-        self, direction: str, line: bytes, *, method: str | None = None, terminated: bool = True
-    ) -> FrameRecord:
+    def rec(self, direction: str, line: bytes, *, method: str | None = None, terminated: bool = True) -> FrameRecord:
         self.seq += 1
         rec = FrameRecord(1, self.seq, self.now, direction, line, wire.decode(line))
         if method is not None:  # what the tracker adds to responses: their request's method
@@ -430,9 +428,7 @@ def test_build_orders_sources_and_picks_the_seed(tmp_path: Path) -> None:
 
 
 def test_describe_is_json_for_the_run_row() -> None:
-    plan = FaultPlan.build(
-        ["delay=300ms~50ms if dir:a2c p=0.1", "kill=TERM nth=2", "drop after=3 frames"], seed=11
-    )
+    plan = FaultPlan.build(["delay=300ms~50ms if dir:a2c p=0.1", "kill=TERM nth=2", "drop after=3 frames"], seed=11)
     spec = json.loads(json.dumps(plan.describe()))
     assert spec["seed"] == 11
     assert spec["rules"][0] == {

@@ -26,9 +26,7 @@ SEC = 10**9
 def frame(seq: int = 1, **fields: Any) -> FrameRecord:
     """A FrameRecord as the recorder leaves it; ``fields`` overrides columns."""
     raw = fields.pop("raw", '{"jsonrpc":"2.0"}')
-    rec = FrameRecord(
-        fields.pop("run_id", 1), seq, fields.pop("ts_ns", NOW), fields.pop("dir", "a2c"), b"", None
-    )
+    rec = FrameRecord(fields.pop("run_id", 1), seq, fields.pop("ts_ns", NOW), fields.pop("dir", "a2c"), b"", None)
     if isinstance(raw, bytes):
         rec.raw, rec.raw_bytes, rec.line = None, raw, raw
     else:
@@ -553,9 +551,7 @@ def test_rare_kinds_use_the_partial_index() -> None:
     store.migrate(db)
     for text in ("kind:error", "kind:invalid", "unanswered", "fault"):
         where, params = parse(text).to_sql()
-        plan = " ".join(
-            r[-1] for r in db.execute(f"explain query plan select * from frames where {where}", params)
-        )
+        plan = " ".join(r[-1] for r in db.execute(f"explain query plan select * from frames where {where}", params))
         assert "idx_frames_rare" in plan, (text, plan)
 
 
@@ -582,13 +578,9 @@ EVIL = [
 
 
 @pytest.mark.parametrize("evil", EVIL)
-@pytest.mark.parametrize(
-    "field", ["text", "method", "session", "update", "item", "id", "note", "fault", "error"]
-)
+@pytest.mark.parametrize("field", ["text", "method", "session", "update", "item", "id", "note", "fault", "error"])
 def test_values_stay_values(field: str, evil: str) -> None:
-    quoted = (
-        "'" + evil + "'" if "'" not in evil else '"' + evil.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    )
+    quoted = "'" + evil + "'" if "'" not in evil else '"' + evil.replace("\\", "\\\\").replace('"', '\\"') + '"'
     text = f"{field}:{quoted}"
     expr = parse(text)
     where, _ = expr.to_sql()
@@ -684,8 +676,7 @@ RAW_TEXT = st.lists(st.sampled_from(WORDS) | st.text(max_size=3), max_size=6).ma
 # Strategies built once: drawing a dictionary of them is far cheaper than drawing field by field.
 FRAME_FIELDS = st.fixed_dictionaries(
     {
-        "raw": RAW_TEXT
-        | st.tuples(RAW_TEXT, st.binary(max_size=4)).map(lambda t: t[0].encode() + b"\xff" + t[1]),
+        "raw": RAW_TEXT | st.tuples(RAW_TEXT, st.binary(max_size=4)).map(lambda t: t[0].encode() + b"\xff" + t[1]),
         "run_id": st.sampled_from([1, 2, 3]),
         "ts_ns": st.sampled_from(
             [T0 + s * SEC + d for s in (-7200, -601, -600, -599, -1, 0, 1, 3600) for d in (-1, 0, 1)]
@@ -773,11 +764,7 @@ def terms() -> st.SearchStrategy[str]:
         st.sampled_from([">", ">=", "<", "<=", ":"]),
         st.sampled_from(["0", "1", "0.5", "499.9999999", "500", "1000", "1.024", "2"]),
         st.sampled_from(["", "ms", "s", "ns", "KB", "KiB", "B"]),
-    ).filter(
-        lambda t: (
-            not (t.startswith("latency") and t[-1] == "B") and not (t.startswith("size") and "s" in t[4:])
-        )
-    )
+    ).filter(lambda t: not (t.startswith("latency") and t[-1] == "B") and not (t.startswith("size") and "s" in t[4:]))
     fixed = st.sampled_from(FIXED_TERMS)
     return st.one_of(fixed, fixed, fixed, fixed, random_text, random_bare, random_note, random_num)
 

@@ -119,9 +119,7 @@ def tcu(tool_call_id: str = "call_1", variant: str = "tool_call_update", **field
 
 def tcc(tool_call_id: str, text: str, **extra: Any) -> dict[str, Any]:
     item = {"type": "content", "content": txt(text)}
-    return upd(
-        {"sessionUpdate": "tool_call_content_chunk", "toolCallId": tool_call_id, "content": item, **extra}
-    )
+    return upd({"sessionUpdate": "tool_call_content_chunk", "toolCallId": tool_call_id, "content": item, **extra})
 
 
 def item(text: str) -> dict[str, Any]:
@@ -355,9 +353,7 @@ def test_v2_user_message_chunks_replace_the_clients_copy() -> None:
 
 def test_v2_association_is_by_id_not_arrival_order() -> None:
     # Another user message reported before the response names this prompt's id stays separate.
-    conv = run(
-        prompt(2, "mine"), am("other", ["queued"], kind="user_message"), response(2, {"messageId": "mine_id"})
-    )
+    conv = run(prompt(2, "mine"), am("other", ["queued"], kind="user_message"), response(2, {"messageId": "mine_id"}))
     assert [(m.message_id, m.text) for m in conv.messages] == [("mine_id", "mine"), ("other", "queued")]
 
 
@@ -377,12 +373,8 @@ STATE_RULES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "states", "state", "stop", "turn_stop"), STATE_RULES, ids=[r[0] for r in STATE_RULES]
-)
-def test_v2_state_updates(
-    name: str, states: list, state: str, stop: str | None, turn_stop: str | None
-) -> None:
+@pytest.mark.parametrize(("name", "states", "state", "stop", "turn_stop"), STATE_RULES, ids=[r[0] for r in STATE_RULES])
+def test_v2_state_updates(name: str, states: list, state: str, stop: str | None, turn_stop: str | None) -> None:
     frames = []
     for s in states:
         body: dict[str, Any] = {"sessionUpdate": "state_update"}
@@ -431,9 +423,7 @@ def test_v1_turn_ends_with_the_prompt_response() -> None:
 
 
 def test_prompt_rejected_with_an_error() -> None:
-    conv = run(
-        prompt(2, "go"), ("a2c", {"jsonrpc": "2.0", "id": 2, "error": {"code": -32602, "message": "bad"}})
-    )
+    conv = run(prompt(2, "go"), ("a2c", {"jsonrpc": "2.0", "id": 2, "error": {"code": -32602, "message": "bad"}}))
     err = only(conv, ErrorResponse)
     assert (err.method, err.dir, err.code, err.message, err.request_seq) == (
         "session/prompt",
@@ -620,9 +610,7 @@ def test_tool_call_rules(name: str, version: int, steps: list[dict], expected: d
 
 
 def test_tool_call_position_is_fixed_by_first_sighting() -> None:
-    conv = run(
-        tcu("call_1", title="a"), ac("m1", "text"), tcu("call_1", status="completed"), tcc("call_1", "out")
-    )
+    conv = run(tcu("call_1", title="a"), ac("m1", "text"), tcu("call_1", status="completed"), tcc("call_1", "out"))
     assert describe(conv) == ["tool_call", "agent:text"]
     assert conv.tool_call("call_1").updated_seq == 4  # type: ignore[union-attr]
 
@@ -781,9 +769,7 @@ def test_v2_plans_by_id_replace_and_remove() -> None:
     assert (two.plan_id, two.entries, two.removed, two.removed_seq) == ("plan-2", entries("x"), True, 4)
     assert conv.plan is one
     # A later update for a removed plan brings it back, in its original place.
-    conv = run(
-        plan_update("p", "a"), upd({"sessionUpdate": "plan_removed", "planId": "p"}), plan_update("p", "b")
-    )
+    conv = run(plan_update("p", "a"), upd({"sessionUpdate": "plan_removed", "planId": "p"}), plan_update("p", "b"))
     plan = only(conv, Plan)
     assert (plan.removed, plan.entries, plan.seq) == (False, entries("b"), 1)
 
@@ -901,9 +887,7 @@ def test_compaction_meta_patch_and_chunk_meta() -> None:
 
 
 def test_compaction_is_one_entity_fixed_where_first_seen() -> None:
-    conv = run(
-        ac("m1", "before"), cu("in_progress"), ac("m2", "during"), cc("A"), cu("completed"), ac("m3", "after")
-    )
+    conv = run(ac("m1", "before"), cu("in_progress"), ac("m2", "during"), cc("A"), cu("completed"), ac("m3", "after"))
     assert describe(conv) == ["agent:before", "compaction", "agent:during", "agent:after"]
     comp = only(conv, Compaction)
     assert (comp.seq, comp.updated_seq, comp.chunks, comp.updates, comp.text) == (2, 5, 1, 2, "A")
@@ -1188,9 +1172,7 @@ UNKNOWN_CASES = [
 @pytest.mark.parametrize(
     ("name", "frame", "kind", "reason", "extension"), UNKNOWN_CASES, ids=[c[0] for c in UNKNOWN_CASES]
 )
-def test_unknown_updates_are_kept_raw(
-    name: str, frame: dict, kind: str, reason: str, extension: bool
-) -> None:
+def test_unknown_updates_are_kept_raw(name: str, frame: dict, kind: str, reason: str, extension: bool) -> None:
     entry = only(run(frame), Unknown)
     assert (entry.method, entry.update_kind, entry.reason, entry.extension) == (
         "session/update",
@@ -1444,9 +1426,7 @@ FIELDS = [
             st.builds(
                 lambda d, m: (d, m),
                 st.sampled_from(["c2a", "a2c"]),
-                st.dictionaries(
-                    st.sampled_from(["id", "method", "params", "result", "error"]), JSON, max_size=4
-                ),
+                st.dictionaries(st.sampled_from(["id", "method", "params", "result", "error"]), JSON, max_size=4),
             ),
             JSON,
         ),

@@ -71,15 +71,22 @@ def test_a_hanging_agent_is_one_clear_line_and_exit_1(recorded: Path) -> None:
     silent = [sys.executable, "-c", "import sys; sys.stdin.buffer.read()"]  # reads, never answers
     result = replay_client(recorded, silent, "--timeout", "2", timeout=2)
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        "acp-proxy: replay --client failed: timed out after 2 s, waiting for the agent's answer to initialize"
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "acp-proxy: replay --client failed: timed out after 2 s, waiting for the agent's answer to initialize"
+        )
     )
 
 
 def test_agent_required_exactly_with_client(recorded: Path) -> None:
     no_agent = subprocess.run(
         [*PROXY, "replay", "1", "--client", "--db", str(recorded)],
-        capture_output=True, text=True, timeout=TIMEOUT_S, env=proxy_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env=proxy_env(),
     )
     assert no_agent.returncode == 2 and "--client needs" in no_agent.stderr
 
@@ -99,11 +106,14 @@ def test_client_replayer_maps_session_ids_and_answers_with_live_ids(recorded: Pa
     assert replayer.receive(b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}\n') != []
     sent = lines_of(replayer.receive(b'{"jsonrpc":"2.0","id":1,"result":{"sessionId":"live-1"}}\n'))
     assert [(m["method"], m["params"]["sessionId"]) for m in sent] == [("session/prompt", "live-1")]
-    answer = lines_of(replayer.receive(
-        b'{"jsonrpc":"2.0","id":"p-7","method":"session/request_permission","params":{"sessionId":"live-1"}}\n'
-    ))
-    assert answer == [{"jsonrpc": "2.0", "id": "p-7", "result": {"outcome": {"optionId": "allow-once",
-                                                                              "outcome": "selected"}}}]
+    answer = lines_of(
+        replayer.receive(
+            b'{"jsonrpc":"2.0","id":"p-7","method":"session/request_permission","params":{"sessionId":"live-1"}}\n'
+        )
+    )
+    assert answer == [
+        {"jsonrpc": "2.0", "id": "p-7", "result": {"outcome": {"optionId": "allow-once", "outcome": "selected"}}}
+    ]
     sent = lines_of(replayer.receive(b'{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}\n'))
     assert [m["params"]["prompt"][0]["text"] for m in sent] == ["second prompt"]
     unasked = lines_of(replayer.receive(b'{"jsonrpc":"2.0","id":9,"method":"fs/read_text_file","params":{}}\n'))

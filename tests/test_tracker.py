@@ -271,9 +271,7 @@ def test_cut_response_still_answers_its_request() -> None:
 def test_unanswered_request_says_when_a_cut_line_may_hold_its_answer() -> None:
     conn = Conn()
     asked = conn.a2c(request(3, "fs/read_text_file", {"path": "/big"}))
-    rec = FrameRecord(
-        1, 99, conn.ts + MS, "c2a", b'{"result":{"content":"aaa', wire.invalid("recorded prefix only")
-    )
+    rec = FrameRecord(1, 99, conn.ts + MS, "c2a", b'{"result":{"content":"aaa', wire.invalid("recorded prefix only"))
     rec.cut = 1
     conn.tracker.observe(rec)
     conn.tracker.finish(conn.ts + 2 * MS)
@@ -379,10 +377,7 @@ def test_v1_load_replay_window_flags_history_and_notices() -> None:
     assert tracker.should_strip(probe) == NOTE_NOTICE_REPLAYED
     replayed_notice = conn.a2c(notice_line)
     chunk = update({"sessionUpdate": "agent_message_chunk", "content": text("hi")})
-    assert (
-        tracker.should_strip(FrameRecord(2, 0, 0, "a2c", b"", wire.decode(json.dumps(chunk).encode())))
-        is None
-    )
+    assert tracker.should_strip(FrameRecord(2, 0, 0, "a2c", b"", wire.decode(json.dumps(chunk).encode()))) is None
     conn.a2c(chunk)
     done = conn.a2c(result(1, None))
     assert (history.replay, replayed_notice.replay) == (1, 1)
@@ -433,9 +428,7 @@ def test_v2_resume_replays_only_with_replay_from() -> None:
     assert not conn.tracker.in_replay_window(SESSION)
     assert conn.a2c(update({"sessionUpdate": "state_update", "state": "idle"})).replay == 0
     conn.a2c(result(2, {}))
-    conn.c2a(
-        request(3, "session/resume", {"sessionId": SESSION, "cwd": "/home/user/project", "replayFrom": None})
-    )
+    conn.c2a(request(3, "session/resume", {"sessionId": SESSION, "cwd": "/home/user/project", "replayFrom": None}))
     assert not conn.tracker.in_replay_window(SESSION)
     conn.a2c(result(3, {}))
     resume = conn.c2a(
@@ -447,19 +440,10 @@ def test_v2_resume_replays_only_with_replay_from() -> None:
     )
     assert conn.tracker.in_replay_window(SESSION)
     line = json.dumps(update({"sessionUpdate": "notice", "severity": "info", "title": "t"})).encode()
-    assert (
-        conn.tracker.should_strip(FrameRecord(1, 0, 0, "a2c", line, wire.decode(line)))
-        == NOTE_NOTICE_REPLAYED
-    )
-    user = conn.a2c(
-        update({"sessionUpdate": "user_message", "messageId": "msg_user_8f7a1", "content": [text("Q")]})
-    )
-    notice = conn.a2c(
-        update({"sessionUpdate": "notice", "severity": "warning", "title": "MCP server unavailable"})
-    )
-    agent = conn.a2c(
-        update({"sessionUpdate": "agent_message", "messageId": "msg_agent_c42b9", "content": [text("A")]})
-    )
+    assert conn.tracker.should_strip(FrameRecord(1, 0, 0, "a2c", line, wire.decode(line))) == NOTE_NOTICE_REPLAYED
+    user = conn.a2c(update({"sessionUpdate": "user_message", "messageId": "msg_user_8f7a1", "content": [text("Q")]}))
+    notice = conn.a2c(update({"sessionUpdate": "notice", "severity": "warning", "title": "MCP server unavailable"}))
+    agent = conn.a2c(update({"sessionUpdate": "agent_message", "messageId": "msg_agent_c42b9", "content": [text("A")]}))
     answered = conn.a2c(result(4, {}))
     assert (user.replay, notice.replay, agent.replay, answered.replay) == (1, 1, 1, 0)
     assert notice.note == NOTE_NOTICE_REPLAYED and (user.item_id, agent.item_id) == (
@@ -571,11 +555,7 @@ def v2_first_turn(conn: Conn) -> dict[str, FrameRecord]:
         request(2, "session/prompt", {"sessionId": SESSION, "prompt": [text("Can you analyze this code?")]})
     )
     marks["accepted"] = conn.a2c(result(2, {"messageId": "msg_user_8f7a1"}))
-    conn.a2c(
-        update(
-            {"sessionUpdate": "user_message", "messageId": "msg_user_8f7a1", "content": [text("Can you?")]}
-        )
-    )
+    conn.a2c(update({"sessionUpdate": "user_message", "messageId": "msg_user_8f7a1", "content": [text("Can you?")]}))
     conn.a2c(update({"sessionUpdate": "state_update", "state": "running"}))
     conn.a2c(
         update(
@@ -588,14 +568,10 @@ def v2_first_turn(conn: Conn) -> dict[str, FrameRecord]:
     marks["output"] = conn.a2c(
         update({"sessionUpdate": "agent_message", "messageId": "msg_agent_c42b9", "content": [text("A")]})
     )
-    conn.a2c(
-        update({"sessionUpdate": "agent_message_chunk", "messageId": "msg_agent_c42b9", "content": text("B")})
-    )
+    conn.a2c(update({"sessionUpdate": "agent_message_chunk", "messageId": "msg_agent_c42b9", "content": text("B")}))
     conn.a2c(update({"sessionUpdate": "tool_call_update", "toolCallId": "call_001", "status": "pending"}))
     marks["permission"] = conn.a2c(
-        request(
-            0, "session/request_permission", {"sessionId": SESSION, "toolCall": {"toolCallId": "call_001"}}
-        )
+        request(0, "session/request_permission", {"sessionId": SESSION, "toolCall": {"toolCallId": "call_001"}})
     )
     conn.a2c(update({"sessionUpdate": "state_update", "state": "requires_action"}))
     conn.c2a(result(0, {"outcome": {"outcome": "selected", "optionId": "allow-once"}}))
@@ -612,21 +588,11 @@ def v2_first_turn(conn: Conn) -> dict[str, FrameRecord]:
     )
     conn.a2c(update({"sessionUpdate": "tool_call_update", "toolCallId": "call_001", "status": "completed"}))
     conn.a2c(update({"sessionUpdate": "usage_update", "used": 53000, "size": 200000}))
-    conn.a2c(
-        update({"sessionUpdate": "compaction_update", "compactionId": "cmp_001", "status": "in_progress"})
-    )
-    conn.a2c(
-        update(
-            {"sessionUpdate": "compaction_summary_chunk", "compactionId": "cmp_001", "content": text("##")}
-        )
-    )
+    conn.a2c(update({"sessionUpdate": "compaction_update", "compactionId": "cmp_001", "status": "in_progress"}))
+    conn.a2c(update({"sessionUpdate": "compaction_summary_chunk", "compactionId": "cmp_001", "content": text("##")}))
     conn.a2c(update({"sessionUpdate": "compaction_update", "compactionId": "cmp_001", "status": "completed"}))
-    marks["notice"] = conn.a2c(
-        update({"sessionUpdate": "notice", "severity": "info", "title": "Rate limit at 80%"})
-    )
-    marks["idle"] = conn.a2c(
-        update({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"})
-    )
+    marks["notice"] = conn.a2c(update({"sessionUpdate": "notice", "severity": "info", "title": "Rate limit at 80%"}))
+    marks["idle"] = conn.a2c(update({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}))
     return marks
 
 
@@ -663,21 +629,13 @@ def test_v2_cancelled_turn_then_resume_replay_leaves_turns_alone() -> None:
         )
     )
     conn.a2c(update({"sessionUpdate": "state_update", "state": "running"}))
-    conn.a2c(
-        update(
-            {"sessionUpdate": "agent_message_chunk", "messageId": "msg_agent_2", "content": text("Fixing")}
-        )
-    )
+    conn.a2c(update({"sessionUpdate": "agent_message_chunk", "messageId": "msg_agent_2", "content": text("Fixing")}))
     conn.c2a(notification("session/cancel", {"sessionId": SESSION}))
     conn.a2c(update({"sessionUpdate": "tool_call_update", "toolCallId": "call_002", "status": "cancelled"}))
     idle = conn.a2c(update({"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}))
-    conn.c2a(
-        request(4, "session/resume", {"sessionId": SESSION, "cwd": "/w", "replayFrom": {"type": "start"}})
-    )
+    conn.c2a(request(4, "session/resume", {"sessionId": SESSION, "cwd": "/w", "replayFrom": {"type": "start"}}))
     conn.a2c(update({"sessionUpdate": "user_message", "messageId": "msg_user_8f7a1", "content": [text("Q")]}))
-    conn.a2c(
-        update({"sessionUpdate": "agent_message_chunk", "messageId": "msg_agent_c42b9", "content": text("C")})
-    )
+    conn.a2c(update({"sessionUpdate": "agent_message_chunk", "messageId": "msg_agent_c42b9", "content": text("C")}))
     conn.a2c(update({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}))
     conn.a2c(result(4, {}))
     first, second = conn.turns()
@@ -856,7 +814,6 @@ def test_recorded_traffic_every_response_paired_nothing_unanswered(path: Path) -
 # -- applying changes to the store (the recorder's side, as a reference) ---------------------------
 
 
-
 def over_the_link(changes: list[Change]) -> list[dict[str, Any]]:
     """Changes as the recorder's writer process receives them: msgpack-encoded dicts."""
     as_dicts = [{"table": c.table, "key": dict(c.key), "values": dict(c.values)} for c in changes]
@@ -906,13 +863,9 @@ def test_changes_apply_to_the_store_and_a_loaded_session_is_the_same_row(tmp_pat
     ]
     run = db["runs"].get(ids[1])
     assert (run["protocol_version"], run["unanswered_requests"], run["unpaired_responses"]) == (1, 1, 0)
-    replayed = list(
-        db.query("select replay from frames where run_id = ? and update_kind is not null", [ids[1]])
-    )
+    replayed = list(db.query("select replay from frames where run_id = ? and update_kind is not null", [ids[1]]))
     assert [r["replay"] for r in replayed] == [1, 0]
-    pairs = list(
-        db.query("select method, latency_ms from rpc_pairs where run_id = ? order by request_seq", [ids[1]])
-    )
+    pairs = list(db.query("select method, latency_ms from rpc_pairs where run_id = ? order by request_seq", [ids[1]]))
     assert [p["method"] for p in pairs] == ["initialize", "session/load", "session/prompt", "session/list"]
     assert pairs[-1]["latency_ms"] is None
 
