@@ -275,9 +275,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--permission", action="store_true", help="ask for permission before answering")
     parser.add_argument("--state-dir", type=Path, metavar="DIR", help="keep session histories in DIR")
-    parser.add_argument(
-        "--no-history", action="store_true", help="keep no history (session/load then replays nothing)"
-    )
+    parser.add_argument("--no-history", action="store_true", help="keep no history (session/load then replays nothing)")
     parser.add_argument("--verbose", action="store_true", help="log each request to stderr")
     options = parser.parse_args(argv)
     if options.chunks is not None and options.chunks < 0:

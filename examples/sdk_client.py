@@ -239,9 +239,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--cwd", default=os.getcwd(), help="session cwd (default: the current directory)")
     answer = parser.add_mutually_exclusive_group()
     answer.add_argument("--deny", action="store_true", help="reject permission requests")
-    answer.add_argument(
-        "--no-permission", action="store_true", help="answer permission requests with method-not-found"
-    )
+    answer.add_argument("--no-permission", action="store_true", help="answer permission requests with method-not-found")
     parser.add_argument("--summary", action="store_true", help="count updates instead of printing each one")
     parser.add_argument("--timeout", type=float, default=30.0, metavar="S", help="run limit (default 30)")
     options = parser.parse_args(own)
