@@ -64,9 +64,9 @@ Values
     messages: see text).
 
 Fields
-    dir:D          who wrote the line: c2a (client to agent), a2c (agent to client), stderr
-                   (the agent's stderr), proxy (acp-proxy itself). client means c2a, agent
-                   means a2c
+    dir:D          which way the line went: c2a (client to agent), a2c (agent to client),
+                   stderr (the agent's stderr); client means c2a, agent means a2c. dir:proxy:
+                   lines acp-proxy wrote itself (injected frames, error replies), either way
     kind:K         request, notification, response, error, batch, invalid, stderr
     method:M       the JSON-RPC method; a response carries the method of its request
     id:ID          the JSON-RPC id, compared as JSON: id:7 is the number 7, id:"7" the string
@@ -152,7 +152,10 @@ __all__ = [
 HELP = __doc__[__doc__.index("FILTER LANGUAGE") :] if __doc__ else ""
 """The language's documentation, for ``acp-proxy frames --help``."""
 
-DIRECTIONS = ("c2a", "a2c", "stderr", "proxy")
+DIRECTIONS = ("c2a", "a2c", "stderr")
+"""The ``dir`` column's values."""
+TRAVEL_DIRECTIONS = (*DIRECTIONS, "proxy")
+"""What ``dir:`` accepts: ``proxy`` selects by the ``origin`` column, whichever way a line went."""
 DIRECTION_ALIASES = {"client": "c2a", "agent": "a2c"}
 KINDS = ("request", "notification", "response", "error", "batch", "invalid", "stderr")
 UNKNOWN_VALUES = ("extension", "future")
@@ -991,6 +994,17 @@ def _string_field(
     return build
 
 
+_dir_travelled = _string_field("dir", choices=TRAVEL_DIRECTIONS, aliases=DIRECTION_ALIASES, present=False)
+
+
+def _dir_field(tok: _Token, ctx: _Context) -> Expr:
+    # Lines the proxy writes travel one way or the other like any line (pairing and folding
+    # need that); who wrote them is a column of its own.
+    if tok.op is not None and tok.value == "proxy":
+        return Equals("origin", "proxy", literal=True)
+    return _dir_travelled(tok, ctx)
+
+
 def _id_field(tok: _Token, ctx: _Context) -> Expr:
     _no_compare(tok)
     if tok.op is None:
@@ -1257,7 +1271,7 @@ FLAGS: dict[str, Callable[[], Expr]] = {
 """Words that stand alone."""
 
 FIELDS: dict[str, Callable[[_Token, _Context], Expr]] = {
-    "dir": _string_field("dir", choices=DIRECTIONS, aliases=DIRECTION_ALIASES, present=False),
+    "dir": _dir_field,
     "kind": _string_field("kind", choices=KINDS, present=False),
     "method": _string_field("method"),
     "id": _id_field,

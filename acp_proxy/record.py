@@ -58,6 +58,7 @@ class FrameRecord:
         self.note: str | None = None
         self.fault: str | None = None
         self.decode_error: str | None = None
+        self.origin: str | None = None
         if frame is not None:
             self.kind = frame.kind
             self.method = frame.method

@@ -206,6 +206,7 @@ class Recorder:
             rec.forwarded = int(meta.get("forwarded", 1))
             rec.note = meta.get("note")
             rec.fault = meta.get("fault")
+            rec.origin = meta.get("origin")
             for applied in meta.get("faults", ()):
                 self.fault_rows.append(
                     (self.run_id, self.seq, ts_ns, applied["rule"], applied["action"], applied.get("detail"))

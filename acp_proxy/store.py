@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["default_db_path"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 10_000  # how long a connection waits for another's write lock before failing
 
 # Column order of the frames table is the order the recorder's INSERT uses.
@@ -31,7 +31,7 @@ FRAME_COLUMNS: dict[str, type] = {
     "run_id": int,
     "seq": int,
     "ts_ns": int,
-    "dir": str,  # c2a | a2c | stderr | proxy
+    "dir": str,  # c2a | a2c | stderr: the way the line travelled
     "raw": str,  # the line without its "\n" (a "\r" stays); NULL when not valid UTF-8
     "raw_bytes": bytes,  # the line when it is not valid UTF-8
     "size": int,  # full length in bytes, without "\n"
@@ -56,7 +56,9 @@ FRAME_COLUMNS: dict[str, type] = {
     "note": str,  # why a frame was flagged, dropped or not forwarded
     "fault": str,  # the fault applied to this frame, if any
     "decode_error": str,
+    "origin": str,  # "proxy" on lines acp-proxy wrote itself (injected, error replies); else NULL
 }
+_FRAME_COLUMNS_ADDED = {"origin": 2}  # column -> the schema version that added it
 
 RUN_COLUMNS: dict[str, type] = {
     "id": int,
@@ -146,20 +148,38 @@ class ReadDb:
 
 
 def open_for_reading(path: Path) -> ReadDb:
-    """Open an existing database; never creates one (a typo must not yield an empty answer)."""
+    """Open an existing database; never creates one (a typo must not yield an empty answer).
+
+    A database from an older acp-proxy is migrated first (the one write a reader makes), so
+    that queries can name every current column."""
     if not path.exists():
         raise StoreError(f"no database at {path} (record one with: acp-proxy run -- AGENT)")
+    conn, version = _connect_read_only(path)
+    if version > SCHEMA_VERSION:
+        conn.close()
+        raise StoreError(f"{path} was written by a newer acp-proxy (schema {version} > {SCHEMA_VERSION})")
+    if version == 0:
+        conn.close()
+        raise StoreError(f"{path} is not an acp-proxy database")
+    if version < SCHEMA_VERSION:
+        conn.close()
+        try:
+            open_for_writing(path).conn.close()
+        except StoreError as exc:
+            raise StoreError(
+                f"{path} has an older schema ({version} < {SCHEMA_VERSION}) and could not be upgraded: {exc}"
+            ) from None
+        conn, version = _connect_read_only(path)
+    return ReadDb(conn)
+
+
+def _connect_read_only(path: Path) -> tuple[sqlite3.Connection, int]:
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        return conn, conn.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.Error as exc:
         raise StoreError(f"cannot read database {path}: {_reason(exc)}") from exc
-    if version > SCHEMA_VERSION:
-        raise StoreError(f"{path} was written by a newer acp-proxy (schema {version} > {SCHEMA_VERSION})")
-    if version == 0:
-        raise StoreError(f"{path} is not an acp-proxy database")
-    return ReadDb(conn)
 
 
 def _reason(exc: BaseException) -> str:
@@ -201,7 +221,8 @@ def migrate(db: sqlite_utils.Database) -> None:
 
 def _create_v1(db: sqlite_utils.Database) -> None:
     db["runs"].create(RUN_COLUMNS, pk="id", not_null={"started_ns", "status"})
-    db["frames"].create(FRAME_COLUMNS, pk=("run_id", "seq"), not_null={"run_id", "seq", "ts_ns", "dir"})
+    v1_frames = {name: kind for name, kind in FRAME_COLUMNS.items() if name not in _FRAME_COLUMNS_ADDED}
+    db["frames"].create(v1_frames, pk=("run_id", "seq"), not_null={"run_id", "seq", "ts_ns", "dir"})
     db["sessions"].create(
         {
             "id": int,
@@ -309,7 +330,13 @@ VIEWS = {
     """,
 }
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_create_v1]
+def _add_frame_origin(db: sqlite_utils.Database) -> None:
+    # Frames the proxy writes (fault injection) travel a direction like any other; this says who
+    # wrote them, for the filter term dir:proxy.
+    db.execute("ALTER TABLE frames ADD COLUMN origin TEXT")
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_create_v1, _add_frame_origin]
 
 
 def replace_findings(path: Path, run_ids: list[int], findings: list[dict]) -> None:

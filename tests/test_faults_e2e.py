@@ -386,6 +386,7 @@ def test_error_answers_a_request_instead_of_forwarding_it(tmp_path: Path) -> Non
     assert (a2c[0]["method"], a2c[0]["request_seq"]) == ("session/prompt", c2a[0]["seq"])
     assert not c2a[0]["unanswered"]
     assert plain(a2c[1])
+    assert (c2a[0]["origin"], a2c[0]["origin"], a2c[1]["origin"]) == (None, "proxy", None)
     # One fault applied: one row, on the request it answered.
     assert [(f["action"], f["dir"], f["raw"]) for f in faults(db)] == [("error", "c2a", prompt.decode())]
     assert faults(db)[0]["detail"] == "reply " + reply.decode()
@@ -457,6 +458,11 @@ def test_inject_before_and_after_a_frame(tmp_path: Path) -> None:
     listed = run_proxy(["runs", "--db", str(db), "--json"], timeout=RUN_TIMEOUT, env=env())
     assert listed.returncode == 0, listed.stderr
     assert [run["faults_applied"] for run in json.loads(listed.stdout)] == [2]
+    # The two lines the proxy wrote are the ones dir:proxy selects, and only they.
+    assert [row["origin"] for row in a2c] == ["proxy", None, None, "proxy", None, None]
+    written = run_proxy(["frames", "--db", str(db), "--json", "dir:proxy"], timeout=RUN_TIMEOUT, env=env())
+    assert written.returncode == 0, written.stderr
+    assert [row["seq"] for row in json.loads(written.stdout)] == [a2c[0]["seq"], a2c[3]["seq"]]
 
 
 def test_kill_signals_the_agent_and_the_proxy_exits_like_it(tmp_path: Path) -> None:

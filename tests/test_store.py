@@ -1,0 +1,96 @@
+"""The database's versions: an older recording is upgraded in place, a newer one refused."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+import sqlite_utils
+from click.testing import CliRunner
+
+from acp_proxy import store
+from acp_proxy.cli import cli
+
+from .conftest import python_agent, run_proxy
+
+
+def make_v1_database(path: Path) -> None:
+    """A database as the first schema left it, with one recorded frame."""
+    db = sqlite_utils.Database(sqlite3.connect(str(path), isolation_level=None))
+    store.MIGRATIONS[0](db)
+    db.execute("PRAGMA user_version = 1")
+    db["runs"].insert({"id": 1, "started_ns": 1, "status": "ended", "argv": '["agent"]'})
+    db["frames"].insert(
+        {
+            "run_id": 1,
+            "seq": 1,
+            "ts_ns": 1,
+            "dir": "c2a",
+            "raw": '{"jsonrpc":"2.0","method":"x"}',
+            "kind": "notification",
+            "method": "x",
+        }
+    )
+    db.conn.close()
+
+
+def columns(path: Path) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        return [row[1] for row in conn.execute("PRAGMA table_info(frames)")]
+
+
+def user_version(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("PRAGMA user_version").fetchone()[0]
+
+
+def test_a_query_upgrades_an_older_database_and_keeps_its_frames(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    make_v1_database(path)
+    assert "origin" not in columns(path)
+    result = CliRunner().invoke(cli, ["frames", "--db", str(path), "--json", "dir:proxy OR method:x"])
+    assert result.exit_code == 0, result.output
+    assert [row["seq"] for row in json.loads(result.stdout)] == [1]
+    assert user_version(path) == store.SCHEMA_VERSION
+    assert "origin" in columns(path)
+
+
+def test_a_run_upgrades_an_older_database_and_records_into_it(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    make_v1_database(path)
+    done = run_proxy(["run", "--db", str(path), "--", *python_agent("pass")], timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert user_version(path) == store.SCHEMA_VERSION
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("select id, status from runs order by id").fetchall() == [(1, "ended"), (2, "ended")]
+
+
+def test_a_fresh_database_has_the_same_frames_columns_as_an_upgraded_one(tmp_path: Path) -> None:
+    old, fresh = tmp_path / "old.db", tmp_path / "fresh.db"
+    make_v1_database(old)
+    store.open_for_reading(old).conn.close()
+    store.open_for_writing(fresh).conn.close()
+    assert columns(old) == columns(fresh) == list(store.FRAME_COLUMNS)
+
+
+def test_a_newer_database_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    store.open_for_writing(path).conn.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version = {store.SCHEMA_VERSION + 1}")
+    with pytest.raises(store.StoreError, match="newer acp-proxy"):
+        store.open_for_reading(path)
+    with pytest.raises(store.StoreError, match="newer acp-proxy"):
+        store.open_for_writing(path)
+    assert user_version(path) == store.SCHEMA_VERSION + 1
+
+
+def test_a_foreign_database_is_not_read(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("create table t (x)")
+    result = CliRunner().invoke(cli, ["runs", "--db", str(path)])
+    assert result.exit_code == 1
+    assert "is not an acp-proxy database" in result.output and "Traceback" not in result.output
