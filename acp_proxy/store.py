@@ -330,6 +330,7 @@ VIEWS = {
     """,
 }
 
+
 def _add_frame_origin(db: sqlite_utils.Database) -> None:
     # Frames the proxy writes (fault injection) travel a direction like any other; this says who
     # wrote them, for the filter term dir:proxy.
