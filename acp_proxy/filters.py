@@ -160,8 +160,6 @@ DIRECTION_ALIASES = {"client": "c2a", "agent": "a2c"}
 KINDS = ("request", "notification", "response", "error", "batch", "invalid", "stderr")
 UNKNOWN_VALUES = ("extension", "future")
 SEVERITIES = ("error", "warning", "info")  # as checks.Severity; rule ids always hold a /
-_RARE_KINDS = ("error", "invalid", "batch")  # as in store's idx_frames_rare
-_RARE_KINDS_SQL = "(" + ", ".join(f"'{kind}'" for kind in _RARE_KINDS) + ")"
 
 # SQLite integers are 64-bit: bounds outside are folded into "always" / "never" before binding.
 _INT_MIN = -(2**63)
@@ -392,10 +390,6 @@ class Equals(Term):
 
     def _cond(self) -> tuple[str, list[Any]]:
         rhs, params = self._rhs()
-        if self.column == "kind" and self.value in _RARE_KINDS:
-            # Spelled so that SQLite sees it implies the WHERE of store's partial index on
-            # rare frames (``kind IN (...) OR ...``), which it cannot infer from kind = 'error'.
-            return f"(kind = {rhs} AND kind IN {_RARE_KINDS_SQL})", params
         return f"{self.column} = {rhs}", params
 
     def _neg(self) -> tuple[str, list[Any]]:
@@ -559,7 +553,9 @@ class Listed(Term):
         return isinstance(names, str) and f",{self.value}," in f",{names},"
 
     def _cond(self) -> tuple[str, list[Any]]:
-        return f"instr(',' || {self.column} || ',', ?) > 0", [f",{self.value},"]
+        # The IS NOT NULL adds nothing to the result; it lets SQLite see that a partial index
+        # on "column IS NOT NULL" rows (store's idx_frames_rare, for fault) holds every match.
+        return f"({self.column} IS NOT NULL AND instr(',' || {self.column} || ',', ?) > 0)", [f",{self.value},"]
 
 
 class LastRun(Term):

@@ -552,7 +552,7 @@ def test_str_gives_the_filter_back() -> None:
 def test_rare_kinds_use_the_partial_index() -> None:
     db = sqlite_utils.Database(memory=True)
     store.migrate(db)
-    for text in ("kind:error", "kind:invalid", "unanswered", "fault"):
+    for text in ("kind:error", "kind:invalid", "kind:batch", "unanswered", "fault", "fault:drop", "kind:error run:3"):
         where, params = parse(text).to_sql()
         plan = " ".join(r[-1] for r in db.execute(f"explain query plan select * from frames where {where}", params))
         assert "idx_frames_rare" in plan, (text, plan)
