@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from . import acp
+from .protocol import vocabulary as acp
 
 Severity = Literal["error", "warning", "info"]
 

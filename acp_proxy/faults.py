@@ -140,6 +140,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import filters
+from .errors import UsageError
 
 if TYPE_CHECKING:
     from .record import FrameRecord
@@ -189,7 +190,7 @@ _SESSION_PLACEHOLDER = "${sessionId}"
 # -- errors --------------------------------------------------------------------------------
 
 
-class RuleError(ValueError):
+class RuleError(UsageError, ValueError):
     """A rule (or a rules file) that cannot be used; ``str()`` is meant for a person.
 
     ``message`` says what is wrong, ``where`` names the source (``--fault``,

@@ -135,6 +135,8 @@ from typing import Any
 
 import msgspec
 
+from .errors import UsageError
+
 __all__ = [
     "DIRECTIONS",
     "FIELDS",
@@ -166,7 +168,7 @@ _INT_MIN = -(2**63)
 _INT_MAX = 2**63 - 1
 
 
-class FilterError(ValueError):
+class FilterError(UsageError, ValueError):
     """A filter that cannot be parsed. ``column`` is the 0-based offset of the mistake.
 
     ``str()`` gives the message on its first line, then (when the text is known) the filter

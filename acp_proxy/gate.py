@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import faults as fl
-from . import wire
-from .framing import Line, LineFramer
+from .protocol import wire
+from .protocol.framing import Line, LineFramer
 from .record import FrameRecord
 from .tracker import Tracker
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from .framing import Line
+from .protocol.framing import Line
 
 HEADER = struct.Struct("<BBqI")
 

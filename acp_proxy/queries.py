@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import UsageError
 from .store import ReadDb
 
 
-class RefError(Exception):
+class RefError(UsageError):
     """A reference that names nothing, or more than one thing; the message is for a person."""
 
 

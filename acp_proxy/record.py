@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from operator import attrgetter, is_not
 
+from .protocol.wire import Frame
 from .store import FRAME_COLUMNS
-from .wire import Frame
 
 COLUMNS = tuple(FRAME_COLUMNS)
 _values = attrgetter(*COLUMNS)

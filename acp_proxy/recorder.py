@@ -33,10 +33,11 @@ from typing import Any
 
 import msgspec
 
-from . import store, wire
-from .framing import Line, LineFramer
+from . import store
 from .link import A2C, C2A, DATA, DIRECTIONS, EOF, HEADER, LINE, LINE_META, META, START, STDERR
 from .live_check import LiveCheck
+from .protocol import wire
+from .protocol.framing import Line, LineFramer
 from .record import COLUMNS, FrameRecord
 
 FLUSH_ROWS = 4000

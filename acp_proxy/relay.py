@@ -33,6 +33,7 @@ import msgspec
 import trio
 
 from . import link as link_format
+from .errors import AcpProxyError
 
 if TYPE_CHECKING:
     from .faults import FaultPlan
@@ -56,12 +57,12 @@ def say(message: str) -> None:
         pass
 
 
-class RelayError(Exception):
+class RelayError(AcpProxyError):
     """A problem that stops the run before the agent starts; ``code`` is the exit status."""
 
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = self.exit_code = code
 
 
 @dataclass

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import AcpProxyError
 from .locations import default_db_path
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ RUN_COLUMNS: dict[str, type] = {
 }
 
 
-class StoreError(Exception):
+class StoreError(AcpProxyError):
     """The database cannot be used; the message is one line meant for a person."""
 
 

@@ -55,9 +55,9 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, Raw, Struct
 
-from . import acp
+from .protocol import vocabulary as acp
+from .protocol.wire import canonical_id
 from .record import FrameRecord
-from .wire import canonical_id
 
 _OTHER = {"c2a": "a2c", "a2c": "c2a"}
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from acp_proxy import acp
+from acp_proxy.protocol import vocabulary as acp
 
 _SIDE_OF_FIELD = {
     "c2a_requests": "agent",

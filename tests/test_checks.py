@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from acp_proxy import wire
 from acp_proxy.checks import RULES, Checker, Finding, check
+from acp_proxy.protocol import wire
 from acp_proxy.record import FrameRecord
 from acp_proxy.tracker import Tracker
 

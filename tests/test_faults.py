@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from acp_proxy import faults, wire
+from acp_proxy import faults
 from acp_proxy.faults import (
     Close,
     Corrupt,
@@ -26,6 +26,7 @@ from acp_proxy.faults import (
     Stall,
     Truncate,
 )
+from acp_proxy.protocol import wire
 from acp_proxy.record import FrameRecord
 
 # -- traffic -------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from acp_proxy.framing import Line, LineFramer
+from acp_proxy.protocol.framing import Line, LineFramer
 
 
 def frame_all(chunks: list[bytes], max_keep: int | None = None) -> list[Line]:

@@ -12,7 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from acp_proxy import store, wire
+from acp_proxy import store
+from acp_proxy.protocol import wire
 from acp_proxy.record import FrameRecord
 from acp_proxy.recorder import FactsApplier
 from acp_proxy.tracker import NOTE_NOTICE_REPLAYED, NOTE_UNKNOWN_ID, Change, Tracker

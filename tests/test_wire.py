@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from acp_proxy.wire import decode
+from acp_proxy.protocol.wire import decode
 
 from .conftest import TRAFFIC
 

@@ -146,7 +146,7 @@ def _as_sets(vocab: Vocabulary) -> dict[str, frozenset[str]]:
 def load_schema(version: int, *, unstable: bool = False) -> dict[str, Any]:
     """The decoded official schema of ``version`` (stable, or the draft with ``unstable``)."""
     name = f"v{version}.schema{'.unstable' if unstable else ''}.json"
-    return msgspec.json.decode(files(__package__).joinpath("schema", name).read_bytes())
+    return msgspec.json.decode(files("acp_proxy").joinpath("schema", name).read_bytes())
 
 
 def _derive(schema: dict[str, Any]) -> dict[str, frozenset[str]]:

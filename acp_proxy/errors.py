@@ -1,0 +1,35 @@
+"""The exception root of acp-proxy: every mistake a person can make, or a peer can cause, that
+must end in one clear line instead of a traceback.
+
+Owns: the hierarchy, nothing else. Each module raises the most specific class; ``cli.py``
+catches ``AcpProxyError`` once and prints ``str(exc)`` (exit status ``exc.exit_code``).
+
+Must not know: click, rich, SQL, trio. Import-cheap on purpose: the relay imports it before the
+agent starts.
+
+    AcpProxyError                 exit 2 unless the subclass says otherwise
+    ├── UsageError                an option or argument a user gave cannot be used
+    │   ├── FilterError           (filters)  a filter expression does not parse or is too big
+    │   ├── RuleError             (faults)   a fault rule or rules file cannot be used
+    │   └── RefError              (queries)  a REF names nothing, or more than one thing
+    ├── StoreError                (store)    the database cannot be opened, read or written
+    └── RelayError                (relay)    the run cannot start (exit 126/127 for the agent)
+
+Every subclass is also a ``ValueError`` where it always was one (filters, faults), so callers
+that caught that keep working.
+"""
+
+from __future__ import annotations
+
+
+class AcpProxyError(Exception):
+    """Something acp-proxy cannot do; ``str()`` is one line (or a caret diagram) for a person."""
+
+    exit_code: int = 2
+
+
+class UsageError(AcpProxyError):
+    """An option or argument given by the user cannot be used."""
+
+
+__all__ = ["AcpProxyError", "UsageError"]
