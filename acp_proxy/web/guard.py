@@ -119,18 +119,19 @@ def _headers(scope: Scope) -> dict[str, str]:
 
 def wrap(
     app: App,
-    guard: Guard | None,
+    guard_of: Callable[[], Guard | None],
     redactor: Callable[[], Redactor] | None,
     own_paths: Callable[[str], bool],
 ) -> App:
-    """``app`` behind the guard (when there is one) and, for paths that are not the inspector's
-    own (``own_paths``), behind redaction of Datasette's JSON and CSV (when ``redactor`` gives
-    one that is enabled)."""
+    """``app`` behind the guard (when ``guard_of``, asked at each request, gives one) and, for
+    paths that are not the inspector's own (``own_paths``), behind redaction of Datasette's JSON
+    and CSV (when ``redactor`` gives one that is enabled)."""
 
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
+        guard = guard_of()
         if guard is not None:
             query = scope.get("query_string", b"").decode("latin-1")
             decision = decide(guard, scope.get("method", "GET"), scope.get("path", "/"), query, _headers(scope))
@@ -158,9 +159,10 @@ async def _answer(send: Send, decision: Decision) -> None:
 def _with_safe_headers(send: Send) -> Send:
     async def sending(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
-            names = {k.lower() for k, _ in message.get("headers") or []}
-            extra = [(k, v) for k, v in SAFE_HEADERS if k not in names]
-            message = {**message, "headers": [*(message.get("headers") or []), *extra]}
+            # Ours replace the application's: Datasette lets browsers cache some answers.
+            ours = {k for k, _ in SAFE_HEADERS}
+            kept = [(k, v) for k, v in message.get("headers") or [] if k.lower() not in ours]
+            message = {**message, "headers": [*kept, *SAFE_HEADERS]}
         await send(message)
 
     return sending

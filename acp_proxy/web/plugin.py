@@ -228,8 +228,10 @@ def register_routes(datasette: Any) -> list[tuple[str, Any]]:
 @hookimpl
 def asgi_wrapper(datasette: Any) -> Any:
     def wrapper(app: Any) -> Any:
+        # Asked at each request: Datasette builds its app (for its test client) before
+        # `acp-proxy ui` has set the guard on it.
         return guard_mod.wrap(
-            app, getattr(datasette, UI_ATTRIBUTE, None), lambda: redactor_for(datasette), own_paths=own_path
+            app, lambda: getattr(datasette, UI_ATTRIBUTE, None), lambda: redactor_for(datasette), own_paths=own_path
         )
 
     return wrapper
