@@ -3,6 +3,7 @@ marks, the request guard's decisions, redaction of Datasette's answers, the mode
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -25,7 +26,10 @@ def chunk(seq: int, text: str, item: str | None = None, update: str = "agent_mes
         {
             "jsonrpc": "2.0",
             "method": "session/update",
-            "params": {"sessionId": "s", "update": {"sessionUpdate": update, "content": {"type": "text", "text": text}}},
+            "params": {
+                "sessionId": "s",
+                "update": {"sessionUpdate": update, "content": {"type": "text", "text": text}},
+            },
         }
     )
     return timeline.timeline_row(
@@ -72,7 +76,7 @@ def test_collapse_keeps_every_frame_once_in_order(keys: list[str | None]) -> Non
     items = timeline.collapse(rows)
     flat = [r["seq"] for i in items for r in (i["rows"] if i["type"] == "chunks" else [i])]
     assert flat == list(range(1, len(keys) + 1))
-    for a, b in zip(items, items[1:], strict=False):
+    for a, b in itertools.pairwise(items):
         assert not (a.get("chunk_key") and a.get("chunk_key") == b.get("chunk_key")), "neighbours would have merged"
 
 
@@ -138,7 +142,11 @@ def test_marks_follow_a_response_by_its_requests_method_and_stay_quiet_when_unsu
     assert got == {("result", "_meta"): "meta", ("result", "later"): "unknown"}
     extension = {"jsonrpc": "2.0", "id": 1, "method": "_x/y", "params": {"free": {"_meta": 1}}}
     assert known.marks(extension, "request", "_x/y") == [{"path": ["params", "free", "_meta"], "mark": "meta"}]
-    future = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "update": {"sessionUpdate": "z"}}}
+    future = {
+        "jsonrpc": "2.0",
+        "method": "session/update",
+        "params": {"sessionId": "s", "update": {"sessionUpdate": "z"}},
+    }
     assert known.marks(future, "notification", "session/update") == []
 
 
@@ -146,7 +154,8 @@ def test_marks_use_the_negotiated_versions_schema() -> None:
     # A v1 prompt response ends the turn with a stop reason; a v2 one only accepts the prompt.
     v1_answer = {"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn"}}
     assert known.marks(v1_answer, "response", "session/prompt", 1) == []
-    assert known.marks(v1_answer, "response", "session/prompt", 2) == [{"path": ["result", "stopReason"], "mark": "unknown"}]
+    unknown_stop = [{"path": ["result", "stopReason"], "mark": "unknown"}]
+    assert known.marks(v1_answer, "response", "session/prompt", 2) == unknown_stop
     v2_answer = {"jsonrpc": "2.0", "id": 1, "result": {"messageId": "m1"}}
     assert known.marks(v2_answer, "response", "session/prompt", 2) == []
 

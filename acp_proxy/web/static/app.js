@@ -60,10 +60,12 @@ function setLive(live) {
 
 function poll(fn) {
   let busy = false;
+  const follow = document.getElementById("follow");
   const tick = async () => {
-    if (busy) return;
+    if (busy || (follow && !follow.checked)) return; // paused: the page stays as it is
     busy = true;
-    try { await fn(); } catch (err) { console.error(err); } finally { busy = false; }
+    document.body.dataset.polling = "1"; // while an update is under way (tests wait for it to land)
+    try { await fn(); } catch (err) { console.error(err); } finally { busy = false; delete document.body.dataset.polling; }
   };
   return setInterval(tick, POLL_MS);
 }
@@ -362,7 +364,14 @@ function treeView(value, marks) {
     }
     return tag(path, el("div", { class: "leaf", dataset: { path: JSON.stringify(path) } }, keyNode, keyNode ? ": " : "", scalar(v)));
   };
-  return node(null, value, [], 0);
+  const root = node(null, value, [], 0);
+  // What the schema does not know should be seen without hunting: open the way to each mark.
+  for (const marked of root.querySelectorAll("[data-mark]")) {
+    for (let up = marked.parentElement; up && up !== root.parentElement; up = up.parentElement) {
+      if (up.tagName === "DETAILS") up.open = true;
+    }
+  }
+  return root;
 }
 
 async function selectFrame(id, scroll) {
@@ -424,7 +433,10 @@ function summaryView(data) {
 }
 
 function embed(target, spec) {
-  if (typeof vegaEmbed !== "function") return;
+  if (typeof vegaEmbed !== "function") {
+    target.textContent = "charts need the page's Vega scripts, which did not load";
+    return;
+  }
   vegaEmbed(target, spec, { actions: false, renderer: "svg" }).catch((err) => {
     target.textContent = `chart: ${err}`;
   });
@@ -474,6 +486,7 @@ function initConversation() {
   const input = document.getElementById("filter");
   let cursor = null;
   let refreshTimer = null;
+  let generation = 0; // a new filter starts a new timeline: answers to older polls are dropped
   const query = (extra) => {
     const params = new URLSearchParams(extra);
     if (input.value.trim()) params.set("filter", input.value.trim());
@@ -520,13 +533,14 @@ function initConversation() {
     const params = new URLSearchParams(location.search);
     if (input.value.trim()) params.set("filter", input.value.trim()); else params.delete("filter");
     history.replaceState(null, "", `${location.pathname}${params.size ? "?" + params : ""}`);
-    cursor = null;
+    const mine = ++generation;
     const data = await api(query({ parts: "timeline" }));
-    if (data.ok) showTimeline(data, false);
+    if (data.ok && mine === generation) showTimeline(data, false);
   });
   load().then(() => poll(async () => {
+    const mine = generation;
     const data = await api(query({ parts: "summary,timeline", after: cursor || "0:0" }));
-    if (!data.ok) return;
+    if (!data.ok || mine !== generation) return;
     setLive(data.live);
     if ((data.timeline || []).length) {
       showTimeline(data, true);
