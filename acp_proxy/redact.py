@@ -58,6 +58,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 from .errors import UsageError
@@ -105,6 +106,7 @@ def _normal_name(name: str) -> str:
     return _CAMEL.sub("-", name).lower().replace("_", "-")
 
 
+@lru_cache(maxsize=4096)
 def secret_name(name: str) -> bool:
     """Whether a key (or an ``HttpHeader`` name) names a credential."""
     if not name or len(name) > 100:
@@ -137,6 +139,22 @@ _BEARER = re.compile(
     r"(?<![A-Za-z0-9])(?i:bearer|basic)\s+((?=[A-Za-z0-9._~+/=-]*[0-9._~+/=-])[A-Za-z0-9._~+/-]{8,}=*)"
     r"(?![A-Za-z0-9._~+/=-])"
 )
+# What every match of the two patterns above contains: a few substring tests (C speed) tell most
+# strings apart; the patterns' look-behinds and alternations are slow to try at every position.
+_SHAPE_HINTS = ("sk-", "sk_", "rk_", "gh", "glpat-", "xox", "AKIA", "ASIA", "AIza", "hf_", "npm_", "eyJ")
+_SCHEME_HINTS = ("bearer", "basic")
+
+
+def _hinted(text: str) -> bool:
+    """Whether a built-in text pattern could match ``text`` (False: it surely cannot)."""
+    if any(h in text for h in _SHAPE_HINTS):
+        return True
+    low = text.lower()
+    return any(h in low for h in _SCHEME_HINTS)
+
+
+# Every credential name and "env" holds one of these (in lower case): a line without them has none.
+_NAME_HINTS = ("authoriz", "cookie", "key", "token", "passw", "secret", '"env"')
 
 
 # -- user rules ---------------------------------------------------------------------------------
@@ -225,6 +243,8 @@ class Redactor:
         self._seen: dict[str, None] = {}  # insertion-ordered set of masked values (Rule 2)
         self._seen_re: re.Pattern[str] | None = None
         self._generation = 0  # counts values remembered
+        self._keys: dict[str, str] = {}
+        self._keys_generation = 0
 
     # public API
 
@@ -276,6 +296,8 @@ class Redactor:
         """``line`` for a line already decoded to ``str`` (the ``frames.raw`` column)."""
         if not self.enabled or not isinstance(text, str):
             return text
+        if self._plainly_clean(text):
+            return text
         body = text.rstrip("\r")
         try:
             obj = json.loads(body)
@@ -287,6 +309,17 @@ class Redactor:
         if masked is obj:
             return text
         return self._respell(text, obj, masked)
+
+    def _plainly_clean(self, text: str) -> bool:
+        """True when no rule can match anywhere in the line, told from its text alone (most
+        frames: decoding and walking them is most of redaction's cost). Unsure means False."""
+        if self.rules or "\\u" in text or _hinted(text):
+            return False
+        low = text.lower()
+        if any(h in low for h in _NAME_HINTS):
+            return False
+        seen = self._seen_pattern()
+        return seen is None or seen.search(text) is None
 
     # Rule 2: masked values are remembered and masked in free text too.
 
@@ -327,7 +360,7 @@ class Redactor:
                     new = v
             else:
                 new = self._walk(v, k)
-            new_key = self._string(k) if isinstance(k, str) else k
+            new_key = self._key(k) if isinstance(k, str) else k
             if out is None and (new is not v or new_key is not k):
                 out = {}
                 for k2, v2 in obj.items():
@@ -386,11 +419,22 @@ class Redactor:
 
     # strings
 
+    def _key(self, key: str) -> str:
+        # Frames repeat the same few keys: remember what each became, until a new secret is learnt.
+        if self._keys_generation != self._generation:
+            self._keys.clear()
+            self._keys_generation = self._generation
+        out = self._keys.get(key)
+        if out is None:
+            out = self._string(key)
+            if len(self._keys) < 4096:
+                self._keys[key] = out
+        return out
+
     def _string(self, text: str) -> str:
         out = text
-        if _SHAPES.search(out):
+        if _hinted(out):
             out = _SHAPES.sub(self._whole, out)
-        if _BEARER.search(out):
             out = _BEARER.sub(self._groups, out)
         for pattern in self._regexes:
             out = pattern.sub(self._groups, out)

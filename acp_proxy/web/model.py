@@ -158,15 +158,15 @@ def conversation(
     parts = set(parts)
     ref = resolve(db, kind, ident)
     run_ids = queries.run_ids_of(db, ref)
-    rows = queries.frames_of(db, ref, include_stderr=True)
-    for row in rows:
-        _redact_row(row, redactor)
+    where, params = _ref_clause(ref, run_ids)
+    last = db.execute(f"select run_id, seq from frames where {where} order by run_id desc, seq desc limit 1", params)
+    last_row = last.fetchone()
     out: dict[str, Any] = {
         "ref": {"kind": kind, "id": ref.run_id if kind == "run" else ref.session_id, "describe": ref.describe()},
         "run_ids": run_ids,
         "redacted": redactor.enabled,
-        "frames_total": len(rows),
-        "cursor": f"{rows[-1]['run_id']}:{rows[-1]['seq']}" if rows else None,
+        "frames_total": db.execute(f"select count(*) from frames where {where}", params).fetchone()[0],
+        "cursor": f"{last_row[0]}:{last_row[1]}" if last_row else None,
     }
     # The summary is cheap and says whether a run is still recording: live follow needs it.
     runs = [run_summary(r, redactor) for r in _runs(db, run_ids)]
@@ -174,6 +174,10 @@ def conversation(
     if "summary" in parts:
         out["runs"] = runs
     if "conversation" in parts or "charts" in parts:
+        # The fold needs every frame; the timeline and live polls below read only what they show.
+        rows = queries.frames_of(db, ref, include_stderr=True)
+        for row in rows:
+            _redact_row(row, redactor)
         folded = transcript.fold_rows(r for r in rows if r["dir"] != "stderr")
         if ref.is_session:
             folded = {k: v for k, v in folded.items() if k == ref.session_id}
@@ -188,8 +192,24 @@ def conversation(
             out["waterfall"] = timeline.waterfall(convs, ts_of)
             out["latency"] = timeline.latency_samples(rows)
     if "timeline" in parts:
-        out.update(_timeline(db, rows, run_ids, redactor, filter_text, parse_cursor(after), limit))
+        out.update(_timeline(db, where, params, run_ids, redactor, filter_text, parse_cursor(after), limit))
     return out
+
+
+def _ref_clause(ref: queries.Ref, run_ids: list[int]) -> tuple[str, list[Any]]:
+    """SQL over ``frames`` (unaliased, as the filter language's SQL expects) for the frames of a
+    run, or those that concern a session (as ``queries.frames_of`` selects them, stderr
+    included)."""
+    marks = ",".join("?" * len(run_ids)) or "null"
+    if not ref.is_session:
+        return "frames.run_id = ?", [ref.run_id]
+    # A response carries no sessionId of its own: it belongs to the session of its request.
+    return (
+        f"""frames.run_id in ({marks}) and (frames.session_id = ?
+            or exists (select 1 from frames q where q.run_id = frames.run_id and q.seq = frames.request_seq
+                       and q.session_id = ?))""",
+        [*run_ids, ref.session_id, ref.session_id],
+    )
 
 
 def _runs(db: Any, run_ids: list[int]) -> list[dict[str, Any]]:
@@ -232,7 +252,8 @@ def _conversation_json(conv: fd.Conversation) -> dict[str, Any]:
 
 def _timeline(
     db: Any,
-    rows: list[dict[str, Any]],
+    where: str,
+    params: list[Any],
     run_ids: list[int],
     redactor: Redactor,
     filter_text: str | None,
@@ -240,28 +261,26 @@ def _timeline(
     limit: int,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"filter": filter_text or "", "filter_error": None}
-    selected = rows
+    clauses, args = [where], list(params)
     if filter_text and filter_text.strip():
         try:
             expr = filters.parse(filter_text)
         except filters.FilterError as exc:
-            out["filter_error"] = _one_line(exc)
-            selected = []
-        else:
-            where, params = expr.to_sql()
-            marks = ",".join("?" * len(run_ids)) or "null"
-            hits = {
-                (r[0], r[1])
-                for r in db.execute(
-                    f"select run_id, seq from frames where run_id in ({marks}) and ({where})", [*run_ids, *params]
-                )
-            }
-            selected = [r for r in rows if (r["run_id"], r["seq"]) in hits]
+            out.update(filter_error=_one_line(exc), timeline=[], shown=0, more=False)
+            return out
+        filter_sql, more = expr.to_sql()
+        clauses.append(f"({filter_sql})")
+        args += more
     if cursor is not None:
-        selected = [r for r in selected if (r["run_id"], r["seq"]) > cursor]
+        clauses.append("(frames.run_id > ? or (frames.run_id = ? and frames.seq > ?))")
+        args += [cursor[0], cursor[0], cursor[1]]
     limit = max(1, min(int(limit), MAX_LIMIT))
+    sql = f"select * from frames where {' and '.join(clauses)} order by frames.run_id, frames.seq limit ?"
+    selected = queries.rows(db, sql, [*args, limit + 1])
     out["more"] = len(selected) > limit
     selected = selected[:limit]
+    for row in selected:
+        _redact_row(row, redactor)
     faults, findings = _annotations(db, run_ids, redactor)
     trows = [
         timeline.timeline_row(r, faults.get((r["run_id"], r["seq"]), ()), findings.get((r["run_id"], r["seq"]), ()))
