@@ -125,6 +125,13 @@ def test_session_json_spans_its_runs(sdk_recording: tuple[Path, str]) -> None:
     assert all(item["run_id"] in (1, 2) for item in data["timeline"])
     prefix = get_json(app(db), f"/sessions/{session[:8]}.json")
     assert prefix["ref"]["id"] == session
+    requests = get_json(app(db), f"/sessions/{session}.json?parts=timeline&filter=kind:request%20dir:c2a")
+    # session/new names no session yet: a session's frames start with what carries its id.
+    assert [(i["run_id"], i["method"]) for i in requests["timeline"]] == [
+        (1, "session/prompt"),
+        (2, "session/load"),
+        (2, "session/prompt"),
+    ]
 
 
 def test_the_filter_narrows_the_timeline_server_side(ds: Any) -> None:
