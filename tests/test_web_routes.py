@@ -305,3 +305,36 @@ def test_datasette_links_frames_to_their_run(ds: Any) -> None:
     assert json.dumps(data["rows"][0]).count('"run_id"') >= 1
     page = get(ds, "/synthetic/frames?_size=1").text
     assert 'href="/synthetic/runs/1"' in page
+
+
+def test_faults_and_findings_are_marked_on_their_frames(tmp_path: Path) -> None:
+    from acp_proxy import store
+
+    db = synthetic_db(tmp_path / "marked.db")
+    finding = {"run_id": 1, "seq": 19, "rule_id": "jsonrpc/x", "severity": "error", "message": "m", "spec": "s"}
+    store.replace_findings(db, [1], [finding])
+    with sqlite3.connect(db) as conn:  # as the recorder stores an applied fault
+        conn.execute(
+            "insert into faults (run_id, seq, ts_ns, rule, action, detail) values (1, 5, 1, 'drop if x', 'drop', '')"
+        )
+    items = {i["id"]: i for i in get_json(app(db), "/runs/1.json?parts=timeline")["timeline"]}
+    assert items["1:19"]["findings"] == [{"severity": "error", "rule": "jsonrpc/x", "message": "m", "spec": "s"}]
+    assert items["1:5"]["faults"] == [{"action": "drop", "detail": "", "rule": "drop if x"}]
+    assert get_json(app(db), "/runs/1.json?parts=timeline&filter=finding:error")["shown"] == 1
+
+
+def test_plain_datasette_serves_the_same_pages_through_the_entry_point(synthetic: Path) -> None:
+    import asyncio
+
+    from datasette.app import Datasette
+    from datasette.plugins import get_plugins
+
+    assert any(p["name"] == "acp-proxy" for p in get_plugins())
+    plain = Datasette(files=[str(synthetic)])  # no token: that is `acp-proxy ui`'s own lock
+
+    async def go() -> Any:
+        return await plain.client.get("/runs/1.json")
+
+    data = asyncio.run(go()).json()
+    assert data["ok"] is True and data["redacted"] is True
+    assert holds_secret(json.dumps(data)) == []
