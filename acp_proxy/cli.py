@@ -1167,5 +1167,8 @@ def diff_command(db_path: Path | None, as_json: bool, left: str, right: str) -> 
         raise SystemExit(1)
 
 
+cli.add_command(__import__("acp_proxy.web.command", fromlist=["ui"]).ui)
+
+
 def main() -> None:
     cli(prog_name="acp-proxy")

@@ -1,0 +1,215 @@
+"""``acp-proxy ui``: serve the inspector (Datasette and this package's plugin) on loopback.
+
+Owns: the command's options, checking them before anything starts (one line per mistake),
+binding the socket (so that ``--port 0`` can print the port it got), the per-launch token, the
+printed URL (stdout: the only thing written there), opening the browser, and a clean stop on
+Ctrl-C or SIGTERM (exit 0, no traceback).
+
+Must not know: the pages (``plugin``, ``model``) or how requests are checked (``guard``). It
+imports Datasette only when run, so the rest of acp-proxy works without the ``[ui]`` extra.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+INSTALL_HINT = "acp-proxy ui needs the [ui] extra: pip install 'acp-proxy[ui]'"
+LOOPBACK = "127.0.0.1"
+
+
+def _missing_extra() -> str | None:
+    """The one line to print when Datasette (or what it needs) cannot be imported."""
+    try:
+        import datasette.app  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        return INSTALL_HINT
+    return None
+
+
+def _token(value: str | None) -> str:
+    if value is None:
+        return secrets.token_urlsafe(24)
+    if len(value) < 8 or len(value) > 200 or not value.isascii() or not all(c.isalnum() or c in "-_.~" for c in value):
+        raise click.BadParameter("a token is 8 to 200 characters of A-Z, a-z, 0-9 and -_.~", param_hint="--token")
+    return value
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror.lower() if exc.strerror else str(exc)
+        raise click.ClickException(f"cannot listen on {host}:{port}: {reason}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url(host: str, port: int, token: str) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/?token={token}"
+
+
+class _Prefixed(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return "acp-proxy: " + super().format(record).replace("\n", " ")
+
+
+def _quiet_logging() -> None:
+    # uvicorn logs access lines to stdout by default; stdout here is for the URL alone.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Prefixed("%(message)s"))
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "datasette"):
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.propagate = False
+        logger.setLevel(logging.WARNING)
+
+
+@click.command("ui")
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Database file. Default: $ACP_PROXY_DB, else $XDG_DATA_HOME/acp-proxy/acp-proxy.db.",
+)
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0: any free port.")
+@click.option(
+    "--host",
+    default=None,
+    metavar="HOST",
+    help="Listen on this address instead of 127.0.0.1 (reachable by others: a warning is printed).",
+)
+@click.option("--token", default=None, metavar="T", help="Use this access token instead of a random one.")
+@click.option("--no-open", is_flag=True, help="Do not open a browser; just print the URL.")
+@click.option(
+    "--redact",
+    "redact_rules",
+    multiple=True,
+    metavar="RULE",
+    help="Also mask what this JSON path (params._meta.token) or regular expression matches (repeatable).",
+)
+@click.option("--no-redact", is_flag=True, help="Show secrets as recorded (they are masked by default).")
+def ui(
+    db_path: Path | None,
+    port: int,
+    host: str | None,
+    token: str | None,
+    no_open: bool,
+    redact_rules: tuple[str, ...],
+    no_redact: bool,
+) -> None:
+    """Look at recordings in a browser: runs, conversations, frames, charts, diffs.
+
+    Serves a live inspector (a Datasette plugin) on 127.0.0.1 and prints its URL, which carries
+    a random access token; every request needs it (then a cookie). Every table and view of the
+    database is there too, read-only, with Datasette's filters, facets and SQL. Secrets
+    (credential headers, env values, bearer tokens, API keys, JWTs) are masked unless
+    --no-redact. Ctrl-C stops it.
+
+    \b
+    Examples:
+        acp-proxy ui
+        acp-proxy ui --db rec.db --port 0 --no-open
+        acp-proxy ui --redact params._meta.proxy --redact 'ticket-[0-9]+'
+    """
+    missing = _missing_extra()
+    if missing:
+        raise click.ClickException(missing)
+    from .. import store
+    from ..locations import default_db_path
+    from ..redact import RedactError, Redactor
+
+    try:
+        Redactor(redact_rules)
+    except RedactError as exc:
+        raise click.ClickException(str(exc)) from None
+    path = db_path if db_path is not None else default_db_path()
+    try:
+        store.open_for_reading(path).conn.close()  # exists, is ours, migrated: or one clear line
+    except store.StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    token = _token(token)
+    bind_host = host if host is not None else LOOPBACK
+    if host is not None and host not in ("127.0.0.1", "localhost", "::1"):
+        click.echo(
+            f"acp-proxy: warning: listening on {host}: anyone who can reach it and has the token sees the recordings",
+            err=True,
+        )
+    sock = _bind(bind_host, port)
+    bound_port = sock.getsockname()[1]
+    try:
+        serve(path, sock, bind_host, bound_port, token, list(redact_rules), no_redact, open_browser=not no_open)
+    finally:
+        sock.close()
+
+
+def build(path: Path, host: str, port: int, token: str, rules: list[str], no_redact: bool) -> Any:
+    """The Datasette instance ``ui`` serves (the guard set on it), not yet started."""
+    from datasette.app import Datasette
+
+    from . import plugin
+    from .guard import Guard
+
+    ds = Datasette(
+        files=[str(path)],
+        metadata={"plugins": {plugin.PLUGIN: {"redact": rules, "no_redact": no_redact}}},
+        settings={"force_https_urls": False},
+    )
+    setattr(ds, plugin.UI_ATTRIBUTE, Guard(token=token, host=host, port=port))
+    return ds
+
+
+def serve(
+    path: Path,
+    sock: socket.socket,
+    host: str,
+    port: int,
+    token: str,
+    rules: list[str],
+    no_redact: bool,
+    open_browser: bool,
+) -> None:
+    import asyncio
+
+    import uvicorn
+
+    _quiet_logging()
+    ds = build(path, host, port, token, rules, no_redact)
+    url = _url(host, port, token)
+    click.echo(f"acp-proxy: inspecting {path} (read-only); Ctrl-C stops", err=True)
+    click.echo(url)
+    sys.stdout.flush()
+    config = uvicorn.Config(
+        ds.app(),
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+        ws="none",
+    )
+    server = uvicorn.Server(config)
+    if open_browser:
+        import webbrowser
+
+        try:
+            webbrowser.open(url)
+        except Exception:  # no browser here: the printed URL is enough
+            pass
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,260 @@
+"""The Datasette plugin: the inspector's routes, its lock, and Datasette's table descriptions.
+
+Owns: Datasette's hooks — ``register_routes`` (``/`` runs and sessions, ``/runs/ID``,
+``/sessions/ID``, ``/runs/ID/frames/SEQ``, ``/diff/A/B``, each with a ``.json`` twin, and the
+page assets under ``/-/acp-proxy/``), ``asgi_wrapper`` (the token and Host checks of
+``acp-proxy ui``, redaction of Datasette's own JSON and CSV), ``render_cell`` (redaction of its
+HTML cells), ``prepare_connection`` (connections that cannot write) and ``get_metadata`` (what
+each table, view and column means). Registered on Datasette's ``datasette`` entry point, so
+``datasette acp-proxy.db`` serves the same pages (without the token, which only ``acp-proxy ui``
+sets; Datasette itself listens on 127.0.0.1 unless told otherwise).
+
+Must not know: SQL or the fold — every page's data comes from ``model`` — nor click.
+
+Settings, from Datasette's plugin configuration (``acp-proxy ui`` writes them; with plain
+``datasette``, put them in ``metadata.json`` under ``plugins`` -> ``acp-proxy``):
+``redact`` (a list of ``--redact`` rules) and ``no_redact`` (true to show everything).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from datasette import hookimpl
+from datasette.utils.asgi import Response, asgi_static
+
+from ..redact import Redactor
+from . import guard as guard_mod
+from . import model
+from .metadata import TABLES
+
+PLUGIN = "acp-proxy"
+HERE = Path(str(files("acp_proxy.web")))
+STATIC = HERE / "static"
+ASSETS = "/-/acp-proxy/"
+UI_ATTRIBUTE = "_acp_proxy_ui"  # set on the Datasette object by `acp-proxy ui`: a guard.Guard
+
+# Scripts and styles come only from this server; Vega compiles chart expressions with Function,
+# hence 'unsafe-eval'; no request may leave for another host.
+CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-eval'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+
+_OWN = re.compile(r"^/(?:\.json)?$|^/(?:runs|sessions|diff)/|^/-/acp-proxy/")
+
+_templates = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(HERE / "templates")),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+)
+
+
+def own_path(path: str) -> bool:
+    """The inspector's pages and assets (everything else is Datasette's)."""
+    return _OWN.match(path) is not None
+
+
+def redactor_for(datasette: Any) -> Redactor:
+    config = datasette.plugin_config(PLUGIN) or {}
+    rules = config.get("redact") or []
+    if isinstance(rules, str):
+        rules = [rules]
+    return Redactor(rules, enabled=not config.get("no_redact"))
+
+
+def recording_name(datasette: Any) -> str | None:
+    """The attached database that is an acp-proxy recording (the first one, by name)."""
+    for name, db in datasette.databases.items():
+        if name.startswith("_") or db.is_memory:
+            continue
+        if getattr(db, "_acp_proxy_recording", None) is None:
+            tables = set()
+            try:
+                conn = db.connect()
+                try:
+                    tables = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
+                finally:
+                    conn.close()
+            except Exception:  # an unreadable file is simply not ours
+                tables = set()
+            db._acp_proxy_recording = {"runs", "frames"} <= tables
+        if db._acp_proxy_recording:
+            return name
+    return None
+
+
+async def _read(datasette: Any, fn: Any) -> Any:
+    name = recording_name(datasette)
+    if name is None:
+        raise model.NotFound("no acp-proxy recording is attached (start with: acp-proxy ui --db PATH)")
+    return await datasette.get_database(name).execute_fn(fn)
+
+
+def _page(template: str, **context: Any) -> Response:
+    body = _templates.get_template(template).render(assets=ASSETS, **context)
+    return Response.html(body, headers={"content-security-policy": CSP})
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(
+        json.dumps(data, ensure_ascii=False, default=str),
+        status=status,
+        content_type="application/json; charset=utf-8",
+        headers={"content-security-policy": CSP},
+    )
+
+
+def _error(message: str, as_json: bool, status: int = 404) -> Response:
+    if as_json:
+        return _json({"ok": False, "error": message}, status)
+    return Response.html(
+        _templates.get_template("error.html").render(
+            assets=ASSETS, message=message, status=status, title=str(status), database=None, redacted=True
+        ),
+        status=status,
+        headers={"content-security-policy": CSP},
+    )
+
+
+def _common(datasette: Any, redactor: Redactor) -> dict[str, Any]:
+    return {"database": recording_name(datasette), "redacted": redactor.enabled}
+
+
+# -- views -------------------------------------------------------------------------------------
+
+
+async def index_view(datasette: Any, request: Any) -> Response:
+    as_json = bool(request.url_vars.get("as_json"))
+    redactor = redactor_for(datasette)
+    if not as_json:
+        return _page("index.html", title="Runs and sessions", **_common(datasette, redactor))
+    try:
+        data = await _read(datasette, lambda conn: model.index(conn, redactor))
+    except model.NotFound as exc:
+        return _error(str(exc), True)
+    return _json({"ok": True, **data})
+
+
+async def conversation_view(datasette: Any, request: Any) -> Response:
+    as_json = bool(request.url_vars.get("as_json"))
+    kind = "run" if "run_id" in request.url_vars else "session"
+    ident = request.url_vars["run_id"] if kind == "run" else _unquote(request.url_vars["session"])
+    redactor = redactor_for(datasette)
+    if not as_json:
+        title = f"Run {ident}" if kind == "run" else f"Session {ident}"
+        return _page(
+            "conversation.html",
+            title=title,
+            kind=kind,
+            ident=ident,
+            filter=request.args.get("filter") or "",
+            **_common(datasette, redactor),
+        )
+    parts = request.args.get("parts")
+    kwargs: dict[str, Any] = {
+        "filter_text": request.args.get("filter"),
+        "after": request.args.get("after"),
+        "limit": _int(request.args.get("limit"), model.DEFAULT_LIMIT),
+    }
+    if parts:
+        kwargs["parts"] = [p for p in parts.split(",") if p]
+    try:
+        data = await _read(datasette, lambda conn: model.conversation(conn, kind, ident, redactor, **kwargs))
+    except model.NotFound as exc:
+        return _error(str(exc), True)
+    return _json({"ok": True, **data})
+
+
+async def frame_view(datasette: Any, request: Any) -> Response:
+    as_json = bool(request.url_vars.get("as_json"))
+    run_id, seq = int(request.url_vars["run_id"]), int(request.url_vars["seq"])
+    if not as_json:
+        return Response.redirect(f"/runs/{run_id}#frame={run_id}:{seq}")
+    redactor = redactor_for(datasette)
+    try:
+        data = await _read(datasette, lambda conn: model.frame(conn, run_id, seq, redactor))
+    except model.NotFound as exc:
+        return _error(str(exc), True)
+    return _json({"ok": True, **data})
+
+
+async def diff_view(datasette: Any, request: Any) -> Response:
+    as_json = bool(request.url_vars.get("as_json"))
+    left, right = _unquote(request.url_vars["left"]), _unquote(request.url_vars["right"])
+    redactor = redactor_for(datasette)
+    if not as_json:
+        title = f"Diff {left} ⇄ {right}"
+        return _page("diff.html", title=title, left=left, right=right, **_common(datasette, redactor))
+    try:
+        data = await _read(datasette, lambda conn: model.diff(conn, left, right, redactor))
+    except model.NotFound as exc:
+        return _error(str(exc), True)
+    return _json({"ok": True, **data})
+
+
+def _unquote(text: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(text)
+
+
+def _int(text: str | None, default: int) -> int:
+    return int(text) if text and text.isdigit() and len(text) < 10 else default
+
+
+# -- hooks -------------------------------------------------------------------------------------
+
+_JSON = r"(?P<as_json>\.json)?$"
+
+
+@hookimpl
+def register_routes(datasette: Any) -> list[tuple[str, Any]]:
+    return [
+        (r"^/" + _JSON, index_view),
+        (r"^/runs/(?P<run_id>[0-9]{1,18})/frames/(?P<seq>[0-9]{1,18})" + _JSON, frame_view),
+        (r"^/runs/(?P<run_id>[0-9]{1,18})" + _JSON, conversation_view),
+        (r"^/sessions/(?P<session>[^/]+?)" + _JSON, conversation_view),
+        (r"^/diff/(?P<left>[^/]+)/(?P<right>[^/]+?)" + _JSON, diff_view),
+        (r"^/-/acp-proxy/(?P<path>.+)$", asgi_static(STATIC)),
+    ]
+
+
+@hookimpl
+def asgi_wrapper(datasette: Any) -> Any:
+    def wrapper(app: Any) -> Any:
+        # Asked at each request: Datasette builds its app (for its test client) before
+        # `acp-proxy ui` has set the guard on it.
+        return guard_mod.wrap(
+            app, lambda: getattr(datasette, UI_ATTRIBUTE, None), lambda: redactor_for(datasette), own_paths=own_path
+        )
+
+    return wrapper
+
+
+@hookimpl
+def render_cell(value: Any, column: str, table: str | None, database: str, datasette: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    redactor = redactor_for(datasette)
+    masked = redactor.raw(value)
+    return None if masked is value else masked  # a str is escaped by Datasette's template
+
+
+@hookimpl
+def prepare_connection(conn: Any, database: str, datasette: Any) -> None:
+    # `acp-proxy ui` promises a read-only inspector: Datasette already opens files mode=ro and
+    # runs only SELECTs; this closes the last door (a write through any other code path).
+    if getattr(datasette, UI_ATTRIBUTE, None) is not None and not database.startswith("_"):
+        conn.execute("PRAGMA query_only = 1")
+
+
+@hookimpl
+def get_metadata(datasette: Any, key: str, database: str | None, table: str | None) -> dict[str, Any]:
+    names = [n for n in datasette.databases if not n.startswith("_")]
+    return {"databases": {name: {"tables": TABLES} for name in names}}

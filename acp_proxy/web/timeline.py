@@ -1,0 +1,270 @@
+"""The inspector's frame timeline and pictures, from recorded rows and a folded conversation.
+
+Owns: one timeline row per frame (direction lane, what it is, its latency, flags, the faults and
+findings on it, a short preview), collapsing consecutive chunks of one message into one row that
+holds them, the per-turn waterfall (acceptance, first output, tool calls, permission waits, end)
+and the per-method latency samples the charts draw.
+
+Must not know: SQL, HTTP, Datasette, HTML. Rows in (already redacted), plain dicts out.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .. import fold as fd
+
+PREVIEW_CHARS = 160
+CHUNK_TEXT_CHARS = 2000
+
+
+def iso(ns: int | None) -> str | None:
+    """ISO-8601 UTC with milliseconds, as the database views spell it."""
+    if ns is None:
+        return None
+    moment = dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def flags(row: dict[str, Any]) -> list[str]:
+    """Short words for what is special about a frame (as ``acp-proxy frames`` shows them)."""
+    out = []
+    if row.get("replay"):
+        out.append("history")
+    if row.get("unanswered"):
+        out.append("unanswered")
+    if row.get("forwarded") == 0:
+        out.append("not forwarded")
+    if row.get("unknown"):
+        out.append(f"unknown:{row['unknown']}")
+    if row.get("cut"):
+        out.append("cut")
+    if row.get("terminated") == 0:
+        out.append("unterminated")
+    if row.get("origin") == "proxy":
+        out.append("by proxy")
+    if row.get("decode_error") and row.get("kind") != "invalid":
+        out.append("decode error")
+    return out
+
+
+def _decoded(row: dict[str, Any]) -> Any:
+    raw = row.get("raw")
+    if raw is None or row.get("kind") in ("stderr", "invalid"):
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def chunk_text(message: Any) -> str | None:
+    """The text a ``*_chunk`` update streams, or None when the frame is not one."""
+    if not isinstance(message, dict):
+        return None
+    params = message.get("params")
+    update = params.get("update") if isinstance(params, dict) else None
+    if not isinstance(update, dict) or not str(update.get("sessionUpdate", "")).endswith("_chunk"):
+        return None
+    return fd.text_of(update.get("content"))
+
+
+def chunk_key(row: dict[str, Any]) -> str | None:
+    """Frames with the same key, one after another, are chunks of one message."""
+    update = row.get("update_kind")
+    if not update or not update.endswith("_chunk") or row.get("kind") != "notification":
+        return None
+    return "|".join(
+        str(v)
+        for v in (row["run_id"], row["dir"], row.get("session_id"), update, row.get("item_id"), row.get("replay") or 0)
+    )
+
+
+def timeline_row(
+    row: dict[str, Any], faults: Sequence[dict[str, Any]] = (), findings: Sequence[dict[str, Any]] = ()
+) -> dict[str, Any]:
+    """One frame as the timeline shows it. ``row`` is a ``frames`` row, its ``raw`` redacted."""
+    raw = row.get("raw")
+    if raw is None and row.get("raw_bytes") is not None:
+        raw = row["raw_bytes"].decode("utf-8", errors="replace")
+    text = raw or ""
+    message = _decoded(row)
+    error = None
+    if row.get("error_code") is not None:
+        error = f"{row['error_code']} {row.get('error_message') or ''}".strip()
+    out = {
+        "id": f"{row['run_id']}:{row['seq']}",
+        "run_id": row["run_id"],
+        "seq": row["seq"],
+        "ts_ns": row["ts_ns"],
+        "ts": iso(row["ts_ns"]),
+        "dir": row["dir"],
+        "kind": row.get("kind"),
+        "method": row.get("method"),
+        "rpc_id": row.get("rpc_id"),
+        "session_id": row.get("session_id"),
+        "update_kind": row.get("update_kind"),
+        "item_id": row.get("item_id"),
+        "request_seq": row.get("request_seq"),
+        "latency_ms": None if row.get("latency_ns") is None else round(row["latency_ns"] / 1e6, 3),
+        "error": error,
+        "size": row.get("size"),
+        "flags": flags(row),
+        "faults": [{k: f.get(k) for k in ("action", "detail", "rule")} for f in faults],
+        "findings": [{k: f.get(k) for k in ("severity", "rule", "message", "spec")} for f in findings],
+        "preview": text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…",
+        "chunk_key": chunk_key(row),
+        "text": None,
+    }
+    if out["chunk_key"] is not None:
+        chunk = chunk_text(message)
+        out["text"] = None if chunk is None else chunk[:CHUNK_TEXT_CHARS]
+    return out
+
+
+def collapse(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Timeline items: a frame, or consecutive chunks of one message as one ``chunks`` item that
+    holds them (``rows``) and their joined ``text``. A lone chunk stays a frame."""
+    items: list[dict[str, Any]] = []
+    group: list[dict[str, Any]] = []
+
+    def close() -> None:
+        if len(group) == 1:
+            items.append({"type": "frame", **group[0]})
+        elif group:
+            items.append(chunks_item(list(group)))
+        group.clear()
+
+    for row in rows:
+        key = row.get("chunk_key")
+        if key is None or (group and group[0]["chunk_key"] != key):
+            close()
+        if key is None:
+            items.append({"type": "frame", **row})
+        else:
+            group.append(row)
+    close()
+    return items
+
+
+def chunks_item(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    first, last = rows[0], rows[-1]
+    text = "".join(r.get("text") or "" for r in rows)
+    return {
+        "type": "chunks",
+        "id": f"{first['id']}-{last['seq']}",
+        "chunk_key": first["chunk_key"],
+        "run_id": first["run_id"],
+        "seq": first["seq"],
+        "last_seq": last["seq"],
+        "ts": first["ts"],
+        "ts_ns": first["ts_ns"],
+        "dir": first["dir"],
+        "kind": first["kind"],
+        "method": first["method"],
+        "session_id": first["session_id"],
+        "update_kind": first["update_kind"],
+        "item_id": first["item_id"],
+        "count": len(rows),
+        "text": text[:CHUNK_TEXT_CHARS],
+        "flags": sorted({f for r in rows for f in r["flags"]}),
+        "faults": [f for r in rows for f in r["faults"]],
+        "findings": [f for r in rows for f in r["findings"]],
+        "rows": rows,
+    }
+
+
+# -- pictures -----------------------------------------------------------------------------------
+
+
+def latency_samples(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One sample per answered request: method, the request's direction, latency in ms."""
+    out = []
+    for row in rows:
+        if row.get("latency_ns") is None or row.get("kind") not in ("response", "error"):
+            continue
+        out.append(
+            {
+                "method": row.get("method") or "?",
+                "dir": "a2c" if row["dir"] == "c2a" else "c2a",
+                "latency_ms": round(row["latency_ns"] / 1e6, 3),
+                "error": row["kind"] == "error",
+            }
+        )
+    return out
+
+
+def waterfall(conversations: Iterable[fd.Conversation], ts_of: dict[tuple[Any, int], int]) -> list[dict[str, Any]]:
+    """Bars and marks per live prompt turn, in ms from the prompt: the turn itself, its
+    acceptance (v2) and first output, each tool call (first to last update) and each permission
+    wait (request to answer). ``ts_of`` maps (run, seq) to a frame's time."""
+    out: list[dict[str, Any]] = []
+    for s_index, conv in enumerate(conversations, start=1):
+        for turn in conv.turns:
+            if turn.replay:
+                continue
+            label = f"session {s_index} · turn {turn.index}"
+            t0 = turn.ts_ns
+
+            def ms(ns: int | None, t0: int = t0) -> float | None:
+                return None if ns is None else round((ns - t0) / 1e6, 3)
+
+            end = turn.end_ts_ns
+            out.append(
+                {
+                    "turn": label,
+                    "lane": "turn",
+                    "kind": "turn",
+                    "start_ms": 0.0,
+                    "end_ms": ms(end),
+                    "detail": turn.stop_reason or ("unfinished" if end is None else ""),
+                }
+            )
+            if turn.accepted_seq is not None:
+                accepted = ts_of.get((turn.run, turn.accepted_seq))
+                if accepted is not None:
+                    out.append(_mark(label, "acceptance", ms(accepted)))
+            first_output = None
+            for entity in conv.timeline:
+                if entity.turn != turn.index or entity.replay:
+                    continue
+                output = isinstance(entity, (fd.ToolCall, fd.Plan)) or (
+                    isinstance(entity, fd.Message) and entity.role != "user"
+                )
+                if first_output is None and output:
+                    first_output = entity.ts_ns
+                if isinstance(entity, fd.ToolCall):
+                    last = entity.updated_ts_ns or entity.ts_ns
+                    out.append(
+                        {
+                            "turn": label,
+                            "lane": f"tool {entity.title or entity.tool_call_id}",
+                            "kind": "tool call",
+                            "start_ms": ms(entity.ts_ns),
+                            "end_ms": ms(max(last, entity.ts_ns)),
+                            "detail": entity.status or "",
+                        }
+                    )
+                elif isinstance(entity, fd.Permission):
+                    out.append(
+                        {
+                            "turn": label,
+                            "lane": f"permission {entity.tool_call_id or entity.title or ''}".strip(),
+                            "kind": "permission wait",
+                            "start_ms": ms(entity.ts_ns),
+                            "end_ms": ms(entity.answered_ts_ns if entity.answered_ts_ns is not None else end),
+                            "detail": entity.option_id or entity.outcome or ("answered" if entity.answered else ""),
+                        }
+                    )
+            if first_output is not None:
+                out.append(_mark(label, "first output", ms(first_output)))
+            if end is not None:
+                out.append(_mark(label, "end", ms(end)))
+    return out
+
+
+def _mark(turn: str, what: str, at: float | None) -> dict[str, Any]:
+    return {"turn": turn, "lane": what, "kind": what, "start_ms": at, "end_ms": at, "detail": ""}
