@@ -298,11 +298,11 @@ def parse_filter(words: tuple[str, ...]) -> Any:
 
 def _json_array(out: Any, values: Iterable[Any]) -> None:
     """A JSON array written as it is produced, so a million frames never sit in memory."""
-    from .views import _json
+    from .views import encode_json
 
     out.data(b"[")
     for n, value in enumerate(values):
-        out.data((b"," if n else b"") + _json.encode(value))
+        out.data((b"," if n else b"") + encode_json(value))
     out.data(b"]\n")
 
 
@@ -816,10 +816,11 @@ def tail(
     where, params = expr.to_sql()
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     path = resolve_db(db_path)
-    db = _wait_for_database(path, interval, deadline)
+    db, waited = _wait_for_database(path, interval, deadline)
     if db is None:
         raise SystemExit(1 if max_count else 0)
-    follower = queries.Follower(db, from_start=from_start)
+    # Started before anything was recorded: everything recorded since is new, shown whole.
+    follower = queries.Follower(db, from_start=from_start or waited)
     shown = 0
     with views.output(page=False) as out:
         lines = views.FrameLines(out, session_len=queries.session_prefix_length(db), verbose=verbose)
@@ -831,7 +832,7 @@ def tail(
                     if output.table:
                         out.line(lines.line(f))
                     else:
-                        encoded = views._json.encode(views_frame(f))
+                        encoded = views.encode_json(views_frame(f))
                         out.data((b"," if output.json and shown else b"") + encoded + (b"" if output.json else b"\n"))
                     shown += 1
                     if max_count is not None and shown >= max_count:
@@ -850,8 +851,9 @@ def tail(
                 out.data(b"]\n")
 
 
-def _wait_for_database(path: Path, interval: float, deadline: float | None) -> Any:
-    """Open ``path`` for reading once a proxy has created it; None when the deadline passed."""
+def _wait_for_database(path: Path, interval: float, deadline: float | None) -> tuple[Any, bool]:
+    """Open ``path`` for reading once a proxy has created it: (the database or None when the
+    deadline passed first, whether it had to be waited for)."""
     import time
 
     from . import store
@@ -859,18 +861,18 @@ def _wait_for_database(path: Path, interval: float, deadline: float | None) -> A
     said = False
     while True:
         try:
-            return store.open_for_reading(path)
+            return store.open_for_reading(path), said
         except store.NotYetADatabase:
             pass
         if not said:
             say(f"waiting for a recording at {path} (start one: acp-proxy run -- AGENT)")
             said = True
         if deadline is not None and time.monotonic() >= deadline:
-            return None
+            return None, said
         try:
             time.sleep(interval)
         except KeyboardInterrupt:
-            return None
+            return None, said
 
 
 # -- export ----------------------------------------------------------------------------------

@@ -36,10 +36,13 @@ def _picture(match: re.Match[str]) -> str:
     return chr(0x2400 + code) if code < 0x20 else "�"  # U+2400..: the control pictures
 
 
-def printable(text: str) -> str:
-    """``text`` on one line, with control characters (ESC, newlines, bidi overrides) shown as
-    symbols instead of acted upon."""
-    return _CONTROL.sub(_picture, text)
+_CONTROL_BUT_NEWLINES = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` on one line (or its lines, ``keep_newlines``), with control characters (ESC,
+    newlines, bidi overrides) shown as symbols instead of acted upon."""
+    return (_CONTROL_BUT_NEWLINES if keep_newlines else _CONTROL).sub(_picture, text)
 
 
 def summarize(row: Mapping[str, Any]) -> str:

@@ -86,11 +86,11 @@ class Out:
         self.stream.flush()
 
     def console(self) -> Console:
-        """A rich Console writing here (for the conversation and diff renderers)."""
+        """A rich Console writing here (for the conversation and diff renderers). Whatever text
+        it is given, recorded escape sequences come out as symbols: only rich's own styling
+        reaches the terminal."""
         if self._console is None:
-            from rich.console import Console
-
-            self._console = Console(
+            self._console = _safe_console_class()(
                 file=_TextSink(self),  # type: ignore[arg-type]
                 force_terminal=self.terminal,
                 color_system="auto" if self.color else None,
@@ -103,14 +103,31 @@ class Out:
         return self._console
 
 
+def _safe_console_class() -> type[Console]:
+    from rich.console import Console
+    from rich.segment import Segment
+
+    class SafeConsole(Console):
+        def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+            # Segments rich marks as control codes are its own (cursor moves); every other
+            # segment's text is content and loses its control characters before styling.
+            return super()._render_buffer(
+                segment if segment.control else Segment(printable(segment.text, keep_newlines=True), segment.style)
+                for segment in buffer
+            )
+
+    return SafeConsole
+
+
 class _TextSink(io.TextIOBase):
-    """The text file rich writes to: encodes into an ``Out``, safely."""
+    """The text file rich writes to: encodes into an ``Out``, safely. Without colour rich
+    writes no escape sequence of its own, so any control character left is content's."""
 
     def __init__(self, out: Out) -> None:
         self._out = out
 
     def write(self, text: str) -> int:
-        self._out.text(text)
+        self._out.text(text if self._out.color else printable(text, keep_newlines=True))
         return len(text)
 
     def flush(self) -> None:
@@ -218,13 +235,24 @@ def _close_pager(proc: subprocess.Popen[bytes]) -> None:
 # -- JSON ------------------------------------------------------------------------------------
 
 
+def encode_json(value: Any) -> bytes:
+    """Compact JSON. A string that holds a lone surrogate (a recorded ``"\\ud800"``, decoded)
+    is written as that escape again, instead of failing the whole output."""
+    try:
+        return _json.encode(value)
+    except UnicodeEncodeError:
+        import json
+
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=str).encode()
+
+
 def write_json(out: Out, value: Any) -> None:
-    out.data(_json.encode(value) + b"\n")
+    out.data(encode_json(value) + b"\n")
 
 
 def write_jsonl(out: Out, values: Iterable[Any]) -> None:
     for value in values:
-        out.data(_json.encode(value) + b"\n")
+        out.data(encode_json(value) + b"\n")
 
 
 # -- widths ----------------------------------------------------------------------------------
@@ -477,16 +505,15 @@ class FrameLines:
         flags = frame_flags(f)
         tail = (f"[{' '.join(flags)}] " if flags else "") + summarize(f)
         width = self.out.width
-        head = " ".join(fixed) + " "
-        if width is not None and cells(head) > width:
-            # Only a very long method can do this: give way in the method, never in an id.
-            fixed[4] = cut(method, max(4, _METHOD_MAX - (cells(head) - width)))
-            head = " ".join(fixed) + " "
+        if width is not None:
+            fixed = self._give_way(fixed, method, width)
+        head = " ".join(part for part in fixed if part is not None) + " "
         room = None if width is None else width - cells(head)
-        if room is not None and room < 0:
-            head, room = cut(head, width or 0), 0
-        tail = tail if room is None else cut(tail, room)
-        text = self._paint(fixed, flags, tail, kind) if self.out.color else (head + tail).rstrip()
+        if room is not None and room < 0:  # only pathological ids get here (a 1,000-digit seq)
+            text = cut(head, width or 0)
+        else:
+            tail = tail if room is None else cut(tail, room)
+            text = self._paint(fixed, flags, tail, kind) if self.out.color else (head + tail).rstrip()
         if self.verbose:
             raw = f.get("raw")
             if raw is None and f.get("raw_bytes") is not None:
@@ -494,15 +521,28 @@ class FrameLines:
             text += "\n    " + paint(printable(raw or ""), "dim")
         return text
 
-    def _paint(self, fixed: list[str], flags: list[str], tail: str, kind: str) -> str:
+    @staticmethod
+    def _give_way(fixed: list[str | None], method: str, width: int) -> list[str | None]:
+        """The fixed columns of a line that does not fit: the method is cut first (to four
+        columns), then the latency and the time are left out. Ids never give way."""
+
+        def over() -> int:
+            return cells(" ".join(p for p in fixed if p is not None) + " ") - width
+
+        fixed = list(fixed)
+        if over() > 0:
+            fixed[4] = pad(cut(method, max(4, min(_METHOD_MAX, cells(method)) - over())), 4)
+        for index in (7, 1):  # latency, then time
+            if over() > 0:
+                fixed[index] = None
+        return fixed
+
+    def _paint(self, fixed: list[str | None], flags: list[str], tail: str, kind: str) -> str:
         paint = self.out.paint
-        styled = list(fixed)
-        styled[1] = paint(fixed[1], "dim")
-        styled[2] = paint(fixed[2], {"→": "cyan", "←": "green"}.get(fixed[2].strip(), "yellow"))
+        styles = {1: "dim", 2: {"→": "cyan", "←": "green"}.get(fixed[2] or "", "yellow"), 6: "magenta", 7: "dim"}
         if kind in ("error", "invalid"):
-            styled[3] = paint(fixed[3], "red")
-        styled[6] = paint(fixed[6], "magenta")
-        styled[7] = paint(fixed[7], "dim")
+            styles[3] = "red"
+        styled = [paint(part, styles.get(i, "")) for i, part in enumerate(fixed) if part is not None]
         if flags and tail.startswith("["):
             end = tail.find("] ") + 1 or len(tail)
             tail = paint(tail[:end], "yellow") + tail[end:]
