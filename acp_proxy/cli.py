@@ -24,6 +24,7 @@ from .cli_support import (
     ByteSize,
     FilterCommand,
     Group,
+    Number,
     Output,
     count,
     output_options,
@@ -95,14 +96,16 @@ def cli() -> None:
     type=seconds(0, GRACE_MAX_S),
     default=2.0,
     show_default=True,
-    help="Seconds the agent gets to exit after the client closes its end (then SIGTERM, then SIGKILL).",
+    help="Seconds (0 to 3600) the agent gets to exit after the client closes its end (then SIGTERM, "
+    "then SIGKILL).",
 )
 @click.option(
     "--max-record-bytes",
     type=ByteSize(MAX_RECORD_BYTES),
     default="16MiB",
     show_default=True,
-    help="Record at most this much of one frame (the whole frame is always relayed; cut ones are flagged).",
+    help="Record at most this much of one frame, up to 1GB (the whole frame is always relayed; cut ones "
+    "are flagged).",
 )
 @click.option(
     "--db-limit",
@@ -134,9 +137,9 @@ def cli() -> None:
 )
 @click.option(
     "--seed",
-    type=click.IntRange(SEED_LOW, SEED_HIGH),
+    type=Number(int, SEED_LOW, SEED_HIGH),
     default=None,
-    help="Seed for probabilistic faults (recorded on the run).",
+    help="Seed for probabilistic faults, a 64-bit integer (recorded on the run).",
 )
 @click.option(
     "--check",
@@ -642,6 +645,8 @@ def show(db_path: Path | None, output: Output, as_raw: bool, turn: int | None, r
                 + f" · exit {exit_text}",
                 style="bold",
                 markup=False,
+                no_wrap=True,
+                overflow="ellipsis",
             )
         if not conversations:
             con.print("no conversation recorded", style="dim")
@@ -1201,7 +1206,7 @@ def check(db_path: Path | None, output: Output, no_schema: bool, stable: bool, s
                         C("severity", "severity"),
                         C("rule_id", "rule", keep=True),
                         C("message", "message"),
-                        C("spec", "spec"),
+                        C("spec", "spec", first=True),
                     ],
                     found,
                     title=f"findings for {label}",

@@ -293,12 +293,13 @@ def pad(text: str, width: int, right: bool = False) -> str:
 @dataclass(frozen=True)
 class Column:
     """One column of a plain table. ``keep``: never cut (an id a person copies); ``right``:
-    right-aligned (numbers)."""
+    right-aligned (numbers); ``first``: gives way before the other cuttable columns do."""
 
     key: str
     heading: str
     keep: bool = False
     right: bool = False
+    first: bool = False
 
 
 _WIDTH_SAMPLE = 1000  # rows read before the column widths are fixed; later rows are cut to them
@@ -323,7 +324,9 @@ def table(
         out.line(out.paint(f"{title + ': ' if title else ''}{empty}", "dim"))
         return
     natural = [max(cells(c.heading), *(cells(r[i]) for r in sample)) for i, c in enumerate(columns)]
-    widths = fit_widths(natural, [c.keep for c in columns], [cells(c.heading) for c in columns], out.width)
+    widths = fit_widths(
+        natural, [c.keep for c in columns], [cells(c.heading) for c in columns], out.width, [c.first for c in columns]
+    )
     if title:
         out.line(out.paint(title, "bold"))
     out.line(out.paint(_join_cells([c.heading for c in columns], columns, widths), "bold"))
@@ -333,9 +336,12 @@ def table(
         out.line(_join_cells([cell(row.get(c.key)) for c in columns], columns, widths))
 
 
-def fit_widths(natural: list[int], keep: list[bool], headings: list[int], width: int | None) -> list[int]:
+def fit_widths(
+    natural: list[int], keep: list[bool], headings: list[int], width: int | None, first: list[bool] | None = None
+) -> list[int]:
     """Column widths that fit ``width`` (two spaces between columns): the widest cuttable
-    columns give way first, down to a floor (their heading, at most 8 columns, at least 3)."""
+    columns give way first (those marked ``first`` before any other), down to a floor (their
+    heading, at most 8 columns, at least 3)."""
     widths = list(natural)
     if width is None:
         return widths
@@ -343,8 +349,24 @@ def fit_widths(natural: list[int], keep: list[bool], headings: list[int], width:
     floors = [n if k else min(n, max(3, min(h, 8))) for n, k, h in zip(natural, keep, headings, strict=True)]
     if sum(widths) + gaps <= width:
         return widths
+    first = first or [False] * len(widths)
+    early = [i for i, (k, f) in enumerate(zip(keep, first, strict=True)) if f and not k]
+    if early:
+        rest = [i for i, k in enumerate(keep) if not k and i not in early]
+        room = width - gaps - sum(widths[i] for i in range(len(widths)) if i not in early)
+        _level(widths, natural, floors, early, room)
+        if sum(widths) + gaps <= width or not rest:
+            return widths
+        keep = [k or i in early for i, k in enumerate(keep)]
     budget = width - gaps - sum(w for w, k in zip(widths, keep, strict=True) if k)
     cuttable = [i for i, k in enumerate(keep) if not k]
+    _level(widths, natural, floors, cuttable, budget)
+    return widths
+
+
+def _level(widths: list[int], natural: list[int], floors: list[int], cuttable: list[int], budget: int) -> None:
+    """Cut the ``cuttable`` columns to one level (never below their floors) that fits ``budget``,
+    then hand what is left back to them, left to right."""
     # The highest level L such that every cuttable column at min(natural, max(floor, L)) fits.
     low, high = 0, max((natural[i] for i in cuttable), default=0)
     while low < high:
@@ -355,7 +377,6 @@ def fit_widths(natural: list[int], keep: list[bool], headings: list[int], width:
             high = mid - 1
     for i in cuttable:
         widths[i] = min(natural[i], max(floors[i], low))
-    # Hand what is left of the budget to the columns that were cut, left to right.
     spare = budget - sum(widths[i] for i in cuttable)
     for i in cuttable:
         if spare <= 0:
@@ -363,7 +384,6 @@ def fit_widths(natural: list[int], keep: list[bool], headings: list[int], width:
         grow = min(spare, natural[i] - widths[i])
         widths[i] += grow
         spare -= grow
-    return widths
 
 
 def _join_cells(values: Sequence[str], columns: Sequence[Column], widths: Sequence[int]) -> str:
@@ -407,8 +427,9 @@ One line per frame:  RUN:SEQ  TIME  DIR  KIND  METHOD  ID  SESSION  LATENCY  [FL
              error's message ..., cut to the terminal's width (in a pipe, to $COLUMNS if set)
 -v adds each frame's raw JSON on the line below it."""
 
-_METHOD_MIN = 14  # "session/update", "session/prompt" line up; longer names push the line
 _METHOD_MAX = 26  # "session/request_permission"; longer (extension) names are cut
+_METHOD_NARROW = 14  # below _WIDE columns: "session/update" lines up, longer names push the line
+_WIDE = 120
 _ID_MIN = 3
 _ID_MAX = 24  # longer ids are cut: they are shown whole in -v and --jsonl
 _LATENCY = 6
@@ -464,6 +485,8 @@ class FrameLines:
         self.session_len = session_len
         self.seq_width = max(7, seq_width)
         self.verbose = verbose
+        wide = out.width is None or out.width >= _WIDE
+        self.method_width = _METHOD_MAX if wide else _METHOD_NARROW
 
     def header(self) -> str:
         parts = [
@@ -471,7 +494,7 @@ class FrameLines:
             pad("TIME", 12),
             "⇄",
             pad("KIND", 5),
-            pad("METHOD", _METHOD_MIN),
+            pad("METHOD", self.method_width),
             pad("ID", _ID_MIN),
             pad("SESSION", self.session_len),
             pad("LATENCY", _LATENCY),
@@ -497,7 +520,7 @@ class FrameLines:
             pad(clock(f.get("ts_ns")), 12),
             ARROWS.get(f.get("dir") or "", "?"),
             pad(KINDS.get(kind, kind[:5]), 5),
-            pad(cut(method, _METHOD_MAX), _METHOD_MIN),
+            pad(cut(method, _METHOD_MAX), self.method_width),
             pad(cut(rpc_id, _ID_MAX), _ID_MIN),
             pad(session, self.session_len),
             pad(latency(f.get("latency_ns")) if kind in ("response", "error") else "", _LATENCY, right=True),
