@@ -96,16 +96,14 @@ def cli() -> None:
     type=seconds(0, GRACE_MAX_S),
     default=2.0,
     show_default=True,
-    help="Seconds (0 to 3600) the agent gets to exit after the client closes its end (then SIGTERM, "
-    "then SIGKILL).",
+    help="Seconds (0 to 3600) the agent gets to exit after the client closes its end (then SIGTERM, then SIGKILL).",
 )
 @click.option(
     "--max-record-bytes",
     type=ByteSize(MAX_RECORD_BYTES),
     default="16MiB",
     show_default=True,
-    help="Record at most this much of one frame, up to 1GB (the whole frame is always relayed; cut ones "
-    "are flagged).",
+    help="Record at most this much of one frame, up to 1GB (the whole frame is always relayed; cut ones are flagged).",
 )
 @click.option(
     "--db-limit",
@@ -222,7 +220,7 @@ def _redirect_stderr(path: Path) -> None:
     """Point fd 2 (inherited by the agent and the recorder) at ``path``, appending."""
     from . import store
 
-    store.refuse_special_file(path)
+    store.refuse_special_file(path, "a file for --stderr-file")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as exc:
@@ -936,7 +934,7 @@ def export(db_path: Path | None, fmt: str, output: Path | None, ref: str) -> Non
         return
     from . import store
 
-    store.refuse_special_file(output)
+    store.refuse_special_file(output, "a file to export to (leave out -o to write to stdout)")
     try:
         fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     except OSError as exc:

@@ -155,9 +155,10 @@ class ReadDb:
         return self.conn.execute(sql, params)
 
 
-def refuse_special_file(path: Path) -> None:
-    """A database is a regular file: a FIFO would hang the open (SQLite blocks reading it), a
-    directory or a device is no database. A missing path is fine here (a writer creates it)."""
+def refuse_special_file(path: Path, needed: str = "a database file") -> None:
+    """A database (or a file acp-proxy writes) is a regular file: a FIFO would hang the open
+    (SQLite blocks reading it), a directory or a device is no database. A missing path is fine
+    here (a writer creates it). ``needed`` names what the path should have been, for the message."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -177,7 +178,7 @@ def refuse_special_file(path: Path) -> None:
         if stat.S_ISSOCK(mode)
         else "not a regular file"
     )
-    raise StoreError(f"{path} is {what}, not a database file")
+    raise StoreError(f"{path} is {what}, not {needed}")
 
 
 def file_uri(path: Path, mode: str = "ro") -> str:

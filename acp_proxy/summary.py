@@ -42,6 +42,8 @@ _CONTROL_BUT_NEWLINES = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u2
 def printable(text: str, *, keep_newlines: bool = False) -> str:
     """``text`` on one line (or its lines, ``keep_newlines``), with control characters (ESC,
     newlines, bidi overrides) shown as symbols instead of acted upon."""
+    if text.isascii() and text.isprintable():  # the common case, without a regex
+        return text
     return (_CONTROL_BUT_NEWLINES if keep_newlines else _CONTROL).sub(_picture, text)
 
 

@@ -528,10 +528,16 @@ class FrameLines:
         flags = frame_flags(f)
         tail = (f"[{' '.join(flags)}] " if flags else "") + summarize(f)
         width = self.out.width
-        if width is not None:
-            fixed = self._give_way(fixed, method, width)
+        # The arrow is one column; every other part is ASCII unless a peer sent otherwise, so
+        # widths are counted part by part, the slow way only for the parts that need it.
+        sizes = [1 if i == 2 else cells(part) for i, part in enumerate(fixed)]
+        head_width = sum(sizes) + len(fixed)
+        if width is not None and head_width > width:
+            fixed, sizes = self._give_way(fixed, sizes, method, width)
+            head_width = sum(size for part, size in zip(fixed, sizes, strict=True) if part is not None)
+            head_width += sum(1 for part in fixed if part is not None)
         head = " ".join(part for part in fixed if part is not None) + " "
-        room = None if width is None else width - cells(head)
+        room = None if width is None else width - head_width
         if room is not None and room < 0:  # only pathological ids get here (a 1,000-digit seq)
             text = cut(head, width or 0)
         else:
@@ -545,20 +551,27 @@ class FrameLines:
         return text
 
     @staticmethod
-    def _give_way(fixed: list[str | None], method: str, width: int) -> list[str | None]:
+    def _give_way(
+        fixed: list[str | None], sizes: list[int], method: str, width: int
+    ) -> tuple[list[str | None], list[int]]:
         """The fixed columns of a line that does not fit: the method is cut first (to four
         columns), then the latency and the time are left out. Ids never give way."""
+        fixed, sizes = list(fixed), list(sizes)
 
         def over() -> int:
-            return cells(" ".join(p for p in fixed if p is not None) + " ") - width
+            return (
+                sum(size for part, size in zip(fixed, sizes, strict=True) if part is not None)
+                + sum(1 for part in fixed if part is not None)
+                - width
+            )
 
-        fixed = list(fixed)
         if over() > 0:
             fixed[4] = pad(cut(method, max(4, min(_METHOD_MAX, cells(method)) - over())), 4)
+            sizes[4] = cells(fixed[4] or "")
         for index in (7, 1):  # latency, then time
             if over() > 0:
                 fixed[index] = None
-        return fixed
+        return fixed, sizes
 
     def _paint(self, fixed: list[str | None], flags: list[str], tail: str, kind: str) -> str:
         paint = self.out.paint
@@ -592,9 +605,20 @@ def when(ns: int | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S") if moment else ""
 
 
+_last_second: list[Any] = [None, ""]  # frames come in time order: one strftime per second
+
+
 def clock(ns: int | None) -> str:
-    moment = _local(ns) if isinstance(ns, int) else None
-    return moment.strftime("%H:%M:%S.%f")[:-3] if moment else ""
+    """``HH:MM:SS.mmm`` in local time."""
+    if not isinstance(ns, int):
+        return ""
+    second, rest = divmod(ns, 10**9)
+    if _last_second[0] != second:
+        moment = _local(second * 10**9)
+        if moment is None:
+            return ""
+        _last_second[:] = [second, moment.strftime("%H:%M:%S")]
+    return f"{_last_second[1]}.{rest // 10**6:03d}"
 
 
 def duration(ns: int | None) -> str:

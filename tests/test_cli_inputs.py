@@ -372,3 +372,15 @@ def make_frames_db(path: Path, n: int, runs: int = 4) -> None:
 
 if sys.platform == "win32":  # pragma: no cover
     pytest.skip("POSIX paths, FIFOs and devices", allow_module_level=True)
+
+
+def test_export_and_stderr_file_refuse_what_is_not_a_file(victim: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    said = refused("export", "last", "-o", str(fifo), "--db", str(victim))
+    assert "is a FIFO, not a file to export to" in said
+    assert "no such file or directory" in refused(
+        "export", "last", "-o", str(tmp_path / "no" / "x"), "--db", str(victim)
+    )
+    said = refused_in_a_process("run", "--no-record", "--stderr-file", str(fifo), "--", "true")
+    assert "is a FIFO, not a file for --stderr-file" in said
