@@ -258,6 +258,10 @@ def _permission(params: dict[str, Any]) -> str:
     return _join("permission:", title, f"[{', '.join(ids)}]" if ids else None)
 
 
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
 def _prompt(params: dict[str, Any]) -> str:
     return "prompt: " + _content(params.get("prompt"))
 
@@ -276,10 +280,7 @@ _PARAMS: dict[str, Callable[[dict[str, Any]], str]] = {
     "session/request_permission": _permission,
     "fs/read_text_file": lambda p: _join(_str(p.get("path")), f"line {p['line']}" if "line" in p else None),
     "fs/write_text_file": lambda p: _join(_str(p.get("path")), f"({len(_str(p.get('content')) or '')} chars)"),
-    "terminal/create": lambda p: _join(
-        _str(p.get("command")),
-        *[a for a in p.get("args", []) if isinstance(a, str)] if isinstance(p.get("args"), list) else [],
-    ),
+    "terminal/create": lambda p: _join(_str(p.get("command")), *_strings(p.get("args"))),
     "$/cancel_request": lambda p: f"cancel request {_compact(p.get('requestId'))}",
 }
 
