@@ -263,7 +263,10 @@ def faults_help() -> None:
     Example:
         acp-proxy faults-help | less
     """
-    click.echo(_faults_help())
+    from . import views
+
+    with views.output() as out:
+        out.line(_faults_help())
 
 
 # -- query helpers ---------------------------------------------------------------------------
@@ -621,7 +624,7 @@ def show(db_path: Path | None, output: Output, as_raw: bool, turn: int | None, r
     found = queries.frames_of(db, resolved)
     with views.output(page=output.page) as out:
         if as_raw:
-            if _emit(out, output, (views_frame(f) for f in found)):
+            if _emit(out, output, (_frame_object(f) for f in found)):
                 return
             _frame_lines(out, db, found, verbose=False)
             return
@@ -656,7 +659,7 @@ def show(db_path: Path | None, output: Output, as_raw: bool, turn: int | None, r
         )
 
 
-def views_frame(row: dict[str, Any]) -> dict[str, Any]:
+def _frame_object(row: dict[str, Any]) -> dict[str, Any]:
     from . import exports
 
     return exports.frame_object(row)
@@ -770,7 +773,7 @@ def frames(
             if cut:
                 say(f"{cut} frame(s) were recorded cut (--max-record-bytes); their bytes are incomplete")
             return
-        if _emit(out, output, (views_frame(f) for f in found)):
+        if _emit(out, output, (_frame_object(f) for f in found)):
             return
         _frame_lines(out, db, found, verbose=verbose)
 
@@ -835,7 +838,7 @@ def tail(
                     if output.table:
                         out.line(lines.line(f))
                     else:
-                        encoded = views.encode_json(views_frame(f))
+                        encoded = views.encode_json(_frame_object(f))
                         out.data((b"," if output.json and shown else b"") + encoded + (b"" if output.json else b"\n"))
                     shown += 1
                     if max_count is not None and shown >= max_count:
