@@ -600,7 +600,7 @@ def stats(db_path: Path | None, output: Output, ref: str) -> None:
 @click.option(
     "--raw", "as_raw", is_flag=True, help="The frames themselves, one line each, instead of the conversation."
 )
-@click.option("--turn", type=click.IntRange(1, 2**31 - 1), default=None, help="Only this turn (1 = the first prompt).")
+@click.option("--turn", type=Number(int, 1, 2**31 - 1), default=None, help="Only this turn (1 = the first prompt).")
 @click.argument("ref", default="last", type=TEXT)
 def show(db_path: Path | None, output: Output, as_raw: bool, turn: int | None, ref: str) -> None:
     """The conversation of a run or a session, reconstructed from its frames.

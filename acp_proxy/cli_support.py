@@ -87,8 +87,13 @@ class Group(click.Group):
             say(one_line(exc))
             code = exc.exit_code
         except click.ClickException as exc:
-            say(_usage_line(exc))
-            code = 2 if isinstance(exc, click.UsageError) else exc.exit_code
+            no_args = getattr(click.exceptions, "NoArgsIsHelpError", None)
+            if no_args is not None and isinstance(exc, no_args):
+                click.echo(exc.format_message())  # `acp-proxy` alone: the help, as asked
+                code = 0
+            else:
+                say(_usage_line(exc))
+                code = 2 if isinstance(exc, click.UsageError) else exc.exit_code
         except click.Abort:
             code = 130
         except BrokenPipeError:

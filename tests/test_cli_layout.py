@@ -243,3 +243,13 @@ def test_show_on_a_terminal_keeps_only_its_own_escapes(tmp_path: Path) -> None:
 
 if sys.platform == "win32":  # pragma: no cover
     pytest.skip("pseudo-terminals", allow_module_level=True)
+
+
+def test_quitting_the_pager_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    from .test_cli_inputs import make_frames_db
+
+    db = tmp_path / "big.db"
+    make_frames_db(db, 100_000)
+    shown = run_on_a_terminal(["frames", "--db", str(db)], terminal_env(tmp_path, PAGER="head -n 2"))
+    lines = shown.decode().splitlines()
+    assert len(lines) == 2 and "RUN:SEQ" in lines[0] and "1:1 " in lines[1]  # the pager's, and nothing after
