@@ -19,7 +19,6 @@ import click
 
 from . import __version__
 from .cli_support import (
-    GRACE_MAX_S,
     TEXT,
     ByteSize,
     FilterCommand,
@@ -32,8 +31,8 @@ from .cli_support import (
     seconds,
 )
 from .errors import UsageError
+from .limits import GRACE_MAX_S, SEED_RANGE
 
-SEED_LOW, SEED_HIGH = -(2**63), 2**63 - 1
 MAX_RECORD_BYTES = 1_000_000_000  # SQLite's longest TEXT or BLOB value
 MAX_DB_LIMIT = 2**48  # SQLite's largest database is 281 TB
 
@@ -135,7 +134,7 @@ def cli() -> None:
 )
 @click.option(
     "--seed",
-    type=Number(int, SEED_LOW, SEED_HIGH),
+    type=Number(int, *SEED_RANGE),
     default=None,
     help="Seed for probabilistic faults, a 64-bit integer (recorded on the run).",
 )

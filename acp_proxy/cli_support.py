@@ -24,6 +24,7 @@ from typing import Any
 import click
 
 from .errors import AcpProxyError
+from .limits import MAX_COUNT
 
 # -- one line per mistake --------------------------------------------------------------------
 
@@ -158,10 +159,6 @@ class Number(click.ParamType):
             return False
         above = number > self.low if self.low_open else number >= self.low
         return above and number <= self.high
-
-
-MAX_COUNT = 2**63 - 1  # SQLite's largest integer: every count and limit fits it
-GRACE_MAX_S = 3600  # run --grace: an agent given an hour to exit is surely a mistake beyond that
 
 
 def count(low: int = 0) -> Number:

@@ -141,6 +141,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import filters
 from .errors import UsageError
+from .limits import MAX_COUNT, SEED_RANGE
 
 if TYPE_CHECKING:
     from .record import FrameRecord
@@ -194,14 +195,10 @@ MAX_COPIES = 1000
 """duplicate=N: at most this many extra copies."""
 MAX_PIECES = 1000
 """split=N: at most this many pieces."""
-MAX_COUNT = 2**63 - 1
-"""nth=, first=, every=, times=, after=N frames, truncate=N: SQLite's largest integer."""
 MAX_RULES = 1000
 """Rules one run may have, from all sources together."""
 MAX_TOML_BYTES = 1024 * 1024
 """The largest --faults file read."""
-SEED_RANGE = (-(2**63), 2**63 - 1)
-"""--seed, seed=N and seed = N: a 64-bit integer (it is recorded on the run)."""
 ERROR_CODE_RANGE = (-(2**31), 2**31 - 1)
 """error=CODE: a 32-bit integer, as JSON-RPC implementations read codes."""
 

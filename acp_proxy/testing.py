@@ -115,9 +115,9 @@ class ProxiedAgent:
 
 def _check_options(faults: list[str], faults_file: str | Path | None, seed: int | None, grace: float | None) -> None:
     """What ``acp-proxy run`` would refuse, refused here (the same parser, the same words)."""
-    from .cli_support import GRACE_MAX_S
     from .errors import UsageError
     from .faults import FaultPlan, check_seed
+    from .limits import GRACE_MAX_S
 
     if seed is not None:
         if not isinstance(seed, int) or isinstance(seed, bool):
