@@ -1,84 +1,70 @@
 """The command line: thin click commands over the library.
 
-Owns: parsing arguments, turning user mistakes into one clear line and a non-zero exit
-(``click.ClickException``), and choosing where output goes. Must not know: how frames are
-relayed, decoded or stored — it calls ``relay``, ``store`` and the query modules for that.
+Owns: the commands, their options and help (the README's reference is generated from it), and
+choosing where output goes. Mistakes are raised as ``AcpProxyError`` (or click's usage errors)
+and become one line in one place, ``cli_support.Group``. Must not know: how frames are relayed,
+decoded or stored — it calls ``relay``, ``store``, ``queries`` and the renderers for that.
 """
 
 from __future__ import annotations
 
 import json
-import re
+import os
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
 from . import __version__
+from .cli_support import (
+    TEXT,
+    ByteSize,
+    FilterCommand,
+    Group,
+    Number,
+    Output,
+    count,
+    output_options,
+    say,
+    seconds,
+)
+from .errors import UsageError
+from .limits import GRACE_MAX_S, SEED_RANGE
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-_SIZE_FACTORS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "ki": 1024,
-    "kib": 1024,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "mi": 1024**2,
-    "mib": 1024**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "gi": 1024**3,
-    "gib": 1024**3,
-}
-
-
-class ByteSize(click.ParamType):
-    """A size such as 16MiB, 300kB or 1048576."""
-
-    name = "SIZE"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        match = _SIZE.match(str(value))
-        unit = (match.group(2) or "").lower() if match else None
-        if match is None or unit not in _SIZE_FACTORS:
-            self.fail(f"{value!r} is not a size (examples: 1048576, 300kB, 16MiB)", param, ctx)
-        return int(float(match.group(1)) * _SIZE_FACTORS[unit])
+MAX_RECORD_BYTES = 1_000_000_000  # SQLite's longest TEXT or BLOB value
+MAX_DB_LIMIT = 2**48  # SQLite's largest database is 281 TB
 
 
-def db_option(func: click.decorators.FC) -> click.decorators.FC:
+def db_option(func: Any) -> Any:
     return click.option(
         "--db",
         "db_path",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=click.Path(path_type=Path),
         default=None,
         help="Database file. Default: $ACP_PROXY_DB, else $XDG_DATA_HOME/acp-proxy/acp-proxy.db.",
     )(func)
 
 
 def resolve_db(db_path: Path | None) -> Path:
+    from . import store
     from .locations import default_db_path
 
-    return db_path if db_path is not None else default_db_path()
-
-
-class VerbatimEpilog(click.Command):
-    """A command whose epilog (a language reference) is printed as written, not rewrapped."""
-
-    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        if self.epilog:
-            formatter.write("\n" + self.epilog.rstrip() + "\n")
+    path = db_path if db_path is not None else default_db_path()
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"the database path {str(path)!r} is not valid UTF-8, which SQLite needs") from None
+    store.refuse_special_file(path)
+    return path
 
 
 def _filter_help() -> str:
     from .filters import HELP
+    from .views import FRAME_LEGEND
 
-    return HELP
+    return FRAME_LEGEND + "\n\n" + HELP
 
 
 def _faults_help() -> str:
@@ -87,15 +73,18 @@ def _faults_help() -> str:
     return HELP
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name="acp-proxy", cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="acp-proxy")
 def cli() -> None:
     """See, record and break the conversation between an editor and an ACP agent.
 
     Put `acp-proxy run --` in front of the agent command in your editor's settings; every
     frame is relayed byte for byte and recorded to SQLite. Then read the recording back with
-    the query commands.
+    the query commands. A mistake in any option is one line on stderr and exit status 2.
     """
+
+
+# -- run -------------------------------------------------------------------------------------
 
 
 @cli.command(context_settings={"allow_interspersed_args": False})
@@ -103,21 +92,21 @@ def cli() -> None:
 @click.option("--no-record", is_flag=True, help="Relay only; write nothing to any database.")
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=seconds(0, GRACE_MAX_S),
     default=2.0,
     show_default=True,
-    help="Seconds the agent gets to exit after the client closes its end (then SIGTERM, then SIGKILL).",
+    help="Seconds (0 to 3600) the agent gets to exit after the client closes its end (then SIGTERM, then SIGKILL).",
 )
 @click.option(
     "--max-record-bytes",
-    type=ByteSize(),
+    type=ByteSize(MAX_RECORD_BYTES),
     default="16MiB",
     show_default=True,
-    help="Record at most this much of one frame (the whole frame is always relayed; cut ones are flagged).",
+    help="Record at most this much of one frame, up to 1GB (the whole frame is always relayed; cut ones are flagged).",
 )
 @click.option(
     "--db-limit",
-    type=ByteSize(),
+    type=ByteSize(MAX_DB_LIMIT, low=1),
     default=None,
     help="Stop recording when the database file reaches this size; relaying goes on.",
 )
@@ -131,6 +120,7 @@ def cli() -> None:
     "--fault",
     "fault_rules",
     multiple=True,
+    type=TEXT,
     metavar="RULE",
     help="Inject a fault, e.g. 'drop if method:session/prompt kind:response' (repeatable; "
     "rules also come from --faults FILE and $ACP_PROXY_FAULTS). See `acp-proxy faults-help`.",
@@ -138,11 +128,16 @@ def cli() -> None:
 @click.option(
     "--faults",
     "faults_file",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help="A TOML file of fault rules (see examples/faults.toml).",
 )
-@click.option("--seed", type=int, default=None, help="Seed for probabilistic faults (recorded on the run).")
+@click.option(
+    "--seed",
+    type=Number(int, *SEED_RANGE),
+    default=None,
+    help="Seed for probabilistic faults, a 64-bit integer (recorded on the run).",
+)
 @click.option(
     "--check",
     "live_check",
@@ -153,6 +148,13 @@ def cli() -> None:
     help="Check conformance as the conversation happens and report findings on stderr (and in "
     "the findings table); `--check=lifecycle` skips schema validation. A low-priority process "
     "checks what was recorded: it never holds up the relay, and nothing forwarded changes.",
+)
+@click.option(
+    "--stderr-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Append everything the proxy writes to stderr — its own lines and the agent's stderr — "
+    "to this file (created 0600) instead, for clients that hide stderr (the pytest fixture uses it).",
 )
 @click.argument("agent", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- AGENT [ARGS]...")
 def run(
@@ -166,6 +168,7 @@ def run(
     faults_file: Path | None,
     seed: int | None,
     live_check: str | None,
+    stderr_file: Path | None,
     agent: tuple[str, ...],
 ) -> None:
     """Launch AGENT and relay its stdio byte for byte, recording every frame.
@@ -174,20 +177,23 @@ def run(
     line, untouched:
 
     \b
-        acp-proxy run -- claude-code-acp
-        acp-proxy run --db ./session.db -- gemini --experimental-acp
+        acp-proxy run -- claude-agent-acp
+        acp-proxy run --db ./session.db -- gemini --acp
 
     The proxy exits with the agent's status (a death by signal is reproduced). Its own
     messages go to stderr prefixed `acp-proxy:`; stdout carries only the agent's bytes.
     """
     if live_check and no_record:
         raise click.UsageError("--check checks what is recorded: it cannot be used with --no-record")
+    db = None if no_record else resolve_db(db_path)
     plan = build_fault_plan(fault_rules, faults_file, seed)
+    if stderr_file is not None:
+        _redirect_stderr(stderr_file)
     from . import relay  # imported here: query commands need neither trio nor processes
 
     options = relay.RunOptions(
         argv=list(agent),
-        db_path=None if no_record else resolve_db(db_path),
+        db_path=db,
         grace=grace,
         max_record_bytes=max_record_bytes,
         db_limit=db_limit,
@@ -204,71 +210,144 @@ def run(
     try:
         status = relay.run(options)
     except relay.RelayError as exc:
-        relay.say(str(exc))
+        say(str(exc))
         raise SystemExit(exc.code) from None
     relay.exit_like(status)
 
 
-def build_fault_plan(rules: tuple[str, ...], path: Path | None, seed: int | None) -> Any:
-    """The run's fault plan, or None; a bad rule is one line on stderr and exit 2."""
-    import os
+def _redirect_stderr(path: Path) -> None:
+    """Point fd 2 (inherited by the agent and the recorder) at ``path``, appending."""
+    from . import store
 
-    env_value = os.environ.get("ACP_PROXY_FAULTS")
+    store.refuse_special_file(path, "a file for --stderr-file")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError as exc:
+        raise UsageError(f"cannot write --stderr-file {path}: {(exc.strerror or str(exc)).lower()}") from None
+    sys.stderr.flush()
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def build_fault_plan(rules: tuple[str, ...], path: Path | None, seed: int | None) -> Any:
+    """The run's fault plan, or None; a bad rule raises ``RuleError`` (one line: ``bad fault
+    rule: ...``). ``ACP_PROXY_FAULTS`` is read as bytes: it must be UTF-8."""
+    env_value = _env_text("ACP_PROXY_FAULTS")
     if not rules and path is None and not env_value:
         return None
     from . import faults
 
-    try:
-        plan = faults.FaultPlan.build(rules, path, env_value, seed)
-    except faults.RuleError as exc:
-        where = f"{exc.where}: " if exc.where else ""
-        at = f" at column {exc.column + 1}" if exc.column is not None else ""
-        rule = f" in {exc.rule!r}" if exc.rule is not None else ""
-        from .relay import say
-
-        say(f"bad fault rule: {where}{exc.message}{at}{rule}")
-        raise SystemExit(2) from None
+    plan = faults.FaultPlan.build(rules, path, env_value, seed)
     return plan if plan else None
+
+
+def _env_text(name: str) -> str | None:
+    raw = os.environb.get(name.encode()) if os.name != "nt" else None
+    if raw is None:
+        return os.environ.get(name)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        from .faults import RuleError
+
+        raise RuleError(f"${name} is not UTF-8 text (byte {exc.start + 1} is {raw[exc.start]:#04x})") from None
 
 
 @cli.command("faults-help")
 def faults_help() -> None:
     """The fault rule language, in full (the rules of `run --fault`, `--faults` FILE and
-    $ACP_PROXY_FAULTS)."""
-    click.echo(_faults_help())
+    $ACP_PROXY_FAULTS).
+
+    \b
+    Example:
+        acp-proxy faults-help | less
+    """
+    from . import views
+
+    with views.output() as out:
+        out.line(_faults_help())
 
 
-# -- query commands ------------------------------------------------------------------------
+# -- query helpers ---------------------------------------------------------------------------
 
 
 def open_db(db_path: Path | None) -> Any:
     from . import store
 
-    try:
-        return store.open_for_reading(resolve_db(db_path))
-    except store.StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+    return store.open_for_reading(resolve_db(db_path))
 
 
 def resolve_ref(db: Any, text: str) -> Any:
     from . import queries
 
+    return queries.resolve(db, text)
+
+
+def _runs_of(db: Any, text: str) -> tuple[Any, str, list[int]]:
+    """A REF, or ``all``: (the resolved Ref or None, how to name it, its run ids)."""
+    from . import queries
+
+    if text == "all":
+        return None, "every run", [row[0] for row in db.execute("select id from runs order by id")]
+    resolved = resolve_ref(db, text)
+    return resolved, resolved.describe(), queries.run_ids_of(db, resolved)
+
+
+def parse_filter(words: tuple[str, ...]) -> Any:
+    from . import filters
+
+    return filters.parse(" ".join(words))
+
+
+def _json_array(out: Any, values: Iterable[Any]) -> None:
+    """A JSON array written as it is produced, so a million frames never sit in memory."""
+    from .views import encode_json
+
+    out.data(b"[")
+    for n, value in enumerate(values):
+        out.data((b"," if n else b"") + encode_json(value))
+    out.data(b"]\n")
+
+
+def _emit(out: Any, output: Output, values: Iterable[Any]) -> bool:
+    """Write ``values`` as JSON or JSONL when asked; False when the caller renders a table."""
+    from . import views
+
+    if output.jsonl:
+        views.write_jsonl(out, values)
+        return True
+    if output.json:
+        _json_array(out, values)
+        return True
+    return False
+
+
+def _name(name: str | None, version: str | None) -> str:
+    return f"{name} {version}" if name and version else name or ""
+
+
+def _peers(run: dict[str, Any]) -> str:
+    return " ⇄ ".join(
+        filter(None, [_name(run["client_name"], run["client_version"]), _name(run["agent_name"], run["agent_version"])])
+    )
+
+
+def _argv_text(argv: str | None) -> str:
     try:
-        return queries.resolve(db, text)
-    except queries.RefError as exc:
-        raise click.ClickException(str(exc)) from None
+        words = json.loads(argv or "[]")
+    except ValueError:
+        return argv or ""
+    return " ".join(str(w) for w in words) if isinstance(words, list) else str(words)
 
 
-def json_options(func: click.decorators.FC) -> click.decorators.FC:
-    func = click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per line.")(func)
-    return click.option("--json", "as_json", is_flag=True, help="A JSON array, for scripts.")(func)
+# -- runs, sessions, sql ---------------------------------------------------------------------
 
 
 @cli.command()
 @db_option
-@json_options
-@click.option("-n", "--limit", type=click.IntRange(min=0), default=20, show_default=True, help="0: all runs.")
-def runs(db_path: Path | None, as_json: bool, as_jsonl: bool, limit: int) -> None:
+@output_options
+@click.option("-n", "--limit", type=count(), default=20, show_default=True, help="0: all runs.")
+def runs(db_path: Path | None, output: Output, limit: int) -> None:
     """Recent runs, newest first: when, agent command, peers, protocol, frames, duration, exit.
 
     \b
@@ -279,55 +358,49 @@ def runs(db_path: Path | None, as_json: bool, as_jsonl: bool, limit: int) -> Non
 
     db = open_db(db_path)
     found = queries.runs(db, limit or None)
-    if as_json or as_jsonl:
-        (views.write_json if as_json else views.write_jsonl)(found)
-        return
-    for run in found:
-        run["when"] = views.when(run["started_ns"])
-        run["agent_cmd"] = " ".join(json.loads(run["argv"] or "[]"))
-        run["peers"] = " ⇄ ".join(
-            filter(
-                None, [_name(run["client_name"], run["client_version"]), _name(run["agent_name"], run["agent_version"])]
-            )
+    with views.output(page=output.page) as out:
+        if _emit(out, output, found):
+            return
+        for run in found:
+            run["when"] = views.when(run["started_ns"])
+            run["agent_cmd"] = _argv_text(run["argv"])
+            run["peers"] = _peers(run)
+            run["took"] = views.duration(run["ended_ns"] - run["started_ns"]) if run["ended_ns"] else "running"
+            run["exit"] = views.exit_status(run["exit_code"], run["exit_signal"], run["status"])
+            if run["status"] == "crashed":
+                run["exit"] = "proxy died"
+            if run["interactive"]:
+                run["exit"] += " (terminal)"
+            lost = run["not_recorded"] or 0
+            run["frames_shown"] = f"{run['frames'] or 0}" + (f" ({lost} not recorded)" if lost else "")
+            run["faults_shown"] = run["faults_applied"] or ""
+        C = views.Column
+        views.table(
+            out,
+            [
+                C("id", "run", keep=True, right=True),
+                C("when", "started", keep=True),
+                C("agent_cmd", "agent command"),
+                C("peers", "client ⇄ agent"),
+                C("protocol_version", "v"),
+                C("frames_shown", "frames", right=True),
+                C("took", "duration", right=True),
+                C("exit", "exit"),
+                C("faults_shown", "faults", right=True),
+            ],
+            found,
         )
-        run["took"] = views.duration(run["ended_ns"] - run["started_ns"]) if run["ended_ns"] else "running"
-        run["exit"] = views.exit_status(run["exit_code"], run["exit_signal"], run["status"])
-        if run["status"] == "crashed":
-            run["exit"] = "proxy died"
-        if run["interactive"]:
-            run["exit"] += " (terminal)"
-        lost = run["not_recorded"] or 0
-        run["frames_shown"] = f"{run['frames'] or 0}" + (f" ({lost} not recorded)" if lost else "")
-        run["faults_shown"] = run["faults_applied"] or ""
-    views.table(
-        views.console(),
-        [
-            ("id", "run"),
-            ("when", "started"),
-            ("agent_cmd", "agent command"),
-            ("peers", "client ⇄ agent"),
-            ("protocol_version", "v"),
-            ("frames_shown", "frames"),
-            ("took", "duration"),
-            ("exit", "exit"),
-            ("faults_shown", "faults"),
-        ],
-        found,
-    )
-
-
-def _name(name: str | None, version: str | None) -> str:
-    return f"{name} {version}" if name and version else name or ""
 
 
 @cli.command()
 @db_option
-@json_options
-@click.option("-n", "--limit", type=click.IntRange(min=0), default=50, show_default=True, help="0: all sessions.")
-def sessions(db_path: Path | None, as_json: bool, as_jsonl: bool, limit: int) -> None:
+@output_options
+@click.option("-n", "--limit", type=count(), default=50, show_default=True, help="0: all sessions.")
+def sessions(db_path: Path | None, output: Output, limit: int) -> None:
     """ACP sessions, most recently active first: id, title, cwd, runs, turns, last activity.
 
-    A session loaded or resumed in a later run is the same session, listed once with both runs.
+    A session loaded or resumed in a later run is the same session, listed once with both
+    runs. The id is shown whole; any unique start of it names it in every command.
 
     \b
     Example:
@@ -337,164 +410,209 @@ def sessions(db_path: Path | None, as_json: bool, as_jsonl: bool, limit: int) ->
 
     db = open_db(db_path)
     found = queries.sessions(db, limit or None)
-    if as_json or as_jsonl:
-        (views.write_json if as_json else views.write_jsonl)(found)
-        return
-    for s in found:
-        s["last"] = views.when(s["last_seen_ns"])
-    views.table(
-        views.console(),
-        [
-            ("session_id", "session"),
-            ("title", "title"),
-            ("cwd", "cwd"),
-            ("runs", "runs"),
-            ("turns", "turns"),
-            ("last", "last activity"),
-        ],
-        found,
-    )
+    with views.output(page=output.page) as out:
+        if _emit(out, output, found):
+            return
+        for s in found:
+            s["last"] = views.when(s["last_seen_ns"])
+        C = views.Column
+        views.table(
+            out,
+            [
+                C("session_id", "session", keep=True),
+                C("title", "title"),
+                C("cwd", "cwd"),
+                C("runs", "runs"),
+                C("turns", "turns", right=True),
+                C("last", "last activity", keep=True),
+            ],
+            found,
+        )
 
 
 @cli.command()
 @db_option
-@json_options
-@click.argument("query")
-@click.argument("params", nargs=-1)
-def sql(db_path: Path | None, as_json: bool, as_jsonl: bool, query: str, params: tuple[str, ...]) -> None:
+@output_options
+@click.argument("query", type=TEXT)
+@click.argument("params", nargs=-1, type=TEXT)
+def sql(db_path: Path | None, output: Output, query: str, params: tuple[str, ...]) -> None:
     """Run a read-only SQL QUERY (with optional ? PARAMS) against the recording.
 
     Tables: runs, frames, sessions, session_runs, turns, faults, findings; views: rpc_pairs,
-    unanswered, turn_metrics, conversation. The database is opened read-only.
-
-    \b
-    Example:
-        acp-proxy sql "select method, count(*) from frames group by method"
-        acp-proxy sql "select raw from frames where run_id = ? and kind = 'error'" 3
-    """
-    import sqlite3
-
-    from . import queries, views
-
-    db = open_db(db_path)
-    try:
-        found = queries.rows(db, query, list(params))
-    except sqlite3.Error as exc:
-        raise click.ClickException(f"SQL error: {exc}") from None
-    except TypeError:
-        raise click.ClickException("that statement returns no rows") from None
-    if as_json or as_jsonl:
-        (views.write_json if as_json else views.write_jsonl)(found)
-        return
-    columns = [(name, name) for name in (found[0] if found else {})]
-    views.table(views.console(), columns, found)
-
-
-@cli.command()
-@db_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON object with every section.")
-@click.argument("ref", required=False)
-def stats(db_path: Path | None, as_json: bool, ref: str | None) -> None:
-    """Latency per method (count, p50/p95/p99/max), per-turn metrics, unanswered requests, errors.
-
-    REF is a run id, `last`, or a session id (or a unique prefix); without it, every run.
-
-    \b
-    Example:
-        acp-proxy stats last
-    """
-    from . import queries, views
-
-    db = open_db(db_path)
-    resolved = resolve_ref(db, ref) if ref else None
-    run_ids = queries.run_ids_of(db, resolved) if resolved else None
-    session_id = resolved.session_id if resolved else None
-    report = {
-        "latency": queries.latency_stats(db, run_ids),
-        "turns": queries.turn_stats(db, run_ids, session_id),
-        "unanswered": queries.unanswered(db, run_ids),
-        "errors": queries.errors(db, run_ids),
-    }
-    if as_json:
-        views.write_json(report)
-        return
-    con = views.console()
-    for row in report["latency"]:
-        for key in ("p50_ms", "p95_ms", "p99_ms", "max_ms"):
-            row[key] = views.ms(row[key])
-    views.table(
-        con,
-        [
-            ("method", "method"),
-            ("dir", "request dir"),
-            ("count", "count"),
-            ("errors", "errors"),
-            ("p50_ms", "p50 ms"),
-            ("p95_ms", "p95 ms"),
-            ("p99_ms", "p99 ms"),
-            ("max_ms", "max ms"),
-        ],
-        report["latency"],
-        title="Latency",
-    )
-    for row in report["turns"]:
-        for key in ("to_acceptance_ms", "to_first_output_ms", "duration_ms"):
-            row[key] = views.ms(row[key])
-    views.table(
-        con,
-        [
-            ("run_id", "run"),
-            ("session_id", "session"),
-            ("turn_index", "turn"),
-            ("to_acceptance_ms", "accepted ms"),
-            ("to_first_output_ms", "first output ms"),
-            ("duration_ms", "duration ms"),
-            ("chunks", "chunks"),
-            ("tool_calls", "tool calls"),
-            ("permission_requests", "permissions"),
-            ("stop_reason", "stop reason"),
-        ],
-        report["turns"],
-        title="Turns",
-    )
-    views.table(
-        con,
-        [("run_id", "run"), ("seq", "seq"), ("dir", "dir"), ("method", "method"), ("rpc_id", "id")],
-        report["unanswered"],
-        title="Unanswered requests",
-    )
-    views.table(
-        con,
-        [
-            ("run_id", "run"),
-            ("seq", "seq"),
-            ("method", "method"),
-            ("rpc_id", "id"),
-            ("error_code", "code"),
-            ("error_message", "message"),
-        ],
-        report["errors"],
-        title="Errors",
-    )
-
-
-@cli.command()
-@db_option
-@click.option("--raw", "as_raw", is_flag=True, help="The frames themselves, as a table, instead of the conversation.")
-@click.option("--turn", type=click.IntRange(min=0), default=None, help="Only this turn (1 = the first prompt).")
-@click.option("--json", "as_json", is_flag=True, help="The folded conversation as JSON.")
-@click.argument("ref")
-def show(db_path: Path | None, as_raw: bool, turn: int | None, as_json: bool, ref: str) -> None:
-    """The conversation of a run or a session, reconstructed from its frames.
-
-    REF is a run id, `last`, or a session id (or a unique prefix). Messages, thoughts (dimmed),
-    tool calls, plans, permission requests and the answers, terminals, notices (live),
-    compactions, usage, errors; unknown updates shown with their raw JSON; history that came
-    from a replay window is marked `history`.
+    unanswered, turn_metrics, conversation. Only reading is possible: SELECT, WITH, VALUES,
+    EXPLAIN and read-only PRAGMAs run; anything that would write (INSERT, ATTACH, VACUUM INTO,
+    CREATE TEMP TABLE, PRAGMA x = y, ...) is refused before it runs.
 
     \b
     Examples:
-        acp-proxy show last
+        acp-proxy sql "select method, count(*) from frames group by method"
+        acp-proxy sql "select raw from frames where run_id = ? and kind = 'error'" 1
+    """
+    from . import store, views
+
+    reader = store.SqlReader(resolve_db(db_path))
+    cursor = reader.execute(query, list(params))
+    if cursor.description is None:
+        raise UsageError("that statement returns no rows")
+    names = [d[0] for d in cursor.description]
+
+    def found() -> Iterator[dict[str, Any]]:
+        for row in cursor:
+            yield dict(zip(names, row, strict=True))
+
+    with views.output(page=output.page) as out:
+        if _emit(out, output, ({k: _jsonable(v) for k, v in row.items()} for row in found())):
+            return
+        views.table(out, [views.Column(name, name) for name in names], found(), empty="no rows")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        import base64
+
+        return {"$base64": base64.b64encode(value).decode()}
+    return value
+
+
+# -- stats -----------------------------------------------------------------------------------
+
+
+@cli.command()
+@db_option
+@output_options
+@click.argument("ref", default="last", type=TEXT)
+def stats(db_path: Path | None, output: Output, ref: str) -> None:
+    """Latency per method (count, p50/p95/p99/max), per-turn metrics, unanswered requests, errors.
+
+    REF is a run id, `last` (the default), a session id (or a unique prefix), or `all` for every
+    run. With --jsonl, one line per section.
+
+    \b
+    Examples:
+        acp-proxy stats
+        acp-proxy stats all --json
+    """
+    from . import queries, views
+
+    db = open_db(db_path)
+    resolved, label, run_ids = _runs_of(db, ref)
+    session_id = resolved.session_id if resolved is not None else None
+    scope = None if resolved is None else run_ids
+    report = {
+        "ref": label,
+        "latency": queries.latency_stats(db, scope),
+        "turns": queries.turn_stats(db, scope, session_id),
+        "unanswered": queries.unanswered(db, scope),
+        "errors": queries.errors(db, scope),
+    }
+    session_len = queries.session_prefix_length(db)
+    with views.output(page=output.page) as out:
+        if output.json:
+            views.write_json(out, report)
+            return
+        if output.jsonl:
+            views.write_jsonl(out, ({"section": k, "rows": v} for k, v in report.items() if k != "ref"))
+            return
+        C = views.Column
+
+        def short(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            for row in rows:
+                sid = row.get("session_id")
+                row["session"] = sid[:session_len] if isinstance(sid, str) else sid
+            return rows
+
+        out.line(out.paint(f"Stats for {label}", "bold"))
+        latency = [dict(r) for r in report["latency"]]
+        for row in latency:
+            for key in ("p50_ms", "p95_ms", "p99_ms", "max_ms"):
+                row[key] = views.ms(row[key])
+        views.table(
+            out,
+            [
+                C("method", "method"),
+                C("dir", "dir"),
+                C("count", "count", right=True),
+                C("errors", "errors", right=True),
+                C("p50_ms", "p50 ms", right=True),
+                C("p95_ms", "p95 ms", right=True),
+                C("p99_ms", "p99 ms", right=True),
+                C("max_ms", "max ms", right=True),
+            ],
+            latency,
+            title="Latency (dir: the request's)",
+        )
+        turns = short([dict(r) for r in report["turns"]])
+        for row in turns:
+            for key in ("to_acceptance_ms", "to_first_output_ms", "duration_ms"):
+                row[key] = views.ms(row[key])
+        views.table(
+            out,
+            [
+                C("run_id", "run", keep=True, right=True),
+                C("session", "session", keep=True),
+                C("turn_index", "turn", right=True),
+                C("to_acceptance_ms", "accepted", right=True),
+                C("to_first_output_ms", "1st output", right=True),
+                C("duration_ms", "took", right=True),
+                C("chunks", "chunks", right=True),
+                C("tool_calls", "tools", right=True),
+                C("permission_requests", "perms", right=True),
+                C("stop_reason", "stop"),
+            ],
+            turns,
+            title="Turns (ms)",
+        )
+        views.table(
+            out,
+            [
+                C("run_id", "run", keep=True, right=True),
+                C("seq", "seq", keep=True, right=True),
+                C("dir", "dir"),
+                C("method", "method"),
+                C("rpc_id", "id", keep=True),
+                C("session", "session", keep=True),
+            ],
+            short([dict(r) for r in report["unanswered"]]),
+            title="Unanswered requests",
+        )
+        views.table(
+            out,
+            [
+                C("run_id", "run", keep=True, right=True),
+                C("seq", "seq", keep=True, right=True),
+                C("method", "method"),
+                C("rpc_id", "id", keep=True),
+                C("error_code", "code", right=True),
+                C("error_message", "message"),
+            ],
+            report["errors"],
+            title="Errors",
+        )
+
+
+# -- show ------------------------------------------------------------------------------------
+
+
+@cli.command()
+@db_option
+@output_options
+@click.option(
+    "--raw", "as_raw", is_flag=True, help="The frames themselves, one line each, instead of the conversation."
+)
+@click.option("--turn", type=Number(int, 1, 2**31 - 1), default=None, help="Only this turn (1 = the first prompt).")
+@click.argument("ref", default="last", type=TEXT)
+def show(db_path: Path | None, output: Output, as_raw: bool, turn: int | None, ref: str) -> None:
+    """The conversation of a run or a session, reconstructed from its frames.
+
+    REF is a run id, `last` (the default), or a session id (or a unique prefix). Messages,
+    thoughts (dimmed), tool calls, plans, permission requests and the answers, terminals,
+    notices (live), compactions, usage, errors; unknown updates shown with their raw JSON;
+    history that came from a replay window is marked `history`. --json: the folded
+    conversations (--jsonl: one per line).
+
+    \b
+    Examples:
+        acp-proxy show
         acp-proxy show 3f2a --turn 2
         acp-proxy show last --raw
     """
@@ -503,47 +621,53 @@ def show(db_path: Path | None, as_raw: bool, turn: int | None, as_json: bool, re
     db = open_db(db_path)
     resolved = resolve_ref(db, ref)
     found = queries.frames_of(db, resolved)
-    if as_raw:
-        rows = [f for f in found if turn is None]
-        views.table(views.console(), FRAME_TABLE, _frame_rows_for_table(rows))
-        return
-    conversations = transcript.fold_rows(found)
-    if resolved.is_session:
-        conversations = {k: v for k, v in conversations.items() if k == resolved.session_id}
-    conversations = {k: v for k, v in conversations.items() if k is not None or not v.empty}
-    if as_json:
-        views.write_json([transcript.conversation_json(c) for c in conversations.values()])
-        return
-    con = views.console()
-    if not resolved.is_session:
-        (run,) = queries.rows(db, "select * from runs where id = ?", [resolved.run_id])
-        peers = " ⇄ ".join(
-            filter(
-                None, [_name(run["client_name"], run["client_version"]), _name(run["agent_name"], run["agent_version"])]
+    with views.output(page=output.page) as out:
+        if as_raw:
+            if _emit(out, output, (_frame_object(f) for f in found)):
+                return
+            _frame_lines(out, db, found, verbose=False)
+            return
+        conversations = transcript.fold_rows(found)
+        if resolved.is_session:
+            conversations = {k: v for k, v in conversations.items() if k == resolved.session_id}
+        conversations = {k: v for k, v in conversations.items() if k is not None or not v.empty}
+        if _emit(out, output, (transcript.conversation_json(c) for c in conversations.values())):
+            return
+        con = out.console()
+        if not resolved.is_session:
+            (run,) = queries.rows(db, "select * from runs where id = ?", [resolved.run_id])
+            peers = _peers(run)
+            exit_text = views.exit_status(run["exit_code"], run["exit_signal"], run["status"])
+            con.print(
+                f"Run {run['id']} · {_argv_text(run['argv'])}"
+                + (f" · {peers}" if peers else "")
+                + (f" · protocol {run['protocol_version']}" if run["protocol_version"] else "")
+                + f" · exit {exit_text}",
+                style="bold",
+                markup=False,
+                no_wrap=True,
+                overflow="ellipsis",
             )
+        if not conversations:
+            con.print("no conversation recorded", style="dim")
+            return
+        for conv in sorted(conversations.values(), key=lambda c: c.timeline[0].seq if c.timeline else 0):
+            transcript.render_conversation(con, conv, turn)
+        _show_annotations(
+            con, db, queries.run_ids_of(db, resolved), {f["seq"] for f in found} if resolved.is_session else None
         )
-        exit_text = views.exit_status(run["exit_code"], run["exit_signal"], run["status"])
-        con.print(
-            f"Run {run['id']} · {' '.join(json.loads(run['argv'] or '[]'))}"
-            + (f" · {peers}" if peers else "")
-            + (f" · protocol {run['protocol_version']}" if run["protocol_version"] else "")
-            + f" · exit {exit_text}",
-            style="bold",
-            markup=False,
-        )
-    if not conversations:
-        con.print("no conversation recorded", style="dim")
-        return
-    for conv in sorted(conversations.values(), key=lambda c: c.timeline[0].seq if c.timeline else 0):
-        transcript.render_conversation(con, conv, turn)
-    _show_annotations(
-        con, db, queries.run_ids_of(db, resolved), {f["seq"] for f in found} if resolved.is_session else None
-    )
+
+
+def _frame_object(row: dict[str, Any]) -> dict[str, Any]:
+    from . import exports
+
+    return exports.frame_object(row)
 
 
 def _show_annotations(con: Any, db: Any, run_ids: list[int], seqs: set[int] | None) -> None:
     """Faults applied and conformance findings, each pointing at its frame."""
     from . import queries
+    from .summary import printable
 
     marks = ",".join("?" * len(run_ids)) or "null"
     faults = queries.rows(
@@ -562,202 +686,201 @@ def _show_annotations(con: Any, db: Any, run_ids: list[int], seqs: set[int] | No
         for f in faults:
             what = " ".join(filter(None, [f["dir"], f["kind"], f["method"]]))
             detail = f" ({f['detail']})" if f["detail"] else ""
-            con.print(
-                f"  frame {f['run_id']}:{f['seq']} {what}: {f['action']}{detail} — rule: {f['rule']}", markup=False
-            )
+            line = f"  frame {f['run_id']}:{f['seq']} {what}: {f['action']}{detail} — rule: {f['rule']}"
+            con.print(printable(line), markup=False)
     if findings:
         con.print("Findings", style="bold yellow")
         for f in findings:
-            con.print(f"  frame {f['run_id']}:{f['seq']} {f['severity']} {f['rule']}: {f['message']}", markup=False)
+            line = f"  frame {f['run_id']}:{f['seq']} {f['severity']} {f['rule']}: {f['message']}"
+            con.print(printable(line), markup=False)
 
 
-def parse_filter(words: tuple[str, ...]) -> Any:
-    from . import filters
-
-    text = " ".join(words)
-    try:
-        return filters.parse(text)
-    except filters.FilterError as exc:
-        raise click.ClickException(f"bad filter: {exc}") from None
+# -- frames and tail: one line per frame -----------------------------------------------------
 
 
-def _frame_rows_for_table(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from . import views
+def _frame_lines(out: Any, db: Any, rows: Iterable[dict[str, Any]], *, verbose: bool) -> None:
+    from . import queries, views
 
-    for f in found:
-        f["time"] = views.clock(f["ts_ns"])
-        f["where"] = f"{f['run_id']}:{f['seq']}"
-        f["what"] = f["method"] or f["kind"]
-        f["update_or_error"] = f["update_kind"] or (
-            f"{f['error_code']} {f['error_message'] or ''}".strip() if f["error_code"] is not None else ""
-        )
-        f["latency"] = views.ms(f["latency_ns"] / 1e6) if f["latency_ns"] is not None else ""
-        f["flags"] = " ".join(frame_flags(f))
-        text = f["raw"] if f["raw"] is not None else repr(f["raw_bytes"])
-        f["preview"] = text if len(text) <= 100 else text[:97] + "..."
-    return found
+    lines = views.FrameLines(
+        out, session_len=queries.session_prefix_length(db), seq_width=queries.seq_width(db), verbose=verbose
+    )
+    if out.terminal:
+        out.line(out.paint(lines.header(), "bold"))
+    for row in rows:
+        out.line(lines.line(row))
 
 
-def frame_flags(f: dict[str, Any]) -> list[str]:
-    flags = []
-    if f.get("replay"):
-        flags.append("replay")
-    if f.get("unanswered"):
-        flags.append("unanswered")
-    if f.get("forwarded") == 0:
-        flags.append("not-forwarded")
-    if f.get("fault"):
-        flags.append(f"fault:{f['fault']}")
-    if f.get("unknown"):
-        flags.append(f"unknown:{f['unknown']}")
-    if f.get("cut"):
-        flags.append("cut")
-    if f.get("decode_error") and f.get("kind") != "invalid":
-        flags.append("decode-error")
-    if f.get("note") and f.get("forwarded") != 0:
-        flags.append("note")
-    return flags
+def _write_raw(out: Any, rows: Iterable[dict[str, Any]]) -> int:
+    """The frames' bytes exactly as they crossed the wire; the number of cut records."""
+    cut = 0
+    for f in rows:
+        if f["batch_seq"] is not None:
+            continue  # the batch line itself carries these bytes
+        data = f["raw_bytes"] if f["raw_bytes"] is not None else (f["raw"] or "").encode("utf-8", "surrogateescape")
+        out.data(data + (b"\n" if f["terminated"] else b""))
+        cut += f["cut"] or 0
+    return cut
 
 
-FRAME_TABLE = [
-    ("where", "run:seq"),
-    ("time", "time"),
-    ("dir", "dir"),
-    ("kind", "kind"),
-    ("what", "method"),
-    ("rpc_id", "id"),
-    ("session_id", "session"),
-    ("update_or_error", "update / error"),
-    ("latency", "ms"),
-    ("flags", "flags"),
-    ("preview", "frame"),
-]
-
-
-@cli.command(cls=VerbatimEpilog, epilog=_filter_help())
+@cli.command(cls=FilterCommand, epilog_source=_filter_help)
 @db_option
-@click.option("--json", "as_json", is_flag=True, help="A JSON array of frames; `raw` is the frame verbatim.")
-@click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per frame; `raw` is the frame verbatim.")
+@output_options
 @click.option("--raw", "as_raw", is_flag=True, help="Exactly the bytes that crossed the wire, one frame per line.")
-@click.option("-n", "--limit", type=click.IntRange(min=0), default=None, help="At most this many frames.")
-@click.argument("filter_words", nargs=-1, metavar="[FILTER]...")
+@click.option("-v", "--verbose", is_flag=True, help="Each frame's raw JSON on the line below it.")
+@click.option("-n", "--limit", type=count(), default=None, help="At most this many frames.")
+@click.argument("filter_words", nargs=-1, metavar="[FILTER]...", type=TEXT)
 def frames(
     db_path: Path | None,
-    as_json: bool,
-    as_jsonl: bool,
+    output: Output,
     as_raw: bool,
+    verbose: bool,
     limit: int | None,
     filter_words: tuple[str, ...],
 ) -> None:
     """The frames of every recorded run, or those the FILTER selects, in relay order.
+
+    One line per frame (below), streamed as it is read: the first line comes at once even
+    from a million frames, and `| head` stops it. On a terminal the lines go through $PAGER
+    (`less -FRX` by default); --no-pager prints them straight out. A FILTER word may start
+    with `-` (a negated term): it is never taken for an option.
 
     \b
     Examples:
         acp-proxy frames run:last dir:a2c update:agent_message_chunk
         acp-proxy frames 'method:session/prompt kind:response latency>2s'
         acp-proxy frames kind:error OR unanswered
-        acp-proxy frames run:3 dir:c2a --raw | some-acp-agent   # replay a client's side
+        acp-proxy frames -update:agent_message_chunk -dir:stderr
+        acp-proxy frames '-(method:session/update OR dir:stderr)' text:hello
+        acp-proxy frames run:1 dir:c2a --raw | some-acp-agent   # replay a client's side
     """
-    from . import exports, queries, views
+    from . import queries, views
 
-    if as_json + as_jsonl + as_raw > 1:
+    if as_raw and not output.table:
         raise click.UsageError("choose one of --json, --jsonl and --raw")
     expr = parse_filter(filter_words)
     db = open_db(db_path)
     where, params = expr.to_sql()
     sql = f"select * from frames where {where} order by run_id, seq"
     if limit is not None:
-        sql += f" limit {int(limit)}"
+        sql += " limit ?"
+        params = [*params, limit]
     found = queries.iter_rows(db, sql, params)
-    if as_raw:
-        out = sys.stdout.buffer
-        cut = 0
-        for f in found:
-            if f["batch_seq"] is not None:
-                continue  # the batch line itself carries these bytes
-            data = f["raw_bytes"] if f["raw_bytes"] is not None else (f["raw"] or "").encode()
-            out.write(data + (b"\n" if f["terminated"] else b""))
-            cut += f["cut"] or 0
-        out.flush()
-        if cut:
-            click.echo(
-                f"acp-proxy: {cut} frame(s) were recorded cut (--max-record-bytes); their bytes are incomplete",
-                err=True,
-            )
-        return
-    if as_jsonl:
-        views.write_jsonl(exports.frame_object(f) for f in found)
-        return
-    if as_json:
-        views.write_json([exports.frame_object(f) for f in found])
-        return
-    rows = list(found)
-    views.table(views.console(), FRAME_TABLE, _frame_rows_for_table(rows))
+    with views.output(page=output.page and not as_raw) as out:
+        if as_raw:
+            cut = _write_raw(out, found)
+            out.flush()
+            if cut:
+                say(f"{cut} frame(s) were recorded cut (--max-record-bytes); their bytes are incomplete")
+            return
+        if _emit(out, output, (_frame_object(f) for f in found)):
+            return
+        _frame_lines(out, db, found, verbose=verbose)
 
 
-@cli.command(cls=VerbatimEpilog, epilog=_filter_help())
+@cli.command(cls=FilterCommand, epilog_source=_filter_help)
 @db_option
-@click.option("--jsonl", "as_jsonl", is_flag=True, help="One JSON object per frame.")
-@click.option("-c", "--count", type=click.IntRange(min=1), default=None, help="Stop after this many frames.")
-@click.option("--from-start", is_flag=True, help="Begin with frames already recorded, not only new ones.")
+@output_options(pager=False)
+@click.option("-v", "--verbose", is_flag=True, help="Each frame's raw JSON on the line below it.")
+@click.option("-c", "--count", "max_count", type=count(1), default=None, help="Stop after this many frames.")
+@click.option("--from-start", is_flag=True, help="Begin with the frames already recorded, not only new ones.")
+@click.option("--interval", type=seconds(0.01, 60), default=0.2, show_default=True, help="Seconds between polls.")
 @click.option(
-    "--interval", type=click.FloatRange(min=0.01), default=0.2, show_default=True, help="Seconds between polls."
+    "--timeout",
+    "timeout_s",
+    type=seconds(0, 366 * 86400, low_open=True),
+    default=None,
+    help="Give up after this many seconds (exit 1 if --count frames were not shown by then).",
 )
-@click.argument("filter_words", nargs=-1, metavar="[FILTER]...")
+@click.argument("filter_words", nargs=-1, metavar="[FILTER]...", type=TEXT)
 def tail(
     db_path: Path | None,
-    as_jsonl: bool,
-    count: int | None,
+    output: Output,
+    verbose: bool,
+    max_count: int | None,
     from_start: bool,
     interval: float,
+    timeout_s: float | None,
     filter_words: tuple[str, ...],
 ) -> None:
     """Follow frames as proxies record them (run it in another terminal), with the FILTER.
 
+    Every run is followed, those running when tail starts and those started later, each frame
+    shown once, in order within its run. Started before anything was recorded, tail waits for
+    the database to appear. --json writes one array, closed when tail stops.
+
     \b
-    Example:
+    Examples:
         acp-proxy tail dir:a2c -update:agent_message_chunk
+        acp-proxy tail --from-start --count 20 kind:error
     """
     import time
 
-    from . import exports, queries, views
+    from . import queries, views
 
     expr = parse_filter(filter_words)
-    db = open_db(db_path)
     where, params = expr.to_sql()
-    last_seq: dict[int, int] = {}
-    if not from_start:
-        for run_id, seq in db.execute("select run_id, max(seq) from frames group by run_id"):
-            last_seq[run_id] = seq
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    path = resolve_db(db_path)
+    db, waited = _wait_for_database(path, interval, deadline)
+    if db is None:
+        raise SystemExit(1 if max_count else 0)
+    # Started before anything was recorded: everything recorded since is new, shown whole.
+    follower = queries.Follower(db, from_start=from_start or waited)
     shown = 0
-    con = views.console()
-    try:
-        while True:
-            active = [
-                r[0]
-                for r in db.execute(
-                    "select id from runs where status = 'running' or id > ?", [max(last_seq, default=0)]
-                )
-            ]
-            for run_id in sorted(set(active) | ({max(last_seq)} if last_seq else set())):
-                sql = f"select * from frames where run_id = ? and seq > ? and ({where}) order by seq limit 5000"
-                for f in queries.iter_rows(db, sql, [run_id, last_seq.get(run_id, 0), *params]):
-                    last_seq[run_id] = f["seq"]
-                    if as_jsonl:
-                        views.write_jsonl([exports.frame_object(f)])
+    with views.output(page=False) as out:
+        lines = views.FrameLines(out, session_len=queries.session_prefix_length(db), verbose=verbose)
+        if output.json:
+            out.data(b"[")
+        try:
+            while True:
+                for f in follower.poll(where, params):
+                    if output.table:
+                        out.line(lines.line(f))
                     else:
-                        row = _frame_rows_for_table([f])[0]
-                        con.print(
-                            f"{row['time']} {row['where']:>9} {row['dir']:<6} {row['what'] or '':<24} "
-                            f"{row['rpc_id'] or '':<6} {row['update_or_error']:<24} {row['flags']} {row['preview']}",
-                            markup=False,
-                        )
+                        encoded = views.encode_json(_frame_object(f))
+                        out.data((b"," if output.json and shown else b"") + encoded + (b"" if output.json else b"\n"))
                     shown += 1
-                    if count is not None and shown >= count:
+                    if max_count is not None and shown >= max_count:
                         return
-            time.sleep(interval)  # polling the database: there is no change feed to wait on
-    except KeyboardInterrupt:
-        return
+                out.flush()
+                if deadline is not None and time.monotonic() >= deadline:
+                    if max_count is not None:
+                        raise SystemExit(1)
+                    return
+                lines.session_len = max(lines.session_len, queries.session_prefix_length(db))
+                time.sleep(interval)  # polling the database: there is no change feed to wait on
+        except KeyboardInterrupt:
+            return
+        finally:
+            if output.json:
+                out.data(b"]\n")
+
+
+def _wait_for_database(path: Path, interval: float, deadline: float | None) -> tuple[Any, bool]:
+    """Open ``path`` for reading once a proxy has created it: (the database or None when the
+    deadline passed first, whether it had to be waited for)."""
+    import time
+
+    from . import store
+
+    said = False
+    while True:
+        try:
+            return store.open_for_reading(path), said
+        except store.NotYetADatabase:
+            pass
+        if not said:
+            say(f"waiting for a recording at {path} (start one: acp-proxy run -- AGENT)")
+            said = True
+        if deadline is not None and time.monotonic() >= deadline:
+            return None, said
+        try:
+            time.sleep(interval)
+        except KeyboardInterrupt:
+            return None, said
+
+
+# -- export ----------------------------------------------------------------------------------
 
 
 @cli.command()
@@ -778,53 +901,56 @@ def tail(
     default=None,
     help="Write here (created 0600) instead of stdout.",
 )
-@click.argument("ref")
+@click.argument("ref", type=TEXT)
 def export(db_path: Path | None, fmt: str, output: Path | None, ref: str) -> None:
-    """Export a run or a session (REF: run id, `last`, or session id / prefix).
+    """Export a run, a session, or `all` runs (REF: run id, `last`, session id / prefix, `all`).
 
-    Nothing is redacted: the export holds the whole conversation. Files are created 0600.
+    A session's export starts with what its runs said before it — `initialize`, authentication,
+    the `session/new` request — so it is a whole conversation. Nothing is redacted: the export
+    holds the whole conversation. Files are created 0600.
 
     \b
     Examples:
         acp-proxy export last -o run.jsonl
         acp-proxy export 3f2a --format jsons -o trace.jsons   # open with sacp-trace-viewer
+        acp-proxy export all -o everything.jsonl
     """
-    import os
-
     from . import exports, queries
 
     db = open_db(db_path)
-    resolved = resolve_ref(db, ref)
-    run_ids = queries.run_ids_of(db, resolved)
+    resolved, label, run_ids = _runs_of(db, ref)
     header = {
         "ref": ref,
-        "resolved": resolved.describe(),
+        "resolved": label,
         "runs": queries.rows(db, f"select * from runs where id in ({','.join('?' * len(run_ids)) or 'null'})", run_ids),
     }
-    found = queries.frames_of(db, resolved, include_stderr=True)
-    lines = exports.export_lines(fmt, found, header)
+    lines = exports.export_lines(fmt, queries.export_frames(db, resolved), header)
     if output is None:
-        out = sys.stdout.buffer
-        for line in lines:
-            out.write(line + b"\n")
-        out.flush()
+        from . import views
+
+        with views.output(page=False) as out:
+            for line in lines:
+                out.data(line + b"\n")
         if fmt == "jsonl":
-            click.echo(f"acp-proxy: {exports.WARNING}", err=True)
+            say(exports.WARNING)
         return
+    from . import store
+
+    store.refuse_special_file(output, "a file to export to (leave out -o to write to stdout)")
     try:
         fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     except OSError as exc:
-        raise click.ClickException(f"cannot write {output}: {exc.strerror}") from None
+        raise UsageError(f"cannot write {output}: {(exc.strerror or str(exc)).lower()}") from None
     os.fchmod(fd, 0o600)
     written = 0
-    with os.fdopen(fd, "wb") as out:
+    with os.fdopen(fd, "wb") as out_file:
         for line in lines:
-            out.write(line + b"\n")
+            out_file.write(line + b"\n")
             written += 1
-    click.echo(f"acp-proxy: wrote {written} lines to {output} ({exports.WARNING})", err=True)
+    say(f"wrote {written} lines to {output} ({exports.WARNING})")
 
 
-# -- replay and diff (issue 6) ---------------------------------------------------------------
+# -- replay and diff -------------------------------------------------------------------------
 
 
 def _replay_rows(db: Any, ref_text: str) -> list[dict[str, Any]]:
@@ -834,8 +960,11 @@ def _replay_rows(db: Any, ref_text: str) -> list[dict[str, Any]]:
     resolved = resolve_ref(db, ref_text)
     run_ids = queries.run_ids_of(db, resolved)
     if not run_ids:
-        raise click.ClickException(f"{resolved.describe()} has no recorded run")
+        raise UsageError(f"{resolved.describe()} has no recorded run")
     return queries.rows(db, "select * from frames where run_id = ? order by seq", [run_ids[0]])
+
+
+_SPEED_RANGE = (0.01, 1000.0)
 
 
 @cli.command()
@@ -845,7 +974,7 @@ def _replay_rows(db: Any, ref_text: str) -> list[dict[str, Any]]:
     default="original",
     show_default=True,
     metavar="original|fast|N.x",
-    help="Recorded pace, none at all, or sped up N times (2x, 0.5x).",
+    help="Recorded pace, none at all, or sped up N times (2x, 0.5x; 0.01x to 1000x).",
 )
 @click.option(
     "--strict/--lenient",
@@ -860,17 +989,17 @@ def _replay_rows(db: Any, ref_text: str) -> list[dict[str, Any]]:
     "as_client",
     is_flag=True,
     help="Be the recorded client instead: drive `-- AGENT ARGS...` (run through `acp-proxy run`, "
-    "recorded in the same database) with the recorded requests and answers.",
+    "recorded in the same database; the new run's id is printed) with the recorded requests and answers.",
 )
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=seconds(0, 366 * 86400, low_open=True),
     default=60.0,
     show_default=True,
     help="With --client: give up (exit 1) after this many seconds.",
 )
-@click.argument("ref")
+@click.argument("ref", type=TEXT)
 @click.argument("agent", nargs=-1, type=click.UNPROCESSED, metavar="[-- AGENT [ARGS]...]")
 def replay(
     db_path: Path | None,
@@ -887,44 +1016,49 @@ def replay(
     Point an editor at `acp-proxy replay REF` instead of the agent: requests get the recorded
     responses (ids remapped), recorded updates and agent requests follow in recorded order,
     and `session/load` / `session/resume` with `replayFrom` replay history without notices.
-    Stdout carries only the protocol; the report goes to stderr.
+    Stdout carries only the protocol; the report goes to stderr. With --client, stdout gets
+    the id of the run that recorded the agent, for `acp-proxy diff REF RUN`.
 
     \b
     Examples:
         acp-proxy replay last
         acp-proxy replay 3f2a --timing fast --strict
-        acp-proxy replay 12 --timing 2x
-        acp-proxy replay 3 --client -- my-agent --flag    # rerun run 3's client; then `diff 3 last`
+        acp-proxy replay 1 --timing 2x
+        acp-proxy replay 1 --client -- my-agent --flag    # rerun run 1's client; then `diff 1 last`
     """
-    import sys
-
     from . import replay as rp
 
     try:
         speed = rp.parse_timing(timing)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--timing") from None
+    if speed != 0 and not _SPEED_RANGE[0] <= speed <= _SPEED_RANGE[1]:
+        raise click.BadParameter(
+            f"{timing!r}: a speed-up is from {_SPEED_RANGE[0]:g}x to {_SPEED_RANGE[1]:g}x (or fast)",
+            param_hint="--timing",
+        )
     if bool(agent) != as_client:
         raise click.UsageError("--client needs `-- AGENT [ARGS]...`, and an AGENT needs --client")
     db = open_db(db_path)
     rows = _replay_rows(db, ref)
     db.conn.close()
     if as_client:
-        _replay_client(rows, resolve_db(db_path), list(agent), strict, timeout_s)
+        _replay_client(ref, rows, resolve_db(db_path), list(agent), strict, timeout_s)
         return
     replayer = rp.Replayer(rows, strict=strict, match_cwd=match_cwd)
     deviations = rp.serve(replayer, sys.stdin.buffer, sys.stdout.buffer, speed)
     if deviations:
         word = "failed" if strict else "finished"
-        click.echo(f"acp-proxy: replay {word} with {len(deviations)} deviation(s) from the recording", err=True)
+        say(f"replay {word} with {len(deviations)} deviation(s) from the recording")
         if strict:
             raise SystemExit(1)
 
 
-def _replay_client(rows: list[dict[str, Any]], db_path: Path, agent: list[str], strict: bool, timeout_s: float) -> None:
+def _replay_client(
+    ref: str, rows: list[dict[str, Any]], db_path: Path, agent: list[str], strict: bool, timeout_s: float
+) -> None:
     """`replay --client`: drive `acp-proxy run --db DB -- AGENT` with the recorded client side."""
     import subprocess
-    import sys
 
     from . import replay as rp
 
@@ -941,64 +1075,73 @@ def _replay_client(rows: list[dict[str, Any]], db_path: Path, agent: list[str], 
         proc.kill()
         status = proc.wait(timeout=10)
     proc.stdout.close()
+    new_run = _run_of_proxy(db_path, proc.pid)
+    if new_run is not None:
+        click.echo(str(new_run))
+        say(f"the agent's side was recorded as run {new_run}; compare: acp-proxy diff {ref} {new_run}")
     if replayer.fatal is not None:
-        click.echo(f"acp-proxy: replay --client failed: {replayer.fatal}", err=True)
+        say(f"replay --client failed: {replayer.fatal}")
         raise SystemExit(1)
     if status != 0:
         deviations.append(f"the agent exited with status {status}")
-        click.echo(f"acp-proxy: replay: the agent exited with status {status}", err=True)
+        say(f"replay: the agent exited with status {status}")
     if deviations:
         word = "failed" if strict else "finished"
-        click.echo(
-            f"acp-proxy: replay --client {word} with {len(deviations)} deviation(s) from the recording", err=True
-        )
+        say(f"replay --client {word} with {len(deviations)} deviation(s) from the recording")
         if strict:
             raise SystemExit(1)
 
 
-# -- conformance checks (issue 7) --------------------------------------------------------------
+def _run_of_proxy(db_path: Path, pid: int) -> int | None:
+    """The run the proxy with this pid recorded (the newest, should the pid have been reused)."""
+    from . import store
+
+    try:
+        db = store.open_for_reading(db_path)
+    except store.StoreError:
+        return None
+    try:
+        row = db.execute("select max(id) from runs where proxy_pid = ?", [pid]).fetchone()
+    finally:
+        db.conn.close()
+    return row[0] if row else None
+
+
+# -- conformance checks ----------------------------------------------------------------------
 
 _PROGRESS_MIN_FRAMES = 20_000  # below this a check takes well under a second: no bar
 
 
 @cli.command()
 @db_option
-@click.option("--json", "as_json", is_flag=True, help="A JSON array of findings, for scripts.")
+@output_options
 @click.option("--no-schema", is_flag=True, help="Lifecycle rules only; skip JSON Schema validation (faster).")
 @click.option("--stable", is_flag=True, help="Validate against the stable schema, not the draft superset.")
 @click.option(
     "--save", is_flag=True, help="Also store the findings in the database (replacing the runs' earlier ones)."
 )
-@click.argument("ref")
-def check(db_path: Path | None, as_json: bool, no_schema: bool, stable: bool, save: bool, ref: str) -> None:
-    """Check a run or session (or `all` runs) against the ACP spec: schema and lifecycle rules.
-
-    Exits 1 on errors.
+@click.argument("ref", default="last", type=TEXT)
+def check(db_path: Path | None, output: Output, no_schema: bool, stable: bool, save: bool, ref: str) -> None:
+    """Check a run or session (default `last`; `all`: every run) against the ACP spec: schema
+    and lifecycle rules. Exits 1 on errors.
 
     Each finding names its rule, severity (error / warning / info), the frame (run, seq) and the
     spec section it comes from. Frames/s goes to stderr; a progress bar shows on a terminal.
 
     \b
     Examples:
-        acp-proxy check last
+        acp-proxy check
         acp-proxy check 3f2a --json
+        acp-proxy check all --no-schema
     """
-    import sys
     import time
 
     from . import checks, queries, views
 
     db = open_db(db_path)
-    if ref == "all":
-        resolved = None
-        label = "every run"
-        run_ids = [row[0] for row in db.execute("select id from runs order by id")]
-    else:
-        resolved = resolve_ref(db, ref)
-        label = resolved.describe()
-        run_ids = queries.run_ids_of(db, resolved)
+    resolved, label, run_ids = _runs_of(db, ref)
     if not run_ids:
-        raise click.ClickException(f"{label} has no recorded run")
+        raise UsageError(f"{label} has no recorded run")
     marks = ",".join("?" * len(run_ids))
     run_rows = queries.rows(db, f"select id, protocol_version, status from runs where id in ({marks})", run_ids)
     versions = {r["id"]: r["protocol_version"] for r in run_rows}
@@ -1011,12 +1154,11 @@ def check(db_path: Path | None, as_json: bool, no_schema: bool, stable: bool, sa
     keep: set[tuple[int, int]] | None = None
     if resolved is not None and resolved.is_session:
         keep = {(f["run_id"], f["seq"]) for f in queries.frames_of(db, resolved)}
-    frames = queries.iter_rows(
+    frames_ = queries.iter_rows(
         db,
         f"select * from frames where run_id in ({marks}) and dir != 'stderr' order by run_id, seq",
         run_ids,
     )
-    con = views.console()
     started = time.perf_counter()
     found: list[dict[str, Any]] = []
 
@@ -1025,7 +1167,7 @@ def check(db_path: Path | None, as_json: bool, no_schema: bool, stable: bool, sa
             if keep is None or finding.seq is None or (finding.run_id, finding.seq) in keep:
                 found.append(finding.as_dict())
 
-    if views.is_terminal(con) and total >= _PROGRESS_MIN_FRAMES and not as_json:
+    if sys.stderr.isatty() and total >= _PROGRESS_MIN_FRAMES and output.table:
         from rich.console import Console
         from rich.progress import Progress
 
@@ -1033,14 +1175,14 @@ def check(db_path: Path | None, as_json: bool, no_schema: bool, stable: bool, sa
             task = progress.add_task("checking", total=total)
 
             def counted() -> Any:
-                for n, frame in enumerate(frames, start=1):
+                for n, frame in enumerate(frames_, start=1):
                     if n % 1000 == 0:
                         progress.update(task, completed=n)
                     yield frame
 
             consume(counted())
     else:
-        consume(frames)
+        consume(frames_)
     took = time.perf_counter() - started
     db.conn.close()
     # End-of-run findings (unanswered requests, unfinished turns) point back at earlier frames.
@@ -1048,34 +1190,31 @@ def check(db_path: Path | None, as_json: bool, no_schema: bool, stable: bool, sa
     if save:
         from . import store
 
-        try:
-            store.replace_findings(resolve_db(db_path), run_ids, found)
-        except store.StoreError as exc:
-            raise click.ClickException(str(exc)) from None
+        store.replace_findings(resolve_db(db_path), run_ids, found)
     counts = {s: sum(1 for f in found if f["severity"] == s) for s in ("error", "warning", "info")}
-    if as_json:
-        views.write_json(found)
-    elif not found:
-        click.echo(f"no findings for {label}")
-    else:
-        views.table(
-            con,
-            [
-                ("run_id", "run"),
-                ("seq", "seq"),
-                ("severity", "severity"),
-                ("rule_id", "rule"),
-                ("message", "message"),
-                ("spec", "spec"),
-            ],
-            found,
-            title=f"findings for {label}",
-        )
+    with views.output(page=output.page) as out:
+        if not _emit(out, output, found):
+            if not found:
+                out.line(f"no findings for {label}")
+            else:
+                C = views.Column
+                views.table(
+                    out,
+                    [
+                        C("run_id", "run", keep=True, right=True),
+                        C("seq", "seq", keep=True, right=True),
+                        C("severity", "severity"),
+                        C("rule_id", "rule", keep=True),
+                        C("message", "message"),
+                        C("spec", "spec", first=True),
+                    ],
+                    found,
+                    title=f"findings for {label}",
+                )
     rate = f"{total / took:,.0f} frames/s" if took > 0 else "instant"
-    click.echo(
-        f"acp-proxy: checked {total} frames in {took:.2f}s ({rate}): "
-        f"{counts['error']} errors, {counts['warning']} warnings, {counts['info']} info",
-        err=True,
+    say(
+        f"checked {total} frames in {took:.2f}s ({rate}): "
+        f"{counts['error']} errors, {counts['warning']} warnings, {counts['info']} info"
     )
     if counts["error"]:
         sys.exit(1)
@@ -1103,19 +1242,20 @@ def _diff_cell(value: Any) -> str:
 
 @cli.command("diff")
 @db_option
-@click.option("--json", "as_json", is_flag=True, help="Every turn of both sides as JSON, with what differs.")
-@click.argument("left")
-@click.argument("right")
-def diff_command(db_path: Path | None, as_json: bool, left: str, right: str) -> None:
+@output_options
+@click.argument("left", type=TEXT)
+@click.argument("right", type=TEXT)
+def diff_command(db_path: Path | None, output: Output, left: str, right: str) -> None:
     """Compare two recordings turn by turn; exit 1 when they differ.
 
     Per prompt turn: the prompt, the agent's text and thoughts, the tool calls (title, kind,
     final status), permission outcomes, the stop reason and errors. Ids, session ids, `_meta`
     and timestamps are ignored; timing is shown side by side but never counts as a difference.
+    --json: both sides and what differs; --jsonl: one turn per line.
 
     \b
     Examples:
-        acp-proxy diff 3 last
+        acp-proxy diff 1 last
         acp-proxy diff 3f2a 9c1b --json
     """
     from rich import box
@@ -1124,47 +1264,57 @@ def diff_command(db_path: Path | None, as_json: bool, left: str, right: str) -> 
 
     from . import diff as df
     from . import views
+    from .summary import printable
 
     db = open_db(db_path)
     left_name, left_convs = _diff_side(db, left)
     right_name, right_convs = _diff_side(db, right)
     diffs = df.diff_conversations(left_convs, right_convs)
     differ = df.any_difference(diffs)
-    if as_json:
-        views.write_json(
-            {"left": left_name, "right": right_name, "differ": differ, "turns": [d.as_json() for d in diffs]}
-        )
-    else:
-        con = views.console()
-        terminal = views.is_terminal(con)
-        for d in diffs:
-            mark = "differs: " + ", ".join(d.differs) if d.differs else "same"
-            table = Table(
-                title=f"session {d.session} · turn {d.turn} · {mark}",
-                title_justify="left",
-                box=None if not terminal else box.SIMPLE_HEAD,
-                show_lines=False,
+    with views.output(page=output.page) as out:
+        if output.json:
+            views.write_json(
+                out, {"left": left_name, "right": right_name, "differ": differ, "turns": [d.as_json() for d in diffs]}
             )
-            table.add_column("")
-            table.add_column(left_name)
-            table.add_column(right_name)
-            for key in (*df.COMPARED, *df.SHOWN):
-                a = _diff_cell(d.left.get(key)) if d.left else "(no such turn)"
-                b = _diff_cell(d.right.get(key)) if d.right else "(no such turn)"
-                style = "red" if key in d.differs or "missing" in d.differs else ""
-                table.add_row(Text(key, style=style or "bold"), Text(a, style=style), Text(b, style=style))
-            con.print(table)
-        if not diffs:
-            con.print("no prompt turns on either side", style="dim")
+        elif output.jsonl:
+            views.write_jsonl(out, (d.as_json() for d in diffs))
+        else:
+            con = out.console()
+            for d in diffs:
+                mark = "differs: " + ", ".join(d.differs) if d.differs else "same"
+                table = Table(
+                    title=f"session {d.session} · turn {d.turn} · {mark}",
+                    title_justify="left",
+                    box=None if not out.terminal else box.SIMPLE_HEAD,
+                    show_lines=False,
+                )
+                table.add_column("")
+                table.add_column(left_name)
+                table.add_column(right_name)
+                for key in (*df.COMPARED, *df.SHOWN):
+                    a = _diff_cell(d.left.get(key)) if d.left else "(no such turn)"
+                    b = _diff_cell(d.right.get(key)) if d.right else "(no such turn)"
+                    style = "red" if key in d.differs or "missing" in d.differs else ""
+                    table.add_row(
+                        Text(key, style=style or "bold"),
+                        Text(printable_lines(a, printable), style=style),
+                        Text(printable_lines(b, printable), style=style),
+                    )
+                con.print(table)
+            if not diffs:
+                con.print("no prompt turns on either side", style="dim")
+    if output.table:
         summary = sum(1 for d in diffs if d.differs)
-        click.echo(
-            f"acp-proxy: {summary} of {len(diffs)} turn(s) differ"
-            if differ
-            else f"acp-proxy: no difference in {len(diffs)} turn(s)",
-            err=True,
+        say(
+            f"{summary} of {len(diffs)} turn(s) differ" if differ else f"no difference in {len(diffs)} turn(s)",
         )
     if differ:
         raise SystemExit(1)
+
+
+def printable_lines(text: str, printable: Any) -> str:
+    """Each line made printable; the line breaks kept (a diff cell may hold several)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 cli.add_command(__import__("acp_proxy.web.command", fromlist=["ui"]).ui)

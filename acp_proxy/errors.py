@@ -1,8 +1,9 @@
 """The exception root of acp-proxy: every mistake a person can make, or a peer can cause, that
 must end in one clear line instead of a traceback.
 
-Owns: the hierarchy, nothing else. Each module raises the most specific class; ``cli.py``
-catches ``AcpProxyError`` once and prints ``str(exc)`` (exit status ``exc.exit_code``).
+Owns: the hierarchy, nothing else. Each module raises the most specific class; the command
+group (``cli_support.Group``) catches ``AcpProxyError`` once and prints it as one line (its
+``one_line()`` when it has one, else ``str(exc)``) with exit status ``exc.exit_code``.
 
 Must not know: click, rich, SQL, trio. Import-cheap on purpose: the relay imports it before the
 agent starts.
@@ -13,6 +14,8 @@ agent starts.
     │   ├── RuleError             (faults)   a fault rule or rules file cannot be used
     │   └── RefError              (queries)  a REF names nothing, or more than one thing
     ├── StoreError                (store)    the database cannot be opened, read or written
+    │   ├── NotYetADatabase       (store)    nothing recorded at the path yet (tail waits)
+    │   └── SqlRefused            (store)    `acp-proxy sql` was asked to do more than read
     └── RelayError                (relay)    the run cannot start (exit 126/127 for the agent)
 
 Every subclass is also a ``ValueError`` where it always was one (filters, faults), so callers

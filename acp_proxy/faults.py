@@ -141,6 +141,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import filters
 from .errors import UsageError
+from .limits import MAX_COUNT, SEED_RANGE
 
 if TYPE_CHECKING:
     from .record import FrameRecord
@@ -186,6 +187,21 @@ _FRAMES = re.compile(r"(\d+) ?frames?")
 _OPTION_WORD = re.compile(r"([a-z_]+)=")
 _SESSION_PLACEHOLDER = "${sessionId}"
 
+# Bounds: a rule asks for something a run can carry out, or it is refused before the agent starts
+# (a trillion duplicates or a delay of ages would hang the run; a huge split would exhaust memory).
+MAX_DURATION_NS = 24 * 3600 * 10**9
+"""The longest delay, jitter, split pause or after= a rule may name: one day."""
+MAX_COPIES = 1000
+"""duplicate=N: at most this many extra copies."""
+MAX_PIECES = 1000
+"""split=N: at most this many pieces."""
+MAX_RULES = 1000
+"""Rules one run may have, from all sources together."""
+MAX_TOML_BYTES = 1024 * 1024
+"""The largest --faults file read."""
+ERROR_CODE_RANGE = (-(2**31), 2**31 - 1)
+"""error=CODE: a 32-bit integer, as JSON-RPC implementations read codes."""
+
 
 # -- errors --------------------------------------------------------------------------------
 
@@ -205,6 +221,16 @@ class RuleError(UsageError, ValueError):
         self.column = column
         self.where = where
         super().__init__(message)
+
+    def one_line(self) -> str:
+        """``bad fault rule: WHERE: MESSAGE at column N in 'RULE'``: what ``acp-proxy run`` says."""
+        where = f"{self.where}: " if self.where else ""
+        at = f" at column {self.column + 1}" if self.column is not None else ""
+        rule = ""
+        if self.rule is not None:
+            shown = self.rule if len(self.rule) <= 200 else self.rule[:197] + "..."
+            rule = f" in {shown!r}"
+        return f"bad fault rule: {where}{self.message}{at}{rule}"
 
     def __str__(self) -> str:
         head = f"{self.where}: {self.message}" if self.where else self.message
@@ -541,17 +567,34 @@ def parse_duration(text: str, *, bare_ms: bool = False) -> int:
 
 def _duration(text: str, pos: int = 0, *, bare_ms: bool = True) -> int:
     try:
-        return parse_duration(text, bare_ms=bare_ms)
+        ns = parse_duration(text, bare_ms=bare_ms)
     except ValueError as exc:
         raise _Bad(str(exc), pos) from None
+    if ns > MAX_DURATION_NS:
+        raise _Bad(f"{text.strip()!r} is too long: a fault's durations are at most 24h", pos)
+    return ns
 
 
-def _positive_int(name: str, text: str, pos: int = 0) -> int:
+def _positive_int(name: str, text: str, pos: int = 0, maximum: int = MAX_COUNT) -> int:
     if not re.fullmatch(r"\d+", text):
         raise _Bad(f"{name} needs a whole number, got {text!r}", pos)
+    if len(text) > 20 or int(text) > maximum:
+        raise _Bad(f"{name} is at most {maximum:,}, got {_shorten(text)}", pos)
     value = int(text)
     if value < 1:
         raise _Bad(f"{name} must be at least 1", pos)
+    return value
+
+
+def _shorten(text: str, limit: int = 30) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_seed(value: int, where: str = "--seed") -> int:
+    """A seed within ``SEED_RANGE``; RuleError otherwise."""
+    low, high = SEED_RANGE
+    if not low <= value <= high:
+        raise RuleError(f"{where} is a 64-bit integer ({low}..{high}), got {_shorten(str(value))}")
     return value
 
 
@@ -587,18 +630,20 @@ def _action_params(action: str, arg: str | None, position: str | None) -> dict[s
             params["jitter_ns"] = _duration(jitter, len(base) + 1)
         return params
     if action == "duplicate":
-        return {"copies": 1 if arg is None else _positive_int("duplicate", arg)}
+        return {"copies": 1 if arg is None else _positive_int("duplicate", arg, maximum=MAX_COPIES)}
     if action == "truncate":
         if arg is None:
             return {"keep": None}
         if not re.fullmatch(r"\d+", arg):
             raise _Bad(f"truncate needs a number of bytes to keep, got {arg!r}")
+        if len(arg) > 20 or int(arg) > MAX_COUNT:
+            raise _Bad(f"truncate is at most {MAX_COUNT:,} bytes, got {_shorten(arg)}")
         return {"keep": int(arg)}
     if action == "split":
         if arg is None:
             return {"parts": 2, "pause_ns": _DEFAULT_SPLIT_PAUSE_NS}
         count, at, pause = arg.partition("@")
-        parts = _positive_int("split", count)
+        parts = _positive_int("split", count, maximum=MAX_PIECES)
         if parts < 2:
             raise _Bad("split needs at least 2 pieces")
         pause_ns = _duration(pause, len(count) + 1) if at else _DEFAULT_SPLIT_PAUSE_NS
@@ -609,6 +654,10 @@ def _action_params(action: str, arg: str | None, position: str | None) -> dict[s
         code_text, colon, message = arg.partition(":")
         if not re.fullmatch(r"-?\d+", code_text.strip()):
             raise _Bad(f'error needs a JSON-RPC code, e.g. error=-32603 or error=-32000:"busy", got {arg!r}')
+        code_text = code_text.strip()
+        low, high = ERROR_CODE_RANGE
+        if len(code_text) > 12 or not low <= int(code_text) <= high:
+            raise _Bad(f"error codes are 32-bit integers ({low}..{high}), got {_shorten(code_text)}")
         code = int(code_text)
         message = _unquote(message) if colon else _ERROR_MESSAGES.get(code, "Error injected by acp-proxy")
         return {"code": code, "message": message}
@@ -649,7 +698,10 @@ def _option_value(name: str, value: str, pos: int = 0) -> dict[str, Any]:
     if name == "after":
         m = _FRAMES.fullmatch(value.strip())
         if m is not None:
-            return {"after_frames": int(m.group(1))}
+            count = m.group(1)
+            if len(count) > 20 or int(count) > MAX_COUNT:
+                raise _Bad(f"after= is at most {MAX_COUNT:,} frames, got {_shorten(count)}", pos)
+            return {"after_frames": int(count)}
         if re.fullmatch(r"\d+", value.strip()):
             raise _Bad(f"after= needs a unit: a duration (5s, 300ms) or frames (10 frames), got {value!r}", pos)
         return {"after_ns": _duration(value, pos, bare_ms=False)}
@@ -718,6 +770,7 @@ def _build_rule(
 def parse_rule(text: str, source: str = "--fault") -> Rule:
     """Parse one rule string; RuleError (with the column of the mistake) when it is wrong."""
     try:
+        _check_text(text)
         return _parse_rule(text, source)
     except _Bad as exc:
         raise RuleError(exc.reason, text, exc.pos, source) from None
@@ -823,6 +876,15 @@ def _parse_rule(text: str, source: str) -> Rule:
     )
 
 
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # Bytes that are not UTF-8 (from argv or the environment) can be neither matched nor
+        # recorded as text.
+        raise _Bad("not valid UTF-8 text", exc.start) from None
+
+
 def parse_rules(rules: Sequence[str], source: str = "--fault") -> list[Rule]:
     """Parse rule strings (e.g. the repeated ``--fault`` values), in order."""
     return [parse_rule(text, source) for text in rules]
@@ -837,6 +899,7 @@ def from_env(value: str | None) -> RuleSet:
     if not value:
         return RuleSet(())
     try:
+        _check_text(value)
         entries = _split_entries(value)
     except _Bad as exc:
         raise RuleError(exc.reason, value, exc.pos, ENV_VAR) from None
@@ -846,9 +909,9 @@ def from_env(value: str | None) -> RuleSet:
         where = f"{ENV_VAR} rule #{number}"
         m = re.fullmatch(r"seed\s*=\s*(\S*)", entry)
         if m is not None:
-            if not re.fullmatch(r"-?\d+", m.group(1)):
-                raise RuleError("seed= needs a whole number", entry, m.start(1), ENV_VAR)
-            seed = int(m.group(1))
+            if not re.fullmatch(r"-?\d+", m.group(1)) or len(m.group(1)) > 21:
+                raise RuleError("seed= needs a whole number (64-bit)", entry, m.start(1), ENV_VAR)
+            seed = check_seed(int(m.group(1)), f"{ENV_VAR}: seed=")
             continue
         rules.append(parse_rule(entry, where))
     return RuleSet(tuple(rules), seed)
@@ -859,16 +922,22 @@ _TOML_PART_KEYS = ("action", "arg", "position", "if", *OPTIONS)
 
 def parse_toml(text: str, name: str) -> RuleSet:
     """Rules from the text of a TOML rules file; ``name`` is how errors call the file."""
+    if len(text) > MAX_TOML_BYTES:
+        raise RuleError(f"a rules file is at most {MAX_TOML_BYTES:,} bytes, this one has {len(text):,}", where=name)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RuleError(f"not valid TOML: {exc}", where=name) from None
+    except RecursionError:
+        raise RuleError("not valid TOML for acp-proxy: arrays or tables nest too deeply", where=name) from None
     unknown = [key for key in data if key not in ("seed", "fault")]
     if unknown:
         raise RuleError(f"unknown key {unknown[0]!r} (expected seed = N and [[fault]] tables)", where=name)
     seed = data.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise RuleError("seed must be a whole number", where=name)
+    if seed is not None:
+        check_seed(seed, f"{name}: seed")
     entries = data.get("fault", [])
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise RuleError("fault must be an array of tables: write each rule as a [[fault]] table", where=name)
@@ -965,8 +1034,15 @@ def _toml_rule(entry: dict[str, Any], where: str) -> Rule:
 
 def load_toml(path: str | Path) -> RuleSet:
     """Rules from a TOML file (the shape is in the module docstring)."""
+    file = Path(path)
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        if file.exists() and not file.is_file():  # a FIFO would block the read, a directory fail it
+            raise RuleError(f"cannot read {path}: not a regular file")
+        with file.open("rb") as handle:
+            data = handle.read(MAX_TOML_BYTES + 1)
+        if len(data) > MAX_TOML_BYTES:
+            raise RuleError(f"{path}: a rules file is at most {MAX_TOML_BYTES:,} bytes")
+        text = data.decode("utf-8")
     except OSError as exc:
         raise RuleError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -1043,7 +1119,12 @@ class FaultPlan:
         for candidate in (env.seed, file.seed):
             if seed is None:
                 seed = candidate
-        return cls([*cli, *env.rules, *file.rules], seed, start_ns)
+        if seed is not None:
+            check_seed(seed)
+        rules = [*cli, *env.rules, *file.rules]
+        if len(rules) > MAX_RULES:
+            raise RuleError(f"a run takes at most {MAX_RULES} fault rules, not {len(rules)}")
+        return cls(rules, seed, start_ns)
 
     def __bool__(self) -> bool:
         return bool(self.rules)

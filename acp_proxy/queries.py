@@ -38,39 +38,95 @@ class Ref:
         return f"session {self.session_id}" if self.is_session else f"run {self.run_id}"
 
 
+_INT_MAX = 2**63 - 1  # SQLite's integers: a larger run id cannot exist
+
+
 def resolve(db: ReadDb, text: str) -> Ref:
+    """What a REF names. A number is a run id and nothing else (``session:123`` for a session
+    whose id starts with digits); ``last`` is the newest run; ``run:N`` and ``session:S`` say
+    which explicitly; any other text is a session id or the unique start of one."""
     text = text.strip()
     if not text:
         raise RefError("empty reference: use a run id, 'last', or a session id (or a unique prefix)")
+    if not _is_utf8(text):
+        raise RefError(f"the reference {text!r} is not valid UTF-8 text")
     if text == "last":
         row = db.execute("select max(id) from runs").fetchone()
         if row[0] is None:
             raise RefError("the database holds no runs yet")
         return Ref(text, run_id=row[0])
-    if text.isdigit() and db.execute("select 1 from runs where id = ?", [int(text)]).fetchone():
-        return Ref(text, run_id=int(text))
+    spelled_run = text[4:] if text.startswith("run:") else None
+    if spelled_run is not None and spelled_run == "last":
+        return resolve(db, "last")
+    number = spelled_run if spelled_run is not None else text
+    if number.isascii() and number.isdigit():
+        run_id = int(number)
+        if run_id <= _INT_MAX and db.execute("select 1 from runs where id = ?", [run_id]).fetchone():
+            return Ref(text, run_id=run_id)
+        low, high = db.execute("select min(id), max(id) from runs").fetchone()
+        known = f"runs are {low}..{high}" if low is not None else "the database holds no runs yet"
+        hint = f"; for a session whose id starts with {number}, write session:{number}" if spelled_run is None else ""
+        raise RefError(f"no run {number} ({known}{hint})")
+    if spelled_run is not None:
+        raise RefError(f"run:{spelled_run} is not a run id (write run:N or last)")
+    prefix = text[8:] if text.startswith("session:") else text
+    if not prefix:
+        raise RefError("session: needs an id or the start of one, e.g. session:3f2a")
     matches = db.execute(
         "select id, session_id from sessions where session_id = ? or session_id like ? escape '\\' "
         "order by session_id = ? desc, id desc",
-        [text, _like_prefix(text), text],
+        [prefix, _like_prefix(prefix), prefix],
     ).fetchall()
-    exact = [m for m in matches if m[1] == text]
+    exact = [m for m in matches if m[1] == prefix]
     if exact:
-        return Ref(text, session_row=exact[0][0], session_id=text)
+        return Ref(text, session_row=exact[0][0], session_id=prefix)
     ids = sorted({m[1] for m in matches})
     if len(ids) == 1:
         row = next(m for m in matches if m[1] == ids[0])
         return Ref(text, session_row=row[0], session_id=ids[0])
     if len(ids) > 1:
         shown = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
-        raise RefError(f"{text!r} is the start of {len(ids)} session ids ({shown}); type more of it")
-    if text.isdigit():
-        raise RefError(f"no run {text} and no session starting with {text!r}")
+        raise RefError(f"{prefix!r} is the start of {len(ids)} session ids ({shown}); type more of it")
     raise RefError(f"no run or session matches {text!r} (try: acp-proxy runs, acp-proxy sessions)")
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _like_prefix(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def session_prefix_length(db: ReadDb, minimum: int = 6) -> int:
+    """How many leading characters name every recorded session id unambiguously (as git
+    abbreviates commit ids): ``minimum``, or more where two ids begin alike."""
+    longest = minimum
+    previous: str | None = None
+    for (session_id,) in db.execute("select session_id from sessions where session_id is not null order by 1"):
+        if previous is not None:
+            common = _common_prefix(previous, session_id)
+            longest = max(longest, common + 1)
+        previous = session_id
+    return longest
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def seq_width(db: ReadDb) -> int:
+    """Room for ``RUN:SEQ`` of the biggest run id and the longest run."""
+    row = db.execute("select max(id), max(frames) from runs").fetchone()
+    return len(f"{row[0] or 0}:{row[1] or 0}")
 
 
 def rows(db: ReadDb, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list[dict[str, Any]]:
@@ -151,6 +207,36 @@ def frames_of(db: ReadDb, ref: Ref, include_stderr: bool = False) -> list[dict[s
     return rows(db, sql, [*run_ids, ref.session_id, ref.session_id])
 
 
+def export_frames(db: ReadDb, ref: Ref | None) -> Iterator[dict[str, Any]]:
+    """What an export of ``ref`` holds, streamed: every frame of a run (stderr included), every
+    run for ``None`` (``export all``), or a session's frames together with what its runs said
+    before the session began — ``initialize``, ``authenticate``, the ``session/new`` request —
+    so that the export is a conversation a client or a replay can start from. Requests of that
+    prelude answered with another session's id are left out, with the other sessions."""
+    if ref is None:
+        yield from iter_rows(db, "select * from frames order by run_id, seq")
+        return
+    if not ref.is_session:
+        yield from iter_rows(db, "select * from frames where run_id = ? order by seq", [ref.run_id])
+        return
+    for run_id in run_ids_of(db, ref):
+        first = db.execute(
+            "select min(seq) from frames where run_id = ? and session_id = ?", [run_id, ref.session_id]
+        ).fetchone()[0]
+        sql = """
+            select f.* from frames f
+            where f.run_id = ? and f.dir != 'stderr'
+              and (f.session_id = ?
+                   or exists (select 1 from frames q where q.run_id = f.run_id and q.seq = f.request_seq
+                              and q.session_id = ?)
+                   or (f.session_id is null and f.seq < ?
+                       and not exists (select 1 from frames r where r.run_id = f.run_id and r.request_seq = f.seq
+                                       and r.session_id is not null and r.session_id != ?)))
+            order by f.seq
+        """
+        yield from iter_rows(db, sql, [run_id, ref.session_id, ref.session_id, first or 0, ref.session_id])
+
+
 def percentile(sorted_values: list[float], fraction: float) -> float | None:
     """Nearest-rank percentile of an already sorted list."""
     if not sorted_values:
@@ -218,3 +304,56 @@ def _runs_clause(run_ids: list[int] | None, column: str) -> tuple[str, list[Any]
     if run_ids is None:
         return "", []
     return f" and {column} in ({','.join('?' * len(run_ids)) or 'null'})", list(run_ids)
+
+
+class Follower:
+    """``tail``'s memory: which runs may still get frames and how far each has been read.
+
+    Every run is followed — those running when it starts, and every run that appears later —
+    and each poll reads, per run, every frame up to that run's highest committed ``seq``, so a
+    frame is shown once, in order within its run, however many proxies record at once and
+    however long a poll takes. A run is let go one poll after it is seen ended, by which time
+    its last frames are committed. ``from_start``: begin with every frame already recorded.
+    """
+
+    def __init__(self, db: ReadDb, *, from_start: bool = False) -> None:
+        self.db = db
+        self.last: dict[int, int] = {}
+        self.ending: set[int] = set()
+        self.newest = 0
+        for run_id, status in db.execute("select id, status from runs order by id").fetchall():
+            self.newest = max(self.newest, run_id)
+            if from_start:
+                self.last[run_id] = 0
+            elif status == "running":
+                self.last[run_id] = self._high(run_id)
+
+    def _high(self, run_id: int) -> int:
+        return self.db.execute("select coalesce(max(seq), 0) from frames where run_id = ?", [run_id]).fetchone()[0]
+
+    def poll(self, where: str = "1", params: list[Any] | None = None) -> Iterator[dict[str, Any]]:
+        """The frames recorded since the last poll that match ``where``, run by run."""
+        for (run_id,) in self.db.execute("select id from runs where id > ? order by id", [self.newest]).fetchall():
+            self.newest = run_id
+            self.last.setdefault(run_id, 0)
+        if not self.last:
+            return
+        marks = ",".join("?" * len(self.last))
+        ended = {
+            run_id
+            for run_id, status in self.db.execute(
+                f"select id, status from runs where id in ({marks})", list(self.last)
+            ).fetchall()
+            if status != "running"
+        }
+        sql = f"select * from frames where run_id = ? and seq > ? and seq <= ? and ({where}) order by seq"
+        for run_id in sorted(self.last):
+            high = self._high(run_id)
+            if high > self.last[run_id]:
+                yield from iter_rows(self.db, sql, [run_id, self.last[run_id], high, *(params or [])])
+                self.last[run_id] = high
+            if run_id in self.ending:
+                del self.last[run_id]
+                self.ending.discard(run_id)
+            elif run_id in ended:
+                self.ending.add(run_id)

@@ -1,7 +1,7 @@
 """The recording's database: location, schema, migrations, views.
 
 Owns: where the database lives by default, opening it safely (mode 0600, WAL, busy timeout),
-the table layout (DESIGN §3) and its forward migrations keyed on ``PRAGMA user_version``, and
+the table layout and its forward migrations keyed on ``PRAGMA user_version``, and
 the views that make it pleasant in ``sqlite-utils`` and Datasette.
 
 Must not know: pipes, processes, the relay, or how frames are decoded. The recorder writes rows;
@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import stat
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,6 +108,11 @@ class StoreError(AcpProxyError):
     """The database cannot be used; the message is one line meant for a person."""
 
 
+class NotYetADatabase(StoreError):
+    """There is no recording at the path yet: no file, or one a proxy is still creating (no
+    tables). ``tail`` waits for one; the other commands say so."""
+
+
 def open_for_writing(path: Path, limit_bytes: int | None = None) -> sqlite_utils.Database:
     """Create or open the database 0600, in WAL mode, migrated to the current schema.
 
@@ -149,19 +156,59 @@ class ReadDb:
         return self.conn.execute(sql, params)
 
 
+def refuse_special_file(path: Path, needed: str = "a database file") -> None:
+    """A database (or a file acp-proxy writes) is a regular file: a FIFO would hang the open
+    (SQLite blocks reading it), a directory or a device is no database. A missing path is fine
+    here (a writer creates it). ``needed`` names what the path should have been, for the message."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot use {path} as a database: {_reason(exc)}") from None
+    if stat.S_ISREG(mode):
+        return
+    what = (
+        "a directory"
+        if stat.S_ISDIR(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
+    raise StoreError(f"{path} is {what}, not {needed}")
+
+
+def file_uri(path: Path, mode: str = "ro") -> str:
+    """An SQLite URI naming exactly ``path``: every character SQLite's URI parser would read
+    (``?``, ``#``, ``%``) is percent-escaped, so a file name can never add a query parameter
+    or name another file."""
+    return f"file:{urllib.parse.quote(os.fsencode(os.path.abspath(path)))}?mode={mode}"
+
+
 def open_for_reading(path: Path) -> ReadDb:
     """Open an existing database; never creates one (a typo must not yield an empty answer).
 
     A database from an older acp-proxy is migrated first (the one write a reader makes), so
     that queries can name every current column."""
-    if not path.exists():
-        raise StoreError(f"no database at {path} (record one with: acp-proxy run -- AGENT)")
+    if not os.path.lexists(path):
+        raise NotYetADatabase(f"no database at {path} (record one with: acp-proxy run -- AGENT)")
+    refuse_special_file(path)
     conn, version = _connect_read_only(path)
     if version > SCHEMA_VERSION:
         conn.close()
         raise StoreError(f"{path} was written by a newer acp-proxy (schema {version} > {SCHEMA_VERSION})")
     if version == 0:
+        try:
+            tables = conn.execute("select count(*) from sqlite_master").fetchone()[0]
+        except sqlite3.Error:
+            tables = 1
         conn.close()
+        if tables == 0:
+            raise NotYetADatabase(f"{path} holds no recording yet (record one with: acp-proxy run -- AGENT)")
         raise StoreError(f"{path} is not an acp-proxy database")
     if version < SCHEMA_VERSION:
         conn.close()
@@ -176,12 +223,180 @@ def open_for_reading(path: Path) -> ReadDb:
 
 
 def _connect_read_only(path: Path) -> tuple[sqlite3.Connection, int]:
+    refuse_special_file(path)
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        conn = sqlite3.connect(file_uri(path), uri=True, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         return conn, conn.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.Error as exc:
         raise StoreError(f"cannot read database {path}: {_reason(exc)}") from exc
+
+
+# -- a connection for user SQL: reads only, by construction ----------------------------------
+
+_ACTIONS = [
+    "CREATE_INDEX",
+    "CREATE_TABLE",
+    "CREATE_TEMP_INDEX",
+    "CREATE_TEMP_TABLE",
+    "CREATE_TEMP_TRIGGER",
+    "CREATE_TEMP_VIEW",
+    "CREATE_TRIGGER",
+    "CREATE_VIEW",
+    "DELETE",
+    "DROP_INDEX",
+    "DROP_TABLE",
+    "DROP_TEMP_INDEX",
+    "DROP_TEMP_TABLE",
+    "DROP_TEMP_TRIGGER",
+    "DROP_TEMP_VIEW",
+    "DROP_TRIGGER",
+    "DROP_VIEW",
+    "INSERT",
+    "PRAGMA",
+    "READ",
+    "SELECT",
+    "TRANSACTION",
+    "UPDATE",
+    "ATTACH",
+    "DETACH",
+    "ALTER_TABLE",
+    "REINDEX",
+    "ANALYZE",
+    "CREATE_VTABLE",
+    "DROP_VTABLE",
+    "FUNCTION",
+    "SAVEPOINT",
+    "RECURSIVE",
+]
+_AUTH_NAMES = {
+    getattr(sqlite3, f"SQLITE_{name}"): name.replace("_", " ")
+    for name in _ACTIONS
+    if hasattr(sqlite3, f"SQLITE_{name}")
+}
+_READ_ACTIONS = frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+)
+# PRAGMAs that only ever read, whatever their argument (a table or index name) ...
+_READ_PRAGMAS = frozenset(
+    {
+        "table_info",
+        "table_xinfo",
+        "table_list",
+        "index_info",
+        "index_xinfo",
+        "index_list",
+        "foreign_key_list",
+        "foreign_key_check",
+        "collation_list",
+        "database_list",
+        "function_list",
+        "module_list",
+        "pragma_list",
+        "compile_options",
+        "integrity_check",
+        "quick_check",
+        "freelist_count",
+        "page_count",
+        "data_version",
+    }
+)
+# ... and those that read without an argument but write with one.
+_QUERY_PRAGMAS = frozenset(
+    {"user_version", "schema_version", "application_id", "page_size", "encoding", "journal_mode", "auto_vacuum"}
+)
+_FIRST_WORDS = ("select", "with", "values", "explain", "pragma")
+_REFUSED = (
+    "acp-proxy sql only reads: SELECT, WITH, VALUES, EXPLAIN and read-only PRAGMAs "
+    "(table_info, index_list, user_version, ...)"
+)
+_DENIED_FUNCTIONS = frozenset({"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"})
+
+
+class SqlRefused(StoreError):
+    """A statement ``acp-proxy sql`` will not run because it would not only read."""
+
+
+def _authorize(refusals: list[str]) -> Any:
+    def authorizer(action: int, arg1: str | None, arg2: str | None, db_name: str | None, source: str | None) -> int:
+        if action == sqlite3.SQLITE_FUNCTION:
+            if (arg2 or "").lower() in _DENIED_FUNCTIONS:
+                refusals.append(f"the function {arg2}()")
+                return sqlite3.SQLITE_DENY
+            return sqlite3.SQLITE_OK
+        if action in _READ_ACTIONS:
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_PRAGMA:
+            name = (arg1 or "").lower()
+            if name in _READ_PRAGMAS or (name in _QUERY_PRAGMAS and arg2 is None):
+                return sqlite3.SQLITE_OK
+            refusals.append(f"PRAGMA {arg1}" + (f" = {arg2}" if arg2 is not None else ""))
+            return sqlite3.SQLITE_DENY
+        what = _AUTH_NAMES.get(action, f"action {action}")
+        if action == sqlite3.SQLITE_ATTACH:
+            what = "ATTACH (VACUUM INTO writes its copy through one)"
+        refusals.append(what + (f" {arg1}" if arg1 and action != sqlite3.SQLITE_ATTACH else ""))
+        return sqlite3.SQLITE_DENY
+
+    return authorizer
+
+
+def _first_word(sql: str) -> str:
+    """The statement's first keyword, past whitespace and comments."""
+    i, n = 0, len(sql)
+    while i < n:
+        if sql[i].isspace():
+            i += 1
+        elif sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+        elif sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        else:
+            break
+    j = i
+    while j < n and (sql[j].isalnum() or sql[j] == "_"):
+        j += 1
+    return sql[i:j].lower()
+
+
+class SqlReader:
+    """Runs a person's SQL against a recording and can only read, by four separate means:
+    the file is opened read-only (``mode=ro``); ``PRAGMA query_only`` refuses writes even to
+    temporary tables; no database may be attached (``VACUUM INTO`` attaches its target, so it
+    is refused too); and an SQLite authorizer lets through only reading actions. Statements the
+    authorizer never hears of (``REINDEX`` of nothing, ``VACUUM``) are refused by their first
+    word before they are prepared."""
+
+    def __init__(self, path: Path) -> None:
+        db = open_for_reading(path)
+        self.conn = db.conn
+        self.conn.execute("PRAGMA query_only = 1")
+        self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        self._refusals: list[str] = []
+        self.conn.set_authorizer(_authorize(self._refusals))
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        """A cursor over the rows; ``SqlRefused`` for anything but a read, ``StoreError`` for
+        an SQL error (one line each)."""
+        word = _first_word(sql)
+        if word not in _FIRST_WORDS:
+            raise SqlRefused(f"refused {word.upper() or 'an empty statement'}: {_REFUSED}")
+        self._refusals.clear()
+        try:
+            return self.conn.execute(sql, params)
+        except sqlite3.Error as exc:
+            if self._refusals:
+                # Name the statement, not the catalogue write SQLite does for it underneath.
+                named = [r for r in self._refusals if "sqlite_" not in r] or self._refusals
+                raise SqlRefused(f"refused {named[0]}: {_REFUSED}") from None
+            raise StoreError(f"SQL error: {exc}") from None
+        except (OverflowError, ValueError, UnicodeEncodeError) as exc:  # parameters Python cannot bind
+            raise StoreError(f"SQL error: {exc}") from None
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 def _reason(exc: BaseException) -> str:

@@ -13,12 +13,21 @@ The shape is Toxiproxy's, for stdio::
     assert agent.frames("fault:drop")          # the recording, through the filter language
     assert agent.faults()[0]["action"] == "drop"
 
+The rules are checked here, with the proxy's own parser, before anything is spawned: a typo
+fails at once with the parser's message (``unknown action 'dorp'; did you mean 'drop'?``)
+instead of as a client that lost its agent. With ``stderr_file``, the proxy writes everything
+it would print on stderr — its own lines, the agent's stderr — to that file, and ``stderr()``
+reads it back.
+
 The pytest fixture ``acp_proxy`` (``acp_proxy.pytest_plugin``, loaded automatically when
-acp-proxy is installed) makes one of these per call, with a fresh database in ``tmp_path``.
+acp-proxy is installed) makes one of these per call, with a fresh database and stderr file in
+``tmp_path``, and adds the proxy's stderr to the report of a test that fails.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -37,12 +46,16 @@ class ProxiedAgent:
         seed: int | None = None,
         strip_replayed_notices: bool = False,
         grace: float | None = None,
+        stderr_file: str | Path | None = None,
         python: str = sys.executable,
     ) -> None:
         if not agent:
             raise ValueError("agent: the agent's command line is empty")
+        _check_options(list(faults), faults_file, seed, grace)
         self.agent = list(agent)
         self.db = Path(db)
+        self.stderr_file = Path(stderr_file) if stderr_file is not None else None
+        """Where the proxy's stderr goes (None: inherited from the client)."""
         options: list[str] = ["--db", str(self.db)]
         for rule in faults:
             options += ["--fault", rule]
@@ -53,14 +66,24 @@ class ProxiedAgent:
         if strip_replayed_notices:
             options.append("--strip-replayed-notices")
         if grace is not None:
-            options += ["--grace", str(grace)]
+            options += ["--grace", repr(float(grace))]
+        if self.stderr_file is not None:
+            options += ["--stderr-file", str(self.stderr_file)]
         self.argv: list[str] = [python, "-m", "acp_proxy", "run", *options, "--", *self.agent]
         """The command line to give the client under test in place of the agent's."""
 
+    def stderr(self) -> str:
+        """What the proxy wrote to stderr so far (with ``stderr_file``; else "")."""
+        if self.stderr_file is None or not self.stderr_file.is_file():
+            return ""
+        return self.stderr_file.read_bytes().decode("utf-8", "replace")
+
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        from .store import file_uri
+
         if not self.db.exists():
             return []
-        conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
+        conn = sqlite3.connect(file_uri(self.db), uri=True)
         conn.row_factory = sqlite3.Row
         try:
             return [dict(row) for row in conn.execute(sql, list(params))]
@@ -88,3 +111,20 @@ class ProxiedAgent:
     def sql(self, query: str, *params: Any) -> list[dict[str, Any]]:
         """Anything else, read-only."""
         return self._query(query, params)
+
+
+def _check_options(faults: list[str], faults_file: str | Path | None, seed: int | None, grace: float | None) -> None:
+    """What ``acp-proxy run`` would refuse, refused here (the same parser, the same words)."""
+    from .errors import UsageError
+    from .faults import FaultPlan, check_seed
+    from .limits import GRACE_MAX_S
+
+    if seed is not None:
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise UsageError(f"seed must be a whole number, not {seed!r}")
+        check_seed(seed, "seed")
+    if grace is not None and not (
+        isinstance(grace, int | float) and math.isfinite(grace) and 0 <= grace <= GRACE_MAX_S
+    ):
+        raise UsageError(f"grace is a number of seconds from 0 to {GRACE_MAX_S}, not {grace!r}")
+    FaultPlan.build(faults, faults_file, os.environ.get("ACP_PROXY_FAULTS"), seed)

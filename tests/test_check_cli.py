@@ -119,8 +119,9 @@ def conn_rows(db: Path) -> list[tuple[int]]:
 def test_unknown_ref_is_one_line(sdk_recording: tuple[Path, str]) -> None:
     db, _ = sdk_recording
     result = CliRunner().invoke(cli, ["check", "nope", "--db", str(db)])
-    assert result.exit_code == 1
-    assert "Traceback" not in result.output and "no run or session matches" in result.output
+    assert result.exit_code == 2  # bad input: 1 is kept for "the recording has errors"
+    assert result.stdout == ""
+    assert result.stderr.startswith("acp-proxy: no run or session matches 'nope'") and result.stderr.count("\n") == 1
 
 
 # -- `acp-proxy run --check`: the same rules, live ----------------------------------------------

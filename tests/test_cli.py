@@ -16,8 +16,19 @@ from acp_proxy.cli import cli
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def invoke(*args: str) -> click.testing.Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+def invoke(*args: str, **env: str) -> click.testing.Result:
+    return CliRunner(env=env or None).invoke(cli, list(args), catch_exceptions=False)
+
+
+def fails(*args: str) -> str:
+    """Run a command that must refuse its input: exit 2, nothing on stdout, one line on stderr."""
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("acp-proxy: "), result.stderr
+    assert "Traceback" not in result.stderr
+    return result.stderr
 
 
 def test_runs(sdk_recording: tuple[Path, str]) -> None:
@@ -38,7 +49,8 @@ def test_sessions(sdk_recording: tuple[Path, str]) -> None:
     assert row["session_id"] == session
     assert row["runs"] == "1,2"
     assert row["turns"] == 2
-    assert session in invoke("sessions", "--db", str(db)).output
+    _header, line = invoke("sessions", "--db", str(db)).output.splitlines()
+    assert line.split()[0] == session  # the whole id, on its one line
 
 
 def test_show_a_session_across_runs_marks_history(sdk_recording: tuple[Path, str]) -> None:
@@ -52,34 +64,94 @@ def test_show_a_session_across_runs_marks_history(sdk_recording: tuple[Path, str
     assert "hello world" in turn_one and "again" not in turn_one
     (conv,) = json.loads(invoke("show", session, "--json", "--db", str(db)).output)
     assert conv["session_id"] == session
+    assert json.loads(invoke("show", session, "--jsonl", "--db", str(db)).output) == conv
     raw = invoke("show", "last", "--raw", "--db", str(db)).output
     assert "session/load" in raw
 
 
-def test_frames_filters_and_formats(sdk_recording: tuple[Path, str]) -> None:
+def test_show_check_and_stats_default_to_the_last_run(sdk_recording: tuple[Path, str]) -> None:
+    db, _ = sdk_recording
+    assert invoke("show", "--db", str(db)).output == invoke("show", "last", "--db", str(db)).output
+    assert invoke("show", "--db", str(db)).output.startswith("Run 2 ·")
+    assert json.loads(invoke("stats", "--json", "--db", str(db)).output)["ref"] == "run 2"
+    assert json.loads(invoke("stats", "all", "--json", "--db", str(db)).output)["ref"] == "every run"
+    checked = invoke("check", "--db", str(db))
+    assert checked.exit_code == 0 and "no findings for run 2" in checked.stdout
+
+
+def test_frames_one_line_each_with_a_summary(sdk_recording: tuple[Path, str]) -> None:
+    db, _session = sdk_recording
+    lines = invoke("frames", "run:1", "method:session/prompt", "--db", str(db)).output.splitlines()
+    assert [line.split()[2:5] for line in lines] == [["→", "req", "session/prompt"], ["←", "resp", "session/prompt"]]
+    assert lines[0].endswith("prompt: hello world")
+    assert lines[1].endswith("stop: end_turn")
+    chunks = invoke("frames", "run:1", "update:agent_message_chunk", "--db", str(db)).output.splitlines()
+    assert [line.split(" agent: ", 1)[1] for line in chunks] == ["Client sent:", "hello world"]
+    tool = invoke("frames", "run:1", "update:tool_call", "--db", str(db)).output
+    assert "tool call_1: Write notes.txt [edit] pending" in tool
+    verbose = invoke("frames", "run:1", "seq:1", "-v", "--db", str(db)).output.splitlines()
+    assert len(verbose) == 2 and json.loads(verbose[1].strip())["method"] == "initialize"
+
+
+def test_frames_formats(sdk_recording: tuple[Path, str]) -> None:
     db, session = sdk_recording
-    table = invoke("frames", "run:1", "method:session/prompt", "--db", str(db)).output.splitlines()
-    assert [line.split()[3] for line in table[1:]] == ["request", "response"]
     lines = invoke("frames", "run:1", "--jsonl", "--db", str(db)).output.splitlines()
     objects = [json.loads(line) for line in lines]
     assert [o["seq"] for o in objects] == sorted(o["seq"] for o in objects)
     assert objects[0]["method"] == "initialize" and objects[0]["raw"].startswith('{"jsonrpc"')
+    assert json.loads(invoke("frames", "run:1", "--json", "--db", str(db)).output) == objects
     raw = CliRunner().invoke(cli, ["frames", "run:1", "dir:c2a", "--raw", "--db", str(db)]).stdout_bytes
     assert raw.endswith(b"\n") and raw.count(b"\n") == len([o for o in objects if o["dir"] == "c2a"])
     replayed = invoke("frames", "replay", "--jsonl", "--db", str(db)).output.splitlines()
     assert replayed and all(json.loads(line)["run_id"] == 2 for line in replayed)
-    bad = CliRunner().invoke(cli, ["frames", "kind:requst", "--db", str(db)])
-    assert bad.exit_code != 0 and "did you mean request" in bad.output
-    assert session in invoke("frames", f"session:{session[:6]}", "--db", str(db)).output
+    bad = fails("frames", "kind:requst", "--db", str(db))
+    assert "did you mean request" in bad and "at column 6 in 'kind:requst'" in bad
+    assert session[:6] in invoke("frames", f"session:{session[:6]}", "--db", str(db)).output
+
+
+def seqs(db: Path, *words: str) -> list[tuple[int, int]]:
+    out = invoke("frames", "--db", str(db), "--jsonl", *words).output.splitlines()
+    return [(json.loads(line)["run_id"], json.loads(line)["seq"]) for line in out]
+
+
+@pytest.mark.parametrize(
+    ("words", "as_written"),
+    [
+        (["-update:agent_message_chunk"], "-update:agent_message_chunk"),
+        (["run:1", "-kind:request", "-dir:stderr"], "run:1 -kind:request -dir:stderr"),
+        (["-(method:session/update OR dir:stderr)", "run:2"], "-(method:session/update OR dir:stderr) run:2"),
+        (["-replay", "run:2"], "-replay run:2"),
+        (["-note:stripped", "-n", "5"], "-note:stripped"),  # -note is the term; -n the option
+        (['-"hello"'], '-"hello"'),
+    ],
+)
+def test_a_leading_minus_is_a_negated_term_not_an_option(
+    sdk_recording: tuple[Path, str], words: list[str], as_written: str
+) -> None:
+    db, _ = sdk_recording
+    found = seqs(db, *words)
+    assert found == seqs(db, "--", as_written)[: len(found)] and found
+    everything = seqs(db)
+    assert len(found) < len(everything) or "-n" in words
+
+
+def test_options_still_work_around_filter_words(sdk_recording: tuple[Path, str]) -> None:
+    db, _ = sdk_recording
+    assert seqs(db, "run:1", "-n", "3") == [(1, 1), (1, 2), (1, 3)]
+    assert seqs(db, "-n3", "run:1") == [(1, 1), (1, 2), (1, 3)]
+    assert seqs(db, "--limit=2", "-kind:request") == [(1, 2), (1, 4)]
+    assert "no such option" in fails("frames", "--db", str(db), "--nope").lower()
 
 
 def test_stats(sdk_recording: tuple[Path, str]) -> None:
     db, _ = sdk_recording
-    report = json.loads(invoke("stats", "last", "--json", "--db", str(db)).output)
+    report = json.loads(invoke("stats", "1", "--json", "--db", str(db)).output)
     methods = {(m["method"], m["dir"]): m for m in report["latency"]}
     assert methods[("session/prompt", "c2a")]["count"] == 1
     assert methods[("session/request_permission", "a2c")]["p50_ms"] > 0
     assert report["unanswered"] == [] and report["errors"] == []
+    sections = [json.loads(line)["section"] for line in invoke("stats", "--jsonl", "--db", str(db)).output.splitlines()]
+    assert sections == ["latency", "turns", "unanswered", "errors"]
     assert "Latency" in invoke("stats", "--db", str(db)).output
 
 
@@ -87,6 +159,18 @@ def test_tail_from_start_stops_after_count(sdk_recording: tuple[Path, str]) -> N
     db, _ = sdk_recording
     lines = invoke("tail", "--from-start", "--count", "3", "--jsonl", "--db", str(db)).output.splitlines()
     assert [json.loads(line)["seq"] for line in lines] == [1, 2, 3]
+    negated = invoke("tail", "--from-start", "-c", "2", "-kind:request", "--jsonl", "--db", str(db)).output
+    assert [json.loads(line)["kind"] for line in negated.splitlines()] == ["response", "response"]
+    array = json.loads(invoke("tail", "--from-start", "-c", "2", "--json", "--db", str(db)).output)
+    assert [f["seq"] for f in array] == [1, 2]
+
+
+def test_tail_with_a_timeout_ends(sdk_recording: tuple[Path, str]) -> None:
+    db, _ = sdk_recording
+    quiet = invoke("tail", "--timeout", "0.3", "--interval", "0.05", "--db", str(db))
+    assert quiet.exit_code == 0 and quiet.stdout == ""
+    short = CliRunner().invoke(cli, ["tail", "--timeout", "0.3", "--interval", "0.05", "-c", "1", "--db", str(db)])
+    assert short.exit_code == 1  # --count frames never came
 
 
 def test_export_jsonl_and_conductor_trace(sdk_recording: tuple[Path, str], tmp_path: Path) -> None:
@@ -106,35 +190,78 @@ def test_export_jsonl_and_conductor_trace(sdk_recording: tuple[Path, str], tmp_p
     assert all(e["from"] in ("client", "agent") for e in events if e["type"] != "trace")
 
 
-def test_sql_is_read_only(sdk_recording: tuple[Path, str]) -> None:
+def test_a_session_export_starts_each_run_with_its_setup(sdk_recording: tuple[Path, str]) -> None:
+    db, session = sdk_recording
+    _, *frames = [json.loads(line) for line in invoke("export", session[:6], "--db", str(db)).stdout.splitlines()]
+    by_run = {run: [(f["dir"], f["kind"], f["method"]) for f in frames if f["run_id"] == run] for run in (1, 2)}
+    assert by_run[1][:4] == [
+        ("c2a", "request", "initialize"),
+        ("a2c", "response", "initialize"),
+        ("c2a", "request", "session/new"),
+        ("a2c", "response", "session/new"),
+    ]
+    assert by_run[2][:3] == [
+        ("c2a", "request", "initialize"),
+        ("a2c", "response", "initialize"),
+        ("c2a", "request", "session/load"),
+    ]
+    # Every response in it answers a request that is in it too: nothing orphaned.
+    seqs_in = {(f["run_id"], f["seq"]) for f in frames}
+    assert all((f["run_id"], f["request_seq"]) in seqs_in for f in frames if f.get("request_seq"))
+
+
+def test_export_all(sdk_recording: tuple[Path, str]) -> None:
+    db, _ = sdk_recording
+    header, *frames = [json.loads(line) for line in invoke("export", "all", "--db", str(db)).stdout.splitlines()]
+    assert header["resolved"] == "every run" and [r["id"] for r in header["runs"]] == [1, 2]
+    total = sum(r["frames"] for r in header["runs"])
+    assert len(frames) == total and [(f["run_id"], f["seq"]) for f in frames] == sorted(
+        (f["run_id"], f["seq"]) for f in frames
+    )
+
+
+def test_sql_reads(sdk_recording: tuple[Path, str]) -> None:
     db, _ = sdk_recording
     rows = json.loads(
         invoke("sql", "select count(*) as n from frames where run_id = ?", "1", "--json", "--db", str(db)).output
     )
     assert rows[0]["n"] > 10
-    refused = CliRunner().invoke(cli, ["sql", "delete from frames", "--db", str(db)])
-    assert refused.exit_code != 0 and "readonly" in refused.output.replace("-", "")
+    info = json.loads(invoke("sql", "pragma table_info(runs)", "--json", "--db", str(db)).output)
+    assert "argv" in [row["name"] for row in info]
+    three = invoke(
+        "sql",
+        "with recursive n(x) as (values(1) union all select x+1 from n where x<3) select x from n",
+        "--db",
+        str(db),
+    )
+    assert three.output.split() == ["x", "1", "2", "3"]
 
 
 @pytest.mark.parametrize(
     "args",
-    [["show", "nope"], ["show", "999"], ["stats", "zzz"], ["export", "nope"]],
+    [["show", "nope"], ["show", "999"], ["stats", "zzz"], ["export", "nope"], ["check", "run:7"], ["diff", "1", "x"]],
 )
-def test_bad_reference_is_one_line_and_nonzero(sdk_recording: tuple[Path, str], args: list[str]) -> None:
+def test_bad_reference_is_one_line_and_exit_2(sdk_recording: tuple[Path, str], args: list[str]) -> None:
     db, _ = sdk_recording
-    result = CliRunner().invoke(cli, [*args, "--db", str(db)])
-    assert result.exit_code != 0
-    assert len(result.output.strip().splitlines()) == 1
-    assert "Traceback" not in result.output
+    fails(*args, "--db", str(db))
 
 
-@pytest.mark.parametrize("command", ["runs", "sessions", "frames", "stats", "tail", "sql select 1", "show last"])
-def test_missing_database_is_one_line_and_nonzero(tmp_path: Path, command: str) -> None:
-    result = CliRunner().invoke(cli, [*command.split(), "--db", str(tmp_path / "absent.db")])
-    assert result.exit_code != 0
-    assert result.output.strip().splitlines() == [
-        f"Error: no database at {tmp_path / 'absent.db'} (record one with: acp-proxy run -- AGENT)"
-    ]
+def test_a_number_is_a_run_never_a_session_prefix(sdk_recording: tuple[Path, str]) -> None:
+    db, session = sdk_recording
+    digits = next((n for n in range(3, 10) if not session.startswith(str(n))), 9)
+    said = fails("show", str(digits), "--db", str(db))
+    hint = f"for a session whose id starts with {digits}, write session:{digits}"
+    assert said == f"acp-proxy: no run {digits} (runs are 1..2; {hint})\n"
+    huge = fails("show", "9" * 40, "--db", str(db))
+    assert huge.startswith("acp-proxy: no run 9999")
+    assert invoke("show", f"session:{session[:5]}", "--db", str(db)).output.startswith(f"Session {session}")
+    assert invoke("show", "run:1", "--db", str(db)).output.startswith("Run 1 ·")
+
+
+@pytest.mark.parametrize("command", ["runs", "sessions", "frames", "stats", "sql select 1", "show last", "check"])
+def test_missing_database_is_one_line_and_exit_2(tmp_path: Path, command: str) -> None:
+    said = fails(*command.split(), "--db", str(tmp_path / "absent.db"))
+    assert said == f"acp-proxy: no database at {tmp_path / 'absent.db'} (record one with: acp-proxy run -- AGENT)\n"
     assert not (tmp_path / "absent.db").exists()
 
 
@@ -148,9 +275,24 @@ def test_every_command_has_help_with_an_example_and_is_in_the_readme(name: str) 
     assert result.exit_code == 0
     assert result.output.startswith("Usage: ")
     command = cli.commands[name]
-    if name not in ("faults-help",):
-        assert re.search(r"acp-proxy " + re.escape(name), command.help or ""), f"{name}: no example in --help"
+    assert re.search(r"acp-proxy " + re.escape(name), command.help or ""), f"{name}: no example in --help"
     assert f"acp-proxy {name}" in README.read_text(), f"{name} is not documented in README.md"
+
+
+def test_replay_client_prints_the_new_run(tmp_path: Path) -> None:
+    """Covered end to end in test_replay_client; here: the run id comes from the proxy's pid."""
+    from acp_proxy import store
+
+    from .conftest import run_proxy
+
+    db = tmp_path / "rec.db"
+    assert run_proxy(["run", "--db", str(db), "--", "true"]).returncode == 0
+    reader = store.open_for_reading(db)
+    (pid,) = reader.execute("select proxy_pid from runs").fetchone()
+    from acp_proxy.cli import _run_of_proxy
+
+    assert _run_of_proxy(db, pid) == 1
+    assert _run_of_proxy(db, pid + 1_000_000) is None
 
 
 def test_tail_follows_a_run_while_it_is_recorded(tmp_path: Path) -> None:

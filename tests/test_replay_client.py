@@ -44,7 +44,9 @@ def recorded(tmp_path: Path) -> Path:
 def test_client_replay_reproduces_the_run_and_diff_shows_no_difference(recorded: Path) -> None:
     result = replay_client(recorded, agent_argv("--permission"), "--strict")
     assert result.returncode == 0, result.stderr
-    assert result.stdout == ""  # the agent's bytes go to the replay, not to our stdout
+    # The agent's bytes go to the replay, not to our stdout: it says only the new run's id.
+    assert result.stdout == "2\n"
+    assert "recorded as run 2; compare: acp-proxy diff 1 2" in result.stderr
     first, second = frame_rows(recorded, 1), frame_rows(recorded, 2)
     assert [(r["dir"], r["kind"], r["method"]) for r in first] == [(r["dir"], r["kind"], r["method"]) for r in second]
     diff = run_diff(recorded, "1", "2")

@@ -92,5 +92,5 @@ def test_a_foreign_database_is_not_read(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         conn.execute("create table t (x)")
     result = CliRunner().invoke(cli, ["runs", "--db", str(path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "is not an acp-proxy database" in result.output and "Traceback" not in result.output

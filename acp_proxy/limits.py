@@ -1,0 +1,16 @@
+"""Bounds that more than one part of acp-proxy enforces, so they are the same everywhere.
+
+Owns: numbers only. Must not know anything else: the command line, the fault rule parser and
+the testing API import it, the query commands before anything heavier.
+"""
+
+from __future__ import annotations
+
+MAX_COUNT = 2**63 - 1
+"""SQLite's largest integer: every count, limit and id a user types must fit it."""
+
+SEED_RANGE = (-(2**63), 2**63 - 1)
+"""--seed, seed=N and seed = N: a 64-bit integer (it is recorded on the run)."""
+
+GRACE_MAX_S = 3600
+"""run --grace: longer than an hour for an agent to exit is surely a mistake."""
