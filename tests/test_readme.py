@@ -93,14 +93,19 @@ def docs_db(sdk_recording: tuple[Path, str], tmp_path_factory: pytest.TempPathFa
     return path, sdk_recording[1]
 
 
+SERVERS = {"ui"}
+"""Commands that serve until they are stopped."""
+
+
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_every_example_command_runs(example: str, docs_db: tuple[Path, str], tmp_path: Path) -> None:
     db, session = docs_db
     argv = as_argv(example, session)
     name, args = argv[0], argv[1:]
     command = cli.commands[name]
-    if name == "run" or (name == "replay" and "--client" in args):
-        # These start an agent the docs only name: check that the command line parses, rules included.
+    if name in SERVERS or name == "run" or (name == "replay" and "--client" in args):
+        # These start an agent the docs only name, or serve until stopped (they have tests of
+        # their own as real processes): check that the command line parses, rules included.
         ctx = command.make_context(name, list(args), parent=click.Context(cli, info_name="acp-proxy"))
         if name == "run":
             faults.FaultPlan.build(ctx.params["fault_rules"], None, None, ctx.params["seed"])
