@@ -619,6 +619,8 @@ class Checker:
         """The frame whose TurnEnded events were last seen: one idle may end several turns."""
         self._schema_flagged = False
         """The schema already found the frame's result wrong (one finding per broken fact)."""
+        self.turns: dict[int, tuple[str, str | None, int | None]] = {}
+        """The checker's view of the prompt turns: prompt seq -> (status, stop reason, end seq)."""
         self.frames = 0
 
     @property
@@ -659,6 +661,7 @@ class Checker:
                     )
                 )
             elif isinstance(event, ev.TurnEnded):
+                self.turns[event.prompt_seq] = (event.status, event.stop_reason, event.seq)
                 turn = self._turns.pop(event.prompt_seq, None)
                 # A prompt never answered is one fact, reported as unanswered; an accepted v2
                 # prompt that never reached idle is another.
@@ -861,6 +864,7 @@ class Checker:
     def _on_turn_started(self, rec: Any, e: ev.TurnStarted, message: Any, out: list[Finding]) -> None:
         session = self._session(e.session_id)
         session.restored = None
+        self.turns[e.prompt_seq] = ("running", None, None)
         turn = self._turns[e.prompt_seq] = _Turn(e.prompt_seq, e.protocol_version)
         session.turns.append(turn)
 
@@ -909,6 +913,7 @@ class Checker:
                 request.cancelled = True
 
     def _on_turn_ended(self, rec: Any, e: ev.TurnEnded, message: Any, out: list[Finding]) -> None:
+        self.turns[e.prompt_seq] = (e.status, e.stop_reason, e.seq)
         turn = self._turns.pop(e.prompt_seq, None)
         session = self._session(e.session_id)
         if turn is not None and turn in session.turns:

@@ -473,8 +473,8 @@ class PromptTurn:
     """The v1 response's (unstable) per-turn ``usage``."""
     replay: bool = False
     status: str = "running"
-    """``running``, ``ended`` (v1 response or v2 idle), ``error``, ``unfinished`` (the connection
-    ended first, the prompt accepted) or ``unanswered`` (the connection ended, no answer)."""
+    """``running``, ``ended`` (v1 response or v2 idle), ``error`` (an error answer) or
+    ``unfinished`` (the connection ended first)."""
 
     @property
     def open(self) -> bool:
@@ -898,11 +898,7 @@ class Folder:
             elif isinstance(e, ev.ReplayWindowClosed):
                 self._windows.pop((run, e.session_id), None)
             elif isinstance(e, ev.Unanswered):
-                conv = self._conv(e.session_id, run)
-                conv.unanswered.append((e.request_seq, e.method))
-                for pending in self._requests.get((run, e.request_seq), ()):
-                    if pending.turn is not None and pending.turn.status == "running":
-                        pending.turn.status = "unanswered"
+                self._conv(e.session_id, run).unanswered.append((e.request_seq, e.method))
 
     def _turn_ended(self, item: FoldInput, e: ev.TurnEnded) -> None:
         turn = self._turns.get((item.run, e.prompt_seq))
@@ -1059,8 +1055,8 @@ class Folder:
         restore = item.dir == C2A and method in ("session/load", "session/resume")
         if restore and sid is not None and isinstance(params.get("cwd"), str):
             conv.cwd = params["cwd"]
-        if item.dir == C2A and method == "session/prompt":
-            self._prompt(conv, at, pending, msg, events)
+        if item.dir == C2A and method == "session/prompt" and any(isinstance(e, ev.TurnStarted) for e in events):
+            self._prompt(conv, at, pending, msg)
         elif item.dir == A2C and method == "session/request_permission":
             pending.entity = self._permission(conv, at, msg, params)
         elif item.dir == A2C and method in _TERMINAL_METHODS:
@@ -1212,9 +1208,7 @@ class Folder:
 
     # ---- prompt turns
 
-    def _prompt(
-        self, conv: Conversation, at: _At, pending: _Pending, msg: dict[str, Any], events: tuple[ev.Event, ...]
-    ) -> None:
+    def _prompt(self, conv: Conversation, at: _At, pending: _Pending, msg: dict[str, Any]) -> None:
         prompt = _list(pending.params.get("prompt"))
         turn = PromptTurn(
             index=len(conv.turns) + 1,
@@ -1227,8 +1221,7 @@ class Folder:
         )
         conv.turns.append(turn)
         pending.turn = turn
-        if any(isinstance(e, ev.TurnStarted) for e in events):
-            self._turns[(at.run, at.seq)] = turn
+        self._turns[(at.run, at.seq)] = turn
         # The user's message as the client submitted it. In v1 it is the only record of it; in
         # v2 the agent reports the inserted message (with its id) and that report replaces this.
         turn.user_message = self._add(conv, at, Message, role="user", content=list(prompt), from_prompt=True)

@@ -96,8 +96,6 @@ def turn_outcome(t: fd.PromptTurn) -> str:
         return "ended without a stop reason"
     if t.status == "unfinished":
         return "unfinished (the connection ended first)"
-    if t.status == "unanswered":
-        return "unanswered (the connection ended first)"
     return "running"
 
 
