@@ -975,7 +975,7 @@ class Checker:
     }
 
     def _gate(self, rec: Any, method: Any, out: list[Finding]) -> None:
-        gate = _GATES.get((self.version, method)) if self.version is not None else None  # type: ignore[arg-type]
+        gate = _GATES.get((self.version, method)) if self.version is not None else None
         if gate is None:
             return
         side, path = gate

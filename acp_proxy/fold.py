@@ -741,7 +741,7 @@ def _frames(item: FoldInput) -> list[tuple[Json, FrameLike]]:
     """The messages of ``item`` with the frame the state machine reads for each."""
     if isinstance(item.message, list):
         # A batch: each element is a frame of its own (the recorder stores them as rows).
-        out = []
+        out: list[tuple[Json, FrameLike]] = []
         for element in item.message:
             line = msgspec.json.encode(element)
             out.append((element, _Frame(item, line, wire.decode_object(line))))
@@ -1325,7 +1325,7 @@ class Folder:
         if message_id is not None:
             msg = self._keyed(conv, at, f"message:{role}", message_id)
             adopt = current is not None and current.message_id is None and current.from_prompt
-            if msg is None and adopt and not self._v2(at.run):
+            if msg is None and current is not None and adopt and not self._v2(at.run):
                 # v1: the agent echoing the prompt it just received, now with an id. In v1 arrival
                 # order is all there is; v2 reconciles through the prompt response instead.
                 msg = current
@@ -1476,8 +1476,8 @@ class Folder:
         return True
 
     def _plan_update(self, conv: Conversation, at: _At, update: dict[str, Any], _variant: str) -> bool:
-        content = update.get("plan")
-        plan_id = _str(_dict(content).get("planId"))
+        content = _dict(update.get("plan"))
+        plan_id = _str(content.get("planId"))
         if plan_id is None:
             return False
         plan = self._keyed(conv, at, "plan", plan_id)
