@@ -227,7 +227,8 @@ class Tracker:
         self.run_id = run_id
         self._emit = changes
         self.state = ConnectionState()
-        self._sessions: dict[str, _Session] = {}
+        self._feed = self.state.feed
+        self._sessions: dict[str | None, _Session] = {}
         """The current session instance of each ACP session id in this run."""
         self._turns: dict[int, _Turn] = {}
         """Every turn of the run by its prompt's seq (an acceptance may come after the end)."""
@@ -267,7 +268,7 @@ class Tracker:
 
     def observe(self, rec: FrameRecord) -> tuple[ev.Event, ...]:
         """Annotate ``rec`` in place and note what it changes; its events. Once per frame, in order."""
-        events = self.state.feed(rec)
+        events = self._feed(rec)
         if events:
             handlers = self._handlers
             for event in events:
@@ -276,19 +277,18 @@ class Tracker:
                     handler(rec, event)
             if rec.kind == "request" and rec.note is not None:
                 self._request_notes[rec.seq] = rec.note
-        sid = rec.session_id
-        if sid is None:
-            return events
-        session = self._sessions.get(sid)
+        session = self._sessions.get(rec.session_id)  # type: ignore[arg-type]
         if session is None:
             return events
         session.values["last_seen_ns"] = rec.ts_ns
         if not session.dirty:
             session.dirty = True
             self._queue.append(session)
-        if session.turns and not rec.replay and rec.kind == "notification" and rec.method == "session/update":
-            action = _COUNTERS.get(rec.update_kind, 0)  # type: ignore[arg-type]
-            if action:
+        # Content, not protocol: what the agent's updates count towards the oldest open turn.
+        variant = rec.update_kind
+        if variant is not None and session.turns and not rec.replay and rec.method == "session/update":
+            action = _COUNTERS.get(variant, 0)
+            if action and rec.kind == "notification":
                 turn = session.turns[0]
                 if action & _CHUNK:
                     turn.chunks += 1

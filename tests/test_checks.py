@@ -557,3 +557,58 @@ def test_dispatch_on_the_tag_gives_the_verdicts_of_the_plain_union(version: int)
     )
     assert error is not None and error.startswith("$.content") and "text" in error
     assert fast.first_error(fast.variants["agent_message_chunk"], updates[0][1]) is None
+
+
+# -- one finding per fact, the right document, the right severity -----------------------------------
+
+
+def test_one_broken_message_id_is_one_finding() -> None:
+    for answer in ({}, {"messageId": 5}):
+        broken = [*v2_start(), prompt2(), a2c(res(2, answer)), user_message(), RUNNING, AGENT_MESSAGE, idle()]
+        # The schema says what is wrong with the answer; the lifecycle rule does not say it again.
+        assert [f.rule_id for f in findings(broken)] == ["schema/result"]
+        # Without the schema, the lifecycle rule is the one that says it.
+        assert [f.rule_id for f in findings(broken, schema=False)] == ["prompt/message-id"]
+    # The empty string passes the schema: only the lifecycle rule can see it.
+    assert [f.rule_id for f in findings(v2_turn(message_id=""))] == ["prompt/message-id"]
+
+
+def test_each_rule_cites_the_document_of_the_negotiated_version() -> None:
+    for rule_id, broken, _mended in CASES:
+        version = trace_version(broken)
+        for f in findings(broken):
+            if f.spec.startswith(("schema/", "http")):
+                continue
+            if version == 1:
+                assert not f.spec.startswith("v2-draft/"), (rule_id, f.spec)
+            elif version == 2:
+                assert not f.spec.startswith("v1/"), (rule_id, f.spec)
+    # v1 cancellation is the v1 prompt turn's section; a v2 update variant the v2 variants' section.
+    [cancel] = findings([*v1_start(), c2a(PROMPT_V1), CHUNK_V1, CANCEL_V1, a2c(err(2, -32603, "aborted"))])
+    assert cancel.spec == "v1/prompt-turn.mdx#cancellation"
+    [variant] = findings(v2_turn(upd({"sessionUpdate": "progress", "percent": 5})))
+    assert variant.spec == "v2-draft/extensibility.mdx#enum-and-tagged-union-variants"
+    [method] = findings([*v2_turn(), c2a(note("vendor/ping", {}))])
+    assert method.spec == "v2-draft/extensibility.mdx#extension-methods"
+
+
+def test_severities_follow_must_and_should() -> None:
+    # SHOULD (NOT) in the documents is a warning; MUST (NOT) is an error.
+    shoulds = {r.id for r in RULES.values() if r.severity == "warning"}
+    assert shoulds == {
+        "jsonrpc/unanswered",
+        "ext/method-name",
+        "ext/update-name",
+        "ext/stop-reason",
+        "turn/unfinished",
+        "cancel/stop-reason-race",
+        "replay/notice",  # "Live-only notice updates ... SHOULD NOT be replayed"
+        "tool/unknown-call",
+    }
+    [notice] = findings([*v2_turn(), c2a(RESUME_V2), user_message(), NOTICE, a2c(res(5, {}))])
+    assert (notice.rule_id, notice.severity) == ("replay/notice", "warning")
+
+
+def test_a_v2_prompt_never_answered_is_one_finding_not_two() -> None:
+    found = findings([*v2_start(), prompt2()])
+    assert [f.rule_id for f in found] == ["jsonrpc/unanswered"]

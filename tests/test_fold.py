@@ -1,6 +1,6 @@
 """Fold: conversation state rebuilt from frames, rule by rule as the protocol documents state them.
 
-Tables follow the documents: ``../shared/acp-docs/v2-draft/prompt-lifecycle.md`` (message upserts
+Tables follow the ACP documents: the v2 draft's ``prompt-lifecycle.md`` (message upserts
 and chunks, compaction, usage, state), the v1 and v2 tool-call and plan pages, and the recorded
 traffic of real SDK peers in ``fixtures/traffic`` (each folds into what its client printed).
 """

@@ -442,7 +442,9 @@ class ConnectionState:
         self._sessions: dict[str, _Session] = {}
         """The current instance of each session id."""
         self._windows: dict[str, _Session] = {}
-        """Sessions with a replay window open (a dict for the hot path's one lookup)."""
+        """Sessions with a replay window open."""
+        self._quiet_sessions: set[str] = set()
+        """Sessions known and not replaying: their chunks change no state (the hot path's lookup)."""
         self._retired: list[_Session] = []
         """Instances replaced by a new one with the same id: their open turns end with the rest."""
         self._last_cut_seq = {C2A: 0, A2C: 0}
@@ -474,12 +476,10 @@ class ConnectionState:
         kind = f.kind
         if kind == "notification":
             if f.method == "session/update":
-                # The chunk storm: no window open, a known variant that changes no state, a known
-                # session. (A None variant or session is not "known": the slow path says nothing.)
-                if not self._windows:
-                    variant = f.update_kind
-                    if variant not in _ACTIONS and variant in self._updates and f.session_id in self._sessions:
-                        return NO_EVENTS
+                # The chunk storm: a known variant that changes no state, for a known session not
+                # replaying history. (None is in neither set: the slow path handles it.)
+                if f.update_kind in self._quiet_updates and f.session_id in self._quiet_sessions:
+                    return NO_EVENTS
                 return self._guarded(self._update, f)
             return self._guarded(self._notification, f)
         if kind == "request":
@@ -534,6 +534,8 @@ class ConnectionState:
         vocabulary = acp.vocabulary(version)
         self._methods = vocabulary.methods
         self._updates = vocabulary.updates
+        self._quiet_updates = vocabulary.updates - _ACTIONS.keys()
+        """Known variants that change no state: a chunk storm's."""
 
     @staticmethod
     def _request_transition(state: str, trigger: str) -> tuple[str, str | None]:
@@ -576,6 +578,7 @@ class ConnectionState:
                 assert session is not None
                 session.windows.append(f.seq)
                 self._windows[sid] = session
+                self._quiet_sessions.discard(sid)
                 out.append(ev.ReplayWindowOpened(seq=f.seq, ts_ns=f.ts_ns, session_id=sid, method=facts["method"]))
             elif name == "ReplayWindowClosed":
                 assert session is not None
@@ -588,6 +591,7 @@ class ConnectionState:
                     new_state = REPLAYING
                 else:
                     self._windows.pop(sid, None)
+                    self._quiet_sessions.add(sid)
                 out.append(
                     ev.ReplayWindowClosed(
                         seq=f.seq,
@@ -636,6 +640,7 @@ class ConnectionState:
         if old is not None:
             self._retired.append(old)
             self._windows.pop(sid, None)
+        self._quiet_sessions.add(sid)
         return session
 
     def _all_sessions(self) -> list[_Session]:
