@@ -1,7 +1,10 @@
 """Fold: rebuild the conversation state of ACP sessions from their recorded JSON-RPC messages.
 
-Owns: the state rules of the protocol documents, applied to a stream of already-decoded
-messages in relay order —
+Owns: the content rules of the protocol documents, applied to a stream of already-decoded
+messages in relay order, in the context the connection's protocol state machine gives
+(``protocol.state``, one per connection: which request a response answers, which updates are
+replayed history and of which replay window, the protocol version, when a prompt turn is
+accepted and how it ends, what a cancel names) —
 
 - v1 message chunks without ids: consecutive chunks of one kind append to the current message; a
   new timeline entry (another message kind, a tool call, a permission request, ...) ends it;
@@ -16,10 +19,16 @@ messages in relay order —
   ``planId``), terminals (``terminal_update`` snapshots, base64 ``terminal_output_chunk`` bytes
   appended; v1 client terminals from ``terminal/*`` calls), compactions (one entity per
   ``compactionId``, summary chunks, replace/clear, materialised replay patches in place);
-- the latest usage, state and stop reason, session info, modes, config options and commands;
-- prompt turns (the ``session/prompt`` content; the v1 response's stop reason or the v2 idle
-  ``state_update``'s), permission requests paired with the client's answer, other requests and
-  their responses, error responses, live notices, cancellations;
+- the latest usage, state and stop reason, session info, modes, config options and commands,
+  each report also a timeline entry (``SessionState``);
+- history replayed on the same connection rebuilds what is held: the first chunk of a message,
+  tool call, terminal or compaction in a replay window starts its content over, so a replayed
+  message is the message again, not twice;
+- prompt turns (the ``session/prompt`` content; acceptance, end, stop reason and status as the
+  state machine's events say), permission requests paired with the client's answer, every other
+  request (set-up included) and its answer, protocol notifications (``$/cancel_request`` linked
+  to the request it cancels), error responses, live notices, cancellations, requests left
+  unanswered when a connection ended;
 - anything it does not know (a future or ``_`` update variant, an extension method, a malformed
   payload) kept as raw JSON in an ``Unknown`` entry, for generic display.
 
@@ -27,10 +36,11 @@ Every entity remembers the seq of the frame that created it (its timeline positi
 first sighting of its id), the turn it belongs to, and whether it came from a history replay
 window.
 
-Must not know: bytes, pipes, SQL, the database's rows, rich or click. Input is an iterable of
-``FoldInput`` (a decoded message plus the metadata the recorder and tracker attach); output is
-plain dataclasses. It performs no I/O and never raises on odd traffic: a proxy meets broken peers
-on its users' worst days, and the transcript of a broken conversation is exactly what they need.
+Must not know: pipes, SQL, the database, rich or click; it never pairs, windows or ends turns by
+itself. Input is an iterable of ``FoldInput`` (a decoded message, its frame's envelope when the
+caller has it, and the recorder's metadata); output is plain dataclasses. It performs no I/O
+and never raises on odd traffic: a proxy meets broken peers on its users' worst days, and the
+transcript of a broken conversation is exactly what they need.
 
 Rule 1: apply updates in receive order, per id, exactly as the documents say; where a document
 is silent, prefer showing what was on the wire over guessing what the peer meant.

@@ -277,7 +277,7 @@ class Tracker:
                     handler(rec, event)
             if rec.kind == "request" and rec.note is not None:
                 self._request_notes[rec.seq] = rec.note
-        session = self._sessions.get(rec.session_id)  # type: ignore[arg-type]
+        session = self._sessions.get(rec.session_id)
         if session is None:
             return events
         session.values["last_seen_ns"] = rec.ts_ns

@@ -615,3 +615,37 @@ def test_any_frames_give_consistent_events_and_never_raise(frames: list[tuple[st
         assert unanswered.request_seq in sent and unanswered.request_seq not in answered
     windows = conn.of(ev.ReplayWindowOpened)
     assert len(conn.of(ev.ReplayWindowClosed)) <= len(windows)
+
+
+def test_a_recorded_run_gives_every_row_with_its_events_then_the_end() -> None:
+    rows = [
+        {
+            "seq": 1,
+            "ts_ns": 10,
+            "dir": "c2a",
+            "kind": "request",
+            "rpc_id": "1",
+            "method": "session/prompt",
+            "session_id": S,
+            "raw": json.dumps(req(1, "session/prompt", {"sessionId": S, "prompt": []})),
+        },
+        {"seq": 2, "ts_ns": 20, "dir": "stderr", "kind": "stderr", "raw": "booting"},
+        {
+            "seq": 3,
+            "ts_ns": 30,
+            "dir": "a2c",
+            "kind": "notification",
+            "method": "session/update",
+            "session_id": S,
+            "update_kind": "agent_message_chunk",
+            "raw": json.dumps(chunk()),
+        },
+    ]
+    out = list(sm.run_events(rows))
+    assert [row["seq"] if row else None for row, _ in out] == [1, 2, 3, None]
+    assert kinds(out[0][1]) == ["RequestSent", "SessionOpened", "TurnStarted"]
+    assert out[1][1] is NO_EVENTS and out[2][1] is NO_EVENTS
+    (unanswered, unfinished) = out[3][1]
+    assert isinstance(unanswered, ev.Unanswered) and isinstance(unfinished, ev.TurnEnded)
+    assert unfinished.ts_ns == 30
+    assert [row for row, _ in sm.run_events(rows, ended=False)] == rows

@@ -33,7 +33,7 @@ dropped is still pending for its sender, an answer it withheld leaves its reques
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import msgspec
@@ -52,6 +52,7 @@ __all__ = [
     "ConnectionState",
     "FrameLike",
     "RecordedFrame",
+    "run_events",
 ]
 
 NO_EVENTS: tuple[ev.Event, ...] = ()
@@ -1078,3 +1079,26 @@ class ConnectionState:
         elif stop is not None:
             self._infer(1, "prompt response", f, out)
         self._turn(turn, trigger, stop, f.ts_ns, out, f.seq, message_id)
+
+
+def run_events(
+    rows: Iterable[Mapping[str, Any]], *, ended: bool = True, ended_ns: int | None = None
+) -> Iterator[tuple[Mapping[str, Any] | None, tuple[ev.Event, ...]]]:
+    """The events of one recorded run: each ``frames`` row (in seq order) with the events it
+    causes, then, if the run has ``ended``, ``(None, events)`` for what its end causes
+    (``Unanswered``, unfinished ``TurnEnded``; at ``ended_ns``, else the last row's time).
+
+    Every row is yielded, stderr lines and batch lines included (they cause no events; a batch's
+    elements are rows of their own). This is how a view that reads the database — the web
+    inspector, the OpenTelemetry exporter — gets the same events the recorder's tracker saw.
+    """
+    state = ConnectionState()
+    last_ts = 0
+    for row in rows:
+        last_ts = row.get("ts_ns") or last_ts
+        if row.get("dir") in OTHER:
+            yield row, state.feed(RecordedFrame(row))
+        else:
+            yield row, NO_EVENTS
+    if ended:
+        yield None, state.finish(ended_ns if ended_ns is not None else last_ts)
