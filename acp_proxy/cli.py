@@ -1158,28 +1158,11 @@ def diff_command(db_path: Path | None, as_json: bool, left: str, right: str) -> 
     else:
         con = views.console()
         terminal = views.is_terminal(con)
-        mark = "differs: " + ", ".join(connection.differs) if connection.differs else "same"
-        table = Table(
-            title=f"outside the turns · {mark}",
-            title_justify="left",
-            box=None if not terminal else box.SIMPLE_HEAD,
-            show_lines=False,
-        )
-        table.add_column("")
-        table.add_column(left_name)
-        table.add_column(right_name)
-        for key in df.CONNECTION:
-            style = "red" if key in connection.differs else ""
-            table.add_row(
-                Text(key, style=style or "bold"),
-                Text(_diff_cell(connection.left[key]), style=style),
-                Text(_diff_cell(connection.right[key]), style=style),
-            )
-        con.print(table)
-        for d in diffs:
-            mark = "differs: " + ", ".join(d.differs) if d.differs else "same"
+
+        def side_by_side(title: str, differs: list[str], rows: list[tuple[str, str, str]]) -> None:
+            mark = "differs: " + ", ".join(differs) if differs else "same"
             table = Table(
-                title=f"session {d.session} · turn {d.turn} · {mark}",
+                title=f"{title} · {mark}",
                 title_justify="left",
                 box=None if not terminal else box.SIMPLE_HEAD,
                 show_lines=False,
@@ -1187,12 +1170,29 @@ def diff_command(db_path: Path | None, as_json: bool, left: str, right: str) -> 
             table.add_column("")
             table.add_column(left_name)
             table.add_column(right_name)
-            for key in (*df.COMPARED, *df.SHOWN):
-                a = _diff_cell(d.left.get(key)) if d.left else "(no such turn)"
-                b = _diff_cell(d.right.get(key)) if d.right else "(no such turn)"
-                style = "red" if key in d.differs or "missing" in d.differs else ""
+            for key, a, b in rows:
+                style = "red" if key in differs or "missing" in differs else ""
                 table.add_row(Text(key, style=style or "bold"), Text(a, style=style), Text(b, style=style))
             con.print(table)
+
+        side_by_side(
+            "outside the turns",
+            connection.differs,
+            [(k, _diff_cell(connection.left[k]), _diff_cell(connection.right[k])) for k in df.CONNECTION],
+        )
+        for d in diffs:
+            side_by_side(
+                f"session {d.session} · turn {d.turn}",
+                d.differs,
+                [
+                    (
+                        key,
+                        _diff_cell(d.left.get(key)) if d.left else "(no such turn)",
+                        _diff_cell(d.right.get(key)) if d.right else "(no such turn)",
+                    )
+                    for key in (*df.COMPARED, *df.SHOWN)
+                ],
+            )
         if not diffs:
             con.print("no prompt turns on either side", style="dim")
         summary = sum(1 for d in diffs if d.differs)

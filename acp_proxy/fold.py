@@ -62,7 +62,7 @@ import msgspec
 
 from .protocol import events as ev
 from .protocol import wire
-from .protocol.state import ConnectionState, FrameLike
+from .protocol.state import ConnectionState, FrameLike, RecordedFrame
 from .protocol.vocabulary import A2C, C2A
 
 __all__ = [
@@ -754,43 +754,30 @@ def _frames(item: FoldInput) -> list[tuple[Json, FrameLike]]:
         out: list[tuple[Json, FrameLike]] = []
         for element in item.message:
             line = msgspec.json.encode(element)
-            out.append((element, _Frame(item, line, wire.decode_object(line))))
+            out.append((element, _frame(item, line, wire.decode_object(line))))
         return out
     if item.frame is not None:
         return [(item.message, item.frame)]
     line = item.line if item.line is not None else msgspec.json.encode(item.message)
-    return [(item.message, _Frame(item, line, wire.decode(line)))]
+    return [(item.message, _frame(item, line, wire.decode(line)))]
 
 
-class _Frame:
+def _frame(item: FoldInput, line: bytes, frame: wire.Frame) -> RecordedFrame:
     """A decoded message as the state machine reads it (when no recorded row came with it)."""
-
-    __slots__ = (
-        "cut",
-        "dir",
-        "forwarded",
-        "kind",
-        "line",
-        "method",
-        "rpc_id",
-        "seq",
-        "session_id",
-        "ts_ns",
-        "update_kind",
+    return RecordedFrame(
+        {
+            "seq": item.seq,
+            "ts_ns": item.ts_ns,
+            "dir": item.dir,
+            "kind": frame.kind,
+            "method": frame.method,
+            "rpc_id": frame.rpc_id,
+            "session_id": frame.session_id,
+            "update_kind": frame.update_kind,
+            "raw_bytes": line,
+            "forwarded": int(item.forwarded),
+        }
     )
-
-    def __init__(self, item: FoldInput, line: bytes, frame: wire.Frame) -> None:
-        self.seq = item.seq
-        self.ts_ns = item.ts_ns
-        self.dir = item.dir
-        self.line = line
-        self.kind: str | None = frame.kind
-        self.method = frame.method
-        self.rpc_id = frame.rpc_id
-        self.session_id = frame.session_id
-        self.update_kind = frame.update_kind
-        self.forwarded = int(item.forwarded)
-        self.cut = 0
 
 
 class Folder:

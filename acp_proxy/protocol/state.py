@@ -481,14 +481,14 @@ class ConnectionState:
                 # replaying history. (None is in neither set: the slow path handles it.)
                 if f.update_kind in self._quiet_updates and f.session_id in self._quiet_sessions:
                     return NO_EVENTS
-                return self._guarded(self._update, f)
-            return self._guarded(self._notification, f)
+                return self._collect(self._update, f)
+            return self._collect(self._notification, f)
         if kind == "request":
-            return self._guarded(self._request, f)
+            return self._collect(self._request, f)
         if kind == "response" or kind == "error":
-            return self._guarded(self._response, f)
+            return self._collect(self._response, f)
         if kind == "invalid" and f.cut:
-            return self._guarded(self._cut_line, f)
+            return self._collect(self._cut_line, f)
         # A batch line says nothing itself: its elements are fed as frames of their own.
         return NO_EVENTS
 
@@ -524,7 +524,7 @@ class ConnectionState:
 
     # -- dispatch ------------------------------------------------------------------------------------
 
-    def _guarded(self, handler: Any, f: FrameLike) -> tuple[ev.Event, ...]:
+    def _collect(self, handler: Any, f: FrameLike) -> tuple[ev.Event, ...]:
         out: list[ev.Event] = []
         if f.dir not in OTHER:
             return NO_EVENTS
