@@ -269,6 +269,7 @@ class Tracker:
     def observe(self, rec: FrameRecord) -> tuple[ev.Event, ...]:
         """Annotate ``rec`` in place and note what it changes; its events. Once per frame, in order."""
         events = self._feed(rec)
+        counts = True
         if events:
             handlers = self._handlers
             for event in events:
@@ -277,6 +278,7 @@ class Tracker:
                     handler(rec, event)
             if rec.kind == "request" and rec.note is not None:
                 self._request_notes[rec.seq] = rec.note
+            counts = not rec.replay  # history is never this run's turn activity
         session = self._sessions.get(rec.session_id)
         if session is None:
             return events
@@ -285,10 +287,9 @@ class Tracker:
             session.dirty = True
             self._queue.append(session)
         # Content, not protocol: what the agent's updates count towards the oldest open turn.
-        variant = rec.update_kind
-        if variant is not None and session.turns and not rec.replay and rec.method == "session/update":
-            action = _COUNTERS.get(variant, 0)
-            if action and rec.kind == "notification":
+        if counts and session.turns:
+            action = _COUNTERS.get(rec.update_kind, 0)  # type: ignore[arg-type]
+            if action and rec.method == "session/update" and rec.kind == "notification":
                 turn = session.turns[0]
                 if action & _CHUNK:
                     turn.chunks += 1

@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_agent import GO, HELLO, READY, chunk_line  # noqa: E402
+from bench_agent import GO, HELLO, READY, chunk_line
 
-from acp_proxy.gate import Gate  # noqa: E402
-from acp_proxy.protocol import wire  # noqa: E402
-from acp_proxy.record import FrameRecord  # noqa: E402
-from acp_proxy.tracker import Tracker  # noqa: E402
+from acp_proxy.gate import Gate
+from acp_proxy.protocol import wire
+from acp_proxy.record import FrameRecord
+from acp_proxy.tracker import Tracker
 
 FLUSH_ROWS = 4000
 READ_BYTES = 1 << 20
