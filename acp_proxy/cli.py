@@ -627,7 +627,7 @@ def show(db_path: Path | None, output: Output, as_raw: bool, turn: int | None, r
                 return
             _frame_lines(out, db, found, verbose=False)
             return
-        conversations = transcript.fold_rows(found)
+        conversations = transcript.fold_rows(found, ended=_runs_ended(db, queries.run_ids_of(db, resolved)))
         if resolved.is_session:
             conversations = {k: v for k, v in conversations.items() if k == resolved.session_id}
         conversations = {k: v for k, v in conversations.items() if k is not None or not v.empty}
@@ -662,6 +662,17 @@ def _frame_object(row: dict[str, Any]) -> dict[str, Any]:
     from . import exports
 
     return exports.frame_object(row)
+
+
+def _runs_ended(db: Any, run_ids: list[int]) -> dict[int, bool]:
+    """Run id -> whether the run is over (its unanswered requests and open turns are final)."""
+    from . import queries
+
+    marks = ",".join("?" * len(run_ids)) or "null"
+    return {
+        r["id"]: r["status"] != "running"
+        for r in queries.rows(db, f"select id, status from runs where id in ({marks})", run_ids)
+    }
 
 
 def _show_annotations(con: Any, db: Any, run_ids: list[int], seqs: set[int] | None) -> None:
@@ -1224,7 +1235,8 @@ def _diff_side(db: Any, ref_text: str) -> tuple[str, list[Any]]:
     from . import queries, transcript
 
     resolved = resolve_ref(db, ref_text)
-    conversations = transcript.fold_rows(queries.frames_of(db, resolved))
+    ended = _runs_ended(db, queries.run_ids_of(db, resolved))
+    conversations = transcript.fold_rows(queries.frames_of(db, resolved), ended=ended)
     if resolved.is_session:
         conversations = {k: v for k, v in conversations.items() if k == resolved.session_id}
     return resolved.describe(), list(conversations.values())
@@ -1246,12 +1258,14 @@ def _diff_cell(value: Any) -> str:
 @click.argument("left", type=TEXT)
 @click.argument("right", type=TEXT)
 def diff_command(db_path: Path | None, output: Output, left: str, right: str) -> None:
-    """Compare two recordings turn by turn; exit 1 when they differ.
+    """Compare two recordings, around and in their turns; exit 1 when they differ.
 
-    Per prompt turn: the prompt, the agent's text and thoughts, the tool calls (title, kind,
-    final status), permission outcomes, the stop reason and errors. Ids, session ids, `_meta`
-    and timestamps are ignored; timing is shown side by side but never counts as a difference.
-    --json: both sides and what differs; --jsonl: one turn per line.
+    Outside the turns: the initialize exchange, set-up calls and their answers (session/new
+    errors included), errors, requests left unanswered. Per prompt turn: the prompt, the
+    agent's text and thoughts, the tool calls (title, kind, final status), permission outcomes,
+    how it ended and errors. Ids, session ids, `_meta` and timestamps are ignored; timing is
+    shown side by side but never counts as a difference. --json: both sides and what differs;
+    --jsonl: one line outside the turns, then one per turn.
 
     \b
     Examples:
@@ -1270,20 +1284,29 @@ def diff_command(db_path: Path | None, output: Output, left: str, right: str) ->
     left_name, left_convs = _diff_side(db, left)
     right_name, right_convs = _diff_side(db, right)
     diffs = df.diff_conversations(left_convs, right_convs)
-    differ = df.any_difference(diffs)
+    connection = df.diff_connection(left_convs, right_convs)
+    differ = df.any_difference(diffs, connection)
     with views.output(page=output.page) as out:
         if output.json:
             views.write_json(
-                out, {"left": left_name, "right": right_name, "differ": differ, "turns": [d.as_json() for d in diffs]}
+                out,
+                {
+                    "left": left_name,
+                    "right": right_name,
+                    "differ": differ,
+                    "connection": connection.as_json(),
+                    "turns": [d.as_json() for d in diffs],
+                },
             )
         elif output.jsonl:
-            views.write_jsonl(out, (d.as_json() for d in diffs))
+            views.write_jsonl(out, [{"connection": connection.as_json()}, *(d.as_json() for d in diffs)])
         else:
             con = out.console()
-            for d in diffs:
-                mark = "differs: " + ", ".join(d.differs) if d.differs else "same"
+
+            def side_by_side(title: str, differs: list[str], rows: list[tuple[str, str, str]]) -> None:
+                mark = "differs: " + ", ".join(differs) if differs else "same"
                 table = Table(
-                    title=f"session {d.session} · turn {d.turn} · {mark}",
+                    title=f"{title} · {mark}",
                     title_justify="left",
                     box=None if not out.terminal else box.SIMPLE_HEAD,
                     show_lines=False,
@@ -1291,22 +1314,42 @@ def diff_command(db_path: Path | None, output: Output, left: str, right: str) ->
                 table.add_column("")
                 table.add_column(left_name)
                 table.add_column(right_name)
-                for key in (*df.COMPARED, *df.SHOWN):
-                    a = _diff_cell(d.left.get(key)) if d.left else "(no such turn)"
-                    b = _diff_cell(d.right.get(key)) if d.right else "(no such turn)"
-                    style = "red" if key in d.differs or "missing" in d.differs else ""
+                for key, a, b in rows:
+                    style = "red" if key in differs or "missing" in differs else ""
                     table.add_row(
                         Text(key, style=style or "bold"),
                         Text(printable_lines(a, printable), style=style),
                         Text(printable_lines(b, printable), style=style),
                     )
                 con.print(table)
+
+            side_by_side(
+                "outside the turns",
+                connection.differs,
+                [(k, _diff_cell(connection.left[k]), _diff_cell(connection.right[k])) for k in df.CONNECTION],
+            )
+            for d in diffs:
+                side_by_side(
+                    f"session {d.session} · turn {d.turn}",
+                    d.differs,
+                    [
+                        (
+                            key,
+                            _diff_cell(d.left.get(key)) if d.left else "(no such turn)",
+                            _diff_cell(d.right.get(key)) if d.right else "(no such turn)",
+                        )
+                        for key in (*df.COMPARED, *df.SHOWN)
+                    ],
+                )
             if not diffs:
                 con.print("no prompt turns on either side", style="dim")
     if output.table:
         summary = sum(1 for d in diffs if d.differs)
+        outside = " and outside the turns" if connection.differs else ""
         say(
-            f"{summary} of {len(diffs)} turn(s) differ" if differ else f"no difference in {len(diffs)} turn(s)",
+            f"{summary} of {len(diffs)} turn(s) differ{outside}"
+            if differ
+            else f"no difference in {len(diffs)} turn(s) or around them"
         )
     if differ:
         raise SystemExit(1)

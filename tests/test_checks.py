@@ -35,6 +35,13 @@ def records(trace: list[Msg]) -> list[FrameRecord]:
     return out
 
 
+def trace_version(trace: list[Msg]) -> int | None:
+    for _direction, message in trace:
+        if isinstance(message, dict) and message.get("method") == "initialize":
+            return message["params"]["protocolVersion"]
+    return None
+
+
 def findings(trace: list[Msg], **kw: Any) -> list[Finding]:
     return list(check(records(trace), **kw))
 
@@ -175,6 +182,7 @@ def summary_chunk(cid: str = "cmp_1") -> Msg:
 
 NOTICE = upd({"sessionUpdate": "notice", "severity": "info", "title": "Rate limit at 80%"})
 RESUME_V2 = req(5, "session/resume", {"sessionId": S, "cwd": "/w", "replayFrom": {"type": "start"}})
+RESUME_V2_NO_REPLAY = req(5, "session/resume", {"sessionId": S, "cwd": "/w"})
 PERMISSION_V2 = a2c(
     req(
         0,
@@ -277,6 +285,39 @@ CASES: list[tuple[str, list[Msg], list[Msg]]] = [
         [*v2_turn(), c2a(RESUME_V2), user_message(), a2c(res(5, {})), NOTICE],
     ),
     (
+        "resume/replay-after-response",
+        # v2: the history must come before the answer; a user message after it, before any
+        # prompt, is history sent late. (A message id already replayed is history too.)
+        [*v2_turn(), c2a(RESUME_V2), a2c(res(5, {})), user_message()],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), a2c(res(5, {}))],
+    ),
+    (
+        "resume/replay-after-response",
+        [*v2_turn(), c2a(RESUME_V2), user_message(), AGENT_MESSAGE, a2c(res(5, {})), AGENT_MESSAGE],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), AGENT_MESSAGE, a2c(res(5, {}))],
+    ),
+    (
+        "resume/replayed",
+        # v2: without replayFrom the agent must not replay the history.
+        [*v2_turn(), c2a(RESUME_V2_NO_REPLAY), user_message(), a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2_NO_REPLAY), a2c(res(5, {}))],
+    ),
+    (
+        "schema/params",
+        # The proxy-chain methods are validated against their own schema types.
+        [*v1_start(), c2a(req(9, "proxy/initialize", 42)), a2c(res(9, {"protocolVersion": 1}))],
+        [
+            *v1_start(),
+            c2a(req(9, "proxy/initialize", {"protocolVersion": 1, "clientCapabilities": {}})),
+            a2c(res(9, {"protocolVersion": 1})),
+        ],
+    ),
+    (
+        "schema/params",
+        [*v1_start(), a2c(note("proxy/successor", 42))],
+        [*v1_start(), a2c(note("proxy/successor", {"method": "_vendor/hello", "params": {}}))],
+    ),
+    (
         "load/replay-after-response",
         [*v1_start({"loadSession": True}), c2a(LOAD), a2c(res(3, {})), HISTORY_V1],
         [*v1_start({"loadSession": True}), c2a(LOAD), HISTORY_V1, a2c(res(3, {}))],
@@ -339,7 +380,8 @@ def test_rule_broken_and_mended(rule_id: str, broken: list[Msg], mended: list[Ms
     finding = found[0]
     rule = RULES[rule_id]
     assert finding.severity == rule.severity
-    assert finding.spec.startswith(rule.spec)  # schema findings name the exact $defs type
+    # The reference is the negotiated version's document (schema findings name the $defs type).
+    assert finding.spec.startswith(rule.spec_for(trace_version(broken)))
     assert finding.run_id == 1 and isinstance(finding.seq, int) and 1 <= finding.seq <= len(broken)
     assert "\n" not in finding.message
     assert findings(mended) == []
@@ -515,3 +557,58 @@ def test_dispatch_on_the_tag_gives_the_verdicts_of_the_plain_union(version: int)
     )
     assert error is not None and error.startswith("$.content") and "text" in error
     assert fast.first_error(fast.variants["agent_message_chunk"], updates[0][1]) is None
+
+
+# -- one finding per fact, the right document, the right severity -----------------------------------
+
+
+def test_one_broken_message_id_is_one_finding() -> None:
+    for answer in ({}, {"messageId": 5}):
+        broken = [*v2_start(), prompt2(), a2c(res(2, answer)), user_message(), RUNNING, AGENT_MESSAGE, idle()]
+        # The schema says what is wrong with the answer; the lifecycle rule does not say it again.
+        assert [f.rule_id for f in findings(broken)] == ["schema/result"]
+        # Without the schema, the lifecycle rule is the one that says it.
+        assert [f.rule_id for f in findings(broken, schema=False)] == ["prompt/message-id"]
+    # The empty string passes the schema: only the lifecycle rule can see it.
+    assert [f.rule_id for f in findings(v2_turn(message_id=""))] == ["prompt/message-id"]
+
+
+def test_each_rule_cites_the_document_of_the_negotiated_version() -> None:
+    for rule_id, broken, _mended in CASES:
+        version = trace_version(broken)
+        for f in findings(broken):
+            if f.spec.startswith(("schema/", "http")):
+                continue
+            if version == 1:
+                assert not f.spec.startswith("v2-draft/"), (rule_id, f.spec)
+            elif version == 2:
+                assert not f.spec.startswith("v1/"), (rule_id, f.spec)
+    # v1 cancellation is the v1 prompt turn's section; a v2 update variant the v2 variants' section.
+    [cancel] = findings([*v1_start(), c2a(PROMPT_V1), CHUNK_V1, CANCEL_V1, a2c(err(2, -32603, "aborted"))])
+    assert cancel.spec == "v1/prompt-turn.mdx#cancellation"
+    [variant] = findings(v2_turn(upd({"sessionUpdate": "progress", "percent": 5})))
+    assert variant.spec == "v2-draft/extensibility.mdx#enum-and-tagged-union-variants"
+    [method] = findings([*v2_turn(), c2a(note("vendor/ping", {}))])
+    assert method.spec == "v2-draft/extensibility.mdx#extension-methods"
+
+
+def test_severities_follow_must_and_should() -> None:
+    # SHOULD (NOT) in the documents is a warning; MUST (NOT) is an error.
+    shoulds = {r.id for r in RULES.values() if r.severity == "warning"}
+    assert shoulds == {
+        "jsonrpc/unanswered",
+        "ext/method-name",
+        "ext/update-name",
+        "ext/stop-reason",
+        "turn/unfinished",
+        "cancel/stop-reason-race",
+        "replay/notice",  # "Live-only notice updates ... SHOULD NOT be replayed"
+        "tool/unknown-call",
+    }
+    [notice] = findings([*v2_turn(), c2a(RESUME_V2), user_message(), NOTICE, a2c(res(5, {}))])
+    assert (notice.rule_id, notice.severity) == ("replay/notice", "warning")
+
+
+def test_a_v2_prompt_never_answered_is_one_finding_not_two() -> None:
+    found = findings([*v2_start(), prompt2()])
+    assert [f.rule_id for f in found] == ["jsonrpc/unanswered"]
