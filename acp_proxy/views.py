@@ -17,6 +17,7 @@ import contextlib
 import datetime as dt
 import io
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -237,13 +238,29 @@ def _close_pager(proc: subprocess.Popen[bytes]) -> None:
 
 def encode_json(value: Any) -> bytes:
     """Compact JSON. A string that holds a lone surrogate (a recorded ``"\\ud800"``, decoded)
-    is written as that escape again, instead of failing the whole output."""
+    is written as that escape again, instead of failing the whole output. Characters that can
+    act on a terminal without being control characters (C1 controls, bidi overrides and
+    isolates) are written as ``\\uXXXX`` escapes: the same JSON value, and a recorded frame cannot
+    reorder what a person reads when the JSON lands on a terminal."""
     try:
-        return _json.encode(value)
+        data = _json.encode(value)
     except UnicodeEncodeError:
         import json
 
-        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=str).encode()
+        data = json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=str).encode()
+    if _TERMINAL_ACTIVE.search(data) is None:
+        return data
+    return _TERMINAL_ACTIVE.sub(lambda m: b"\\u%04x" % ord(m.group().decode()), data)
+
+
+# UTF-8 of U+0080..U+009F, U+061C, U+200E/F, U+202A..U+202E, U+2066..U+2069. Outside strings JSON
+# holds only ASCII, so each match is inside a string, where its escape means the same character.
+_TERMINAL_ACTIVE = re.compile(
+    b"|".join(
+        re.escape(chr(c).encode())
+        for c in (*range(0x80, 0xA0), 0x61C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+    )
+)
 
 
 def write_json(out: Out, value: Any) -> None:

@@ -168,9 +168,19 @@ def garbage_db(sdk_recording: tuple[Path, str], tmp_path_factory: pytest.TempPat
 QUERY_COMMANDS = sorted(name for name in cli.commands if name != "run")
 
 
+SERVERS = {"ui": "acp_proxy.web.command"}
+"""Commands that serve until stopped, and the module whose ``serve`` they end in: in-process,
+everything up to serving runs for real (every option's check); serving itself is replaced, since
+it is tested on its own as a real process."""
+
+
 @pytest.mark.parametrize("name", QUERY_COMMANDS)
-def test_garbage_at_every_option_of_a_query_command(name: str, garbage_db: Path, tmp_path: Path) -> None:
+def test_garbage_at_every_option_of_a_query_command(
+    name: str, garbage_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     suffix = ["--timeout", "0.3", "--interval", "0.05"] if name == "tail" else []
+    if name in SERVERS:
+        monkeypatch.setattr(f"{SERVERS[name]}.serve", lambda *args, **kwargs: None)
 
     @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
     @given(args=command_lines(name))

@@ -121,7 +121,7 @@ def test_without_the_extra_one_line_says_what_to_install() -> None:
         "from acp_proxy.cli import main; main()"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, env=proxy_env())
-    assert result.returncode == 1
+    assert result.returncode == 2
     lines = result.stderr.decode().strip().splitlines()
-    assert lines == ["Error: acp-proxy ui needs the [ui] extra: pip install 'acp-proxy[ui]'"]
+    assert lines == ["acp-proxy: acp-proxy ui needs the [ui] extra: pip install 'acp-proxy[ui]'"]
     assert result.stdout == b""

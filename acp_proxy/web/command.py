@@ -20,8 +20,14 @@ from typing import Any
 
 import click
 
+from ..errors import AcpProxyError
+
 INSTALL_HINT = "acp-proxy ui needs the [ui] extra: pip install 'acp-proxy[ui]'"
 LOOPBACK = "127.0.0.1"
+
+
+class MissingExtra(AcpProxyError):
+    """The optional dependencies of the inspector are not installed."""
 
 
 def _missing_extra() -> str | None:
@@ -128,20 +134,14 @@ def ui(
     """
     missing = _missing_extra()
     if missing:
-        raise click.ClickException(missing)
+        raise MissingExtra(missing)
     from .. import store
     from ..locations import default_db_path
-    from ..redact import RedactError, Redactor
+    from ..redact import Redactor
 
-    try:
-        Redactor(redact_rules)
-    except RedactError as exc:
-        raise click.ClickException(str(exc)) from None
+    Redactor(redact_rules)  # a bad rule is a RedactError: one line, exit 2
     path = db_path if db_path is not None else default_db_path()
-    try:
-        store.open_for_reading(path).conn.close()  # exists, is ours, migrated: or one clear line
-    except store.StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+    store.open_for_reading(path).conn.close()  # exists, is ours, migrated: or one clear line
     token = _token(token)
     bind_host = host if host is not None else LOOPBACK
     if host is not None and host not in ("127.0.0.1", "localhost", "::1"):
