@@ -2,40 +2,50 @@
 
 Owns: the rules a conversation must keep — JSON Schema validation of each frame's payload
 against the official schema of the negotiated version (the ``$defs`` type whose ``x-method``
-names the method, on the side it travelled; a response against the result type of the request
-it answers; a ``session/update`` against its variant) and the lifecycle rules of the spec that no
-schema can state (a prompt's ``messageId`` and its ``user_message``, ``running`` ... ``idle`` with
-a stop reason, cancellation, compaction order, notices never replayed, capabilities, custom
-names, JSON-RPC pairing). Every rule has an id, a severity and the spec section it comes from
-(``RULES``); each finding points at the frame that broke it (``run_id``, ``seq``).
+names the method, on the side it travelled, request or notification; a response against the
+result type of the request it answers; a ``session/update`` against its variant) and the
+lifecycle rules of the spec that no schema can state (a prompt's ``messageId`` and its
+``user_message``, ``running`` ... ``idle`` with a stop reason, cancellation, compaction order,
+history replay on restore, notices not replayed, capabilities, custom names, JSON-RPC pairing).
+Every rule has an id, a severity (a MUST of the spec is an error, a SHOULD a warning) and the
+section of the document of the negotiated version it comes from (``RULES``); each finding points
+at the frame that broke it (``run_id``, ``seq``), and one broken fact gives one finding.
 
 Must not know: SQL, pipes, processes, click or rich. A ``Checker`` is fed frames in relay order —
-``FrameRecord`` objects (live) or ``frames`` rows as dicts (recorded) — that the tracker has
-already annotated (``method`` and ``request_seq`` on responses, ``replay``, ``unknown``); it
-returns findings and keeps only the per-connection state the rules need.
+``FrameRecord`` objects (live) or ``frames`` rows as dicts (recorded) — and runs the connection's
+protocol state machine (``protocol.state``) over them: pairing, versions, sessions, replay
+windows and turns come from its events, never from annotations. What the checker keeps itself is
+content: message ids, tool calls, compactions, capabilities.
 
 Rule 1: a check never raises on odd input. A frame that does not decode, a payload of the wrong
 shape, a version with no schema: each is a finding or is skipped, never an exception.
 
-Rule 2: the schema is the authority for shapes; the rules below only state order and pairing.
+Rule 2: the schema is the authority for shapes; the lifecycle rules state order and pairing,
+and say nothing the schema already said about the same frame.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import cache
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from .protocol import events as ev
 from .protocol import vocabulary as acp
+from .protocol.state import ConnectionState, FrameLike, RecordedFrame
+from .protocol.vocabulary import A2C, OTHER, RECEIVER
 
 Severity = Literal["error", "warning", "info"]
 
 _P2 = "v2-draft/prompt-lifecycle.md"
 _P1 = "v1/prompt-turn.mdx"
+_S1 = "v1/session-setup.mdx"
+_S2 = "v2-draft/session-setup.mdx"
+_JSONRPC = "https://www.jsonrpc.org/specification"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +53,14 @@ class Rule:
     id: str
     severity: Severity
     spec: str
+    """The section the rule comes from: of the v1 documents, or of the only version it applies to."""
     summary: str
+    spec_v2: str | None = None
+    """The section of the v2 draft, when the rule applies to both versions and v2 states it apart."""
+
+    def spec_for(self, version: int | None) -> str:
+        """The reference to cite for a connection of ``version`` (the v1 one when unknown)."""
+        return self.spec_v2 if version == 2 and self.spec_v2 is not None else self.spec
 
 
 RULES: dict[str, Rule] = {
@@ -53,24 +70,25 @@ RULES: dict[str, Rule] = {
             "jsonrpc/not-json",
             "error",
             "v1/transports.mdx#stdio",
-            "every line on stdin/stdout is a JSON-RPC message",
+            "every line on stdin/stdout is a JSON-RPC message (MUST NOT write anything else)",
+            "v2-draft/transports.mdx#stdio",
         ),
         Rule(
             "jsonrpc/unknown-id",
             "error",
-            "https://www.jsonrpc.org/specification#response_object",
+            f"{_JSONRPC}#response_object",
             "a response answers a request that is pending",
         ),
         Rule(
             "jsonrpc/duplicate-id",
             "error",
-            "https://www.jsonrpc.org/specification#request_object",
+            f"{_JSONRPC}#request_object",
             "a request id is not reused while a request with that id is pending",
         ),
         Rule(
             "jsonrpc/unanswered",
             "warning",
-            "https://www.jsonrpc.org/specification#response_object",
+            f"{_JSONRPC}#response_object",
             "every request is answered before the connection ends",
         ),
         Rule(
@@ -78,18 +96,21 @@ RULES: dict[str, Rule] = {
             "warning",
             "v1/extensibility.mdx#extension-methods",
             "methods outside the schema start with _",
+            "v2-draft/extensibility.mdx#extension-methods",
         ),
         Rule(
             "ext/update-name",
             "warning",
-            "v1/extensibility.mdx#extension-methods",
-            "session/update variants outside the schema start with _",
+            "v1/extensibility.mdx",
+            "session/update variants outside the schema start with _ (others are reserved for ACP)",
+            "v2-draft/extensibility.mdx#enum-and-tagged-union-variants",
         ),
         Rule(
             "ext/stop-reason",
             "warning",
+            f"{_P1}#stop-reasons",
+            "stop reasons outside the schema start with _ (others are reserved for ACP)",
             f"{_P2}#stop-reasons",
-            "stop reasons outside the schema start with _",
         ),
         Rule(
             "prompt/message-id",
@@ -125,59 +146,72 @@ RULES: dict[str, Rule] = {
             "turn/unfinished",
             "warning",
             f"{_P2}#4-report-completion",
-            "every turn ends (v2: idle with a stop reason) before the connection ends",
+            "every accepted prompt reaches idle before the connection ends",
         ),
         Rule(
             "cancel/stop-reason",
             "error",
-            f"{_P2}#cancellation",
+            f"{_P1}#cancellation",
             "after session/cancel the turn ends with stop reason cancelled, not an error",
+            f"{_P2}#cancellation",
         ),
         Rule(
             "cancel/stop-reason-race",
             "warning",
-            f"{_P2}#cancellation",
+            f"{_P1}#cancellation",
             "after session/cancel the turn ends cancelled (it may have finished before the cancel arrived)",
+            f"{_P2}#cancellation",
         ),
         Rule(
             "cancel/permission",
             "error",
-            f"{_P2}#cancellation",
+            f"{_P1}#cancellation",
             "after session/cancel pending permission requests are answered cancelled",
+            f"{_P2}#cancellation",
         ),
         Rule(
             "compaction/order",
             "error",
-            f"{_P2}#session-compaction",
+            "rfds/session-compaction.mdx",
             "compaction: first compaction_update before chunks, chunks only while in progress",
+            f"{_P2}#session-compaction",
         ),
         Rule(
             "compaction/terminal",
             "error",
-            f"{_P2}#session-compaction",
+            "rfds/session-compaction.mdx",
             "compaction: exactly one terminal status per compactionId",
+            f"{_P2}#session-compaction",
         ),
         Rule(
             "replay/notice",
-            "error",
+            "warning",
             "rfds/session-notices.mdx#delivery-and-history",
-            "live-only notices are never sent inside a history replay window",
+            "live-only notices should not be sent inside a history replay window",
+            f"{_P2}#session-notices",
         ),
         Rule(
             "load/replay-after-response",
             "error",
-            "v1/session-setup.mdx#loading-a-session",
+            f"{_S1}#loading-a-session",
             "session/load replays the history before responding",
+        ),
+        Rule(
+            "resume/replay-after-response",
+            "error",
+            f"{_S2}#resuming-sessions",
+            "v2 session/resume replays history (when asked to) before responding, never after",
         ),
         Rule(
             "resume/replayed",
             "error",
-            "v1/session-setup.mdx#resuming-a-session",
-            "v1 session/resume does not replay history",
+            f"{_S1}#resuming-a-session",
+            "session/resume without replayFrom does not replay history (v1: session/resume never does)",
+            f"{_S2}#resuming-sessions",
         ),
         Rule(
             "tool/unknown-call",
-            "error",
+            "warning",
             "v1/tool-calls.mdx#updating",
             "v1 tool_call_update names a tool call announced by tool_call",
         ),
@@ -186,6 +220,7 @@ RULES: dict[str, Rule] = {
             "error",
             "v1/initialization.mdx#capabilities",
             "capability-gated methods are used only when the other side advertised the capability",
+            "v2-draft/initialization.mdx#capabilities",
         ),
         Rule("schema/params", "error", "schema", "request and notification params match the schema"),
         Rule("schema/result", "error", "schema", "a response's result matches its request's result type"),
@@ -207,20 +242,20 @@ class Finding:
         return asdict(self)
 
 
-_OTHER = {"c2a": "a2c", "a2c": "c2a"}
-# The schema's x-side names the receiver: "agent" types travel client->agent.
-_SIDE = {"c2a": "agent", "a2c": "client"}
 _OUTPUT_PREFIXES = ("agent_message", "agent_thought", "tool_call", "plan")
-_HISTORY_CONTENT = frozenset(
+# What replayed history consists of, per version: messages (and, in v1, announced tool calls).
+_MESSAGES = frozenset(
     {
         "user_message_chunk",
         "user_message",
         "agent_message_chunk",
         "agent_message",
         "agent_thought_chunk",
-        "tool_call",
+        "agent_thought",
     }
 )
+_HISTORY = {1: _MESSAGES | {"tool_call"}, 2: _MESSAGES}
+_USER_MESSAGES = frozenset({"user_message", "user_message_chunk"})
 _COMPACTION_TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 # Capability-gated methods: (version, method) -> (who advertises it, path into their capabilities).
@@ -264,23 +299,33 @@ class SchemaSet:
         self._sources: dict[str, str] = {}
         """Synthetic def name -> the official def it was cut from (for spec references)."""
         self.params: dict[tuple[str, str], str] = {}
+        """(method, receiving side) -> the params type of a request."""
+        self.notifications: dict[tuple[str, str], str] = {}
+        """(method, receiving side) -> the params type of a notification."""
         self.results: dict[tuple[str, str], str] = {}
+        """(method, side answering) -> the result type."""
         for name, node in defs.items():
             method, side = node.get("x-method"), node.get("x-side")
             if not isinstance(method, str):
                 continue
-            sides = ("agent", "client") if side == "protocol" else (side,)
-            table = self.results if name.endswith("Response") else self.params
+            # Protocol-level ($/...) and proxy-chain methods travel either way.
+            sides = ("agent", "client") if side in ("protocol", "proxy") else (side,)
+            if name.endswith("Response"):
+                table = self.results
+            elif name.endswith("Notification"):
+                table = self.notifications
+            else:
+                table = self.params
             for s in sides:
                 table[(method, s)] = name
         # session/update's params are checked without their `update`, which is checked against
         # its own variant: a failed oneOf over every variant says nothing useful.
-        note = self.params.get(("session/update", "client"))
+        note = self.notifications.get(("session/update", "client"))
         if note is not None:
             shell = copy.deepcopy(defs[note])
             shell.get("properties", {})["update"] = True
             defs["_acp_proxy_SessionNotificationShell"] = shell
-            self.params[("session/update", "client")] = "_acp_proxy_SessionNotificationShell"
+            self.notifications[("session/update", "client")] = "_acp_proxy_SessionNotificationShell"
             self._sources["_acp_proxy_SessionNotificationShell"] = note
         self.variants: dict[str, str] = {}
         update = defs.get("SessionUpdate", {})
@@ -501,7 +546,16 @@ def _get(value: Any, *path: str) -> Any:
     return value
 
 
-# -- per-connection state ------------------------------------------------------------------------
+def _json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return _decoder.decode(text)
+    except msgspec.DecodeError:
+        return None
+
+
+# -- per-connection content ------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -510,21 +564,16 @@ class _Request:
     direction: str
     rpc_id: str | None
     method: str | None
-    session_id: str | None
     cancelled: bool = False
     """A permission request pending when its session was cancelled."""
 
 
 @dataclass(slots=True)
 class _Turn:
-    """A prompt from its request to its end (v1: the response; v2: idle)."""
+    """A prompt turn between its TurnStarted and TurnEnded events."""
 
     seq: int
-    session_id: str
     version: int | None
-    accepted: bool = False
-    message_id: str | None = None
-    response_seq: int | None = None
     running: bool = False
     cancelled_at: int | None = None
     reported_output: bool = False
@@ -532,21 +581,21 @@ class _Turn:
 
 @dataclass(slots=True)
 class _Session:
-    user_ids: set[str]
+    user_ids: set[str] = field(default_factory=set)
     """messageIds of user_message(_chunk) updates seen (either order with the response)."""
-    awaiting_user: dict[str, int]
+    awaiting_user: dict[str, int] = field(default_factory=dict)
     """messageId -> seq of a prompt response whose user_message has not been seen yet."""
-    prompt_ids: dict[str, int]
-    tools: set[str]
-    compactions: dict[str, str]
-    turns: list[_Turn]
-    loaded_at: int | None = None
-    """v1: seq of a session/load response; history after it (before a prompt) is late replay."""
+    prompt_ids: dict[str, int] = field(default_factory=dict)
+    message_ids: set[str] = field(default_factory=set)
+    """Ids of every message of the session seen so far (live or replayed)."""
+    tools: set[str] = field(default_factory=set)
+    compactions: dict[str, str] = field(default_factory=dict)
+    turns: list[_Turn] = field(default_factory=list)
+    """Open turns, oldest first."""
+    restored: tuple[str, int] | None = None
+    """(method, seq of its answer): a restore answered, and no prompt since."""
     resuming: int = 0
-
-
-def _new_session() -> _Session:
-    return _Session(set(), {}, {}, set(), {}, [])
+    """session/resume requests without replay that are still pending."""
 
 
 class Checker:
@@ -556,15 +605,28 @@ class Checker:
         """``version``: the protocol version if known in advance (e.g. from the run row); the
         ``initialize`` exchange overrides it. ``schema``: validate payloads (the slow part).
         ``unstable``: validate against the draft schema (a superset of the stable one)."""
-        self.version = version
+        self.state = ConnectionState(version=version)
         self._schema = schema
         self._unstable = unstable
-        self._pending: dict[tuple[str, str | None], _Request] = {}
-        self._by_seq: dict[int, _Request] = {}
+        self._requests: dict[int, _Request] = {}
+        """Pending requests by seq."""
+        self._turns: dict[int, _Turn] = {}
         self._sessions: dict[str, _Session] = {}
         self._capabilities: dict[str, Any] = {}
+        self._unanswered: set[int] = set()
         self._run_id: int | None = None
+        self._ended_at: int | None = None
+        """The frame whose TurnEnded events were last seen: one idle may end several turns."""
+        self._schema_flagged = False
+        """The schema already found the frame's result wrong (one finding per broken fact)."""
+        self.turns: dict[int, tuple[str, str | None, int | None]] = {}
+        """The checker's view of the prompt turns: prompt seq -> (status, stop reason, end seq)."""
         self.frames = 0
+
+    @property
+    def version(self) -> int | None:
+        """The version the rules follow (the state machine's: negotiated, else inferred)."""
+        return self.state.version
 
     # -- interface -------------------------------------------------------------------------------
 
@@ -587,43 +649,39 @@ class Checker:
         out: list[Finding] = []
         if not ended:
             return out
-        for request in sorted(self._by_seq.values(), key=lambda r: r.seq):
-            out.append(
-                Finding(
-                    "jsonrpc/unanswered",
-                    "warning",
-                    f"{request.method} request (id {request.rpc_id}) never answered",
-                    RULES["jsonrpc/unanswered"].spec,
-                    self._run_id,
-                    request.seq,
+        for event in self.state.finish(0):
+            if isinstance(event, ev.Unanswered):
+                self._unanswered.add(event.request_seq)
+                self._requests.pop(event.request_seq, None)
+                out.append(
+                    self._at(
+                        "jsonrpc/unanswered",
+                        event.request_seq,
+                        f"{event.method} request (id {event.rpc_id}) never answered",
+                    )
                 )
-            )
+            elif isinstance(event, ev.TurnEnded):
+                self.turns[event.prompt_seq] = (event.status, event.stop_reason, event.seq)
+                turn = self._turns.pop(event.prompt_seq, None)
+                # A prompt never answered is one fact, reported as unanswered; an accepted v2
+                # prompt that never reached idle is another.
+                if event.protocol_version == 2 and event.prompt_seq not in self._unanswered:
+                    out.append(
+                        self._at(
+                            "turn/unfinished", event.prompt_seq, "prompt never reached idle before the connection ended"
+                        )
+                    )
+                session = self._session(event.session_id)
+                if turn is not None and turn in session.turns:
+                    session.turns.remove(turn)
         for sid, session in self._sessions.items():
             for message_id, seq in session.awaiting_user.items():
                 out.append(
-                    Finding(
-                        "prompt/user-message",
-                        "error",
-                        f"no user_message with messageId {message_id!r} in session {sid}",
-                        RULES["prompt/user-message"].spec,
-                        self._run_id,
-                        seq,
+                    self._at(
+                        "prompt/user-message", seq, f"no user_message with messageId {message_id!r} in session {sid}"
                     )
                 )
-            for turn in session.turns:
-                if turn.version == 2:
-                    out.append(
-                        Finding(
-                            "turn/unfinished",
-                            "warning",
-                            "prompt never reached idle before the connection ended",
-                            RULES["turn/unfinished"].spec,
-                            self._run_id,
-                            turn.seq,
-                        )
-                    )
-        self._by_seq.clear()
-        self._pending.clear()
+        out.sort(key=lambda f: f.seq or 0)
         return out
 
     # -- dispatch --------------------------------------------------------------------------------
@@ -632,12 +690,15 @@ class Checker:
         self.frames += 1
         self._run_id = _field(rec, "run_id")
         direction = _field(rec, "dir")
-        if direction not in _OTHER:
+        if direction not in OTHER:
             return
+        frame: FrameLike = RecordedFrame(rec) if isinstance(rec, Mapping) else rec
+        events = self.state.feed(frame)
+        self._schema_flagged = False
         kind = _field(rec, "kind")
         if kind == "invalid":
             if not _field(rec, "cut"):
-                sender = "agent's stdout" if direction == "a2c" else "client's output (agent's stdin)"
+                sender = "agent's stdout" if direction == A2C else "client's output (agent's stdin)"
                 faulted = _field(rec, "fault")
                 out.append(
                     self._finding(
@@ -649,17 +710,15 @@ class Checker:
                     )
                 )
             return
-        if kind not in ("request", "notification", "response", "error"):
-            return
-        message = _payload(rec)
+        message = _payload(rec) if kind in ("request", "notification", "response", "error") else None
         if not isinstance(message, dict):
-            return
-        if kind == "request":
-            self._request(rec, direction, message, out)
-        elif kind == "notification":
+            message = None
+        for event in events:
+            handler = self._handlers.get(type(event))
+            if handler is not None:
+                handler(self, rec, event, message, out)
+        if message is not None and kind == "notification":
             self._notification(rec, direction, message, out)
-        else:
-            self._response(rec, direction, message, out)
 
     def _finding(
         self, rule_id: str, rec: Any, message: str, severity: Severity | None = None, spec: str | None = None
@@ -669,91 +728,254 @@ class Checker:
             rule_id,
             severity or rule.severity,
             message,
-            spec or rule.spec,
+            spec or rule.spec_for(self.version),
             _field(rec, "run_id"),
             _field(rec, "seq"),
         )
+
+    def _at(self, rule_id: str, seq: int | None, message: str) -> Finding:
+        rule = RULES[rule_id]
+        return Finding(rule_id, rule.severity, message, rule.spec_for(self.version), self._run_id, seq)
 
     def _schema_set(self) -> SchemaSet | None:
         if not self._schema or self.version not in acp.PROTOCOL_VERSIONS:
             return None
         return schemas(self.version, self._unstable)
 
-    def _validate(self, rule_id: str, rec: Any, name: str | None, instance: Any, what: str, out: list[Finding]) -> None:
+    def _validate(self, rule_id: str, rec: Any, name: str | None, instance: Any, what: str, out: list[Finding]) -> bool:
+        """Validate; True when a finding was added."""
         checker = self._schema_set()
         if checker is None or name is None:
-            return
+            return False
         error = checker.first_error(name, instance)
-        if error is not None:
-            shown = name.removeprefix("_acp_proxy_")
-            out.append(
-                self._finding(
-                    rule_id,
-                    rec,
-                    f"{what} (v{checker.version} {shown}): {error}",
-                    spec=f"schema/{checker.file}#/$defs/{checker.source_def(name)}",
-                )
-            )
-
-    # -- requests --------------------------------------------------------------------------------
-
-    def _request(self, rec: Any, direction: str, message: dict[str, Any], out: list[Finding]) -> None:
-        method = _field(rec, "method")
-        params = message.get("params")
-        seq = _field(rec, "seq")
-        if method == "initialize" and isinstance(params, dict) and self.version is None:
-            # Until the agent answers, the client's proposal is the best guess for validating.
-            proposed = params.get("protocolVersion")
-            if isinstance(proposed, int) and proposed in acp.PROTOCOL_VERSIONS:
-                self.version = proposed
-        self._method_name(rec, method, out)
-        self._gate(rec, direction, method, out)
-        schema = self._schema_set()
-        if schema is not None and isinstance(method, str):
-            self._validate(
-                "schema/params",
+        if error is None:
+            return False
+        shown = name.removeprefix("_acp_proxy_")
+        out.append(
+            self._finding(
+                rule_id,
                 rec,
-                schema.params.get((method, _SIDE[direction])),
-                params,
-                f"{method} params",
-                out,
+                f"{what} (v{checker.version} {shown}): {error}",
+                spec=f"schema/{checker.file}#/$defs/{checker.source_def(name)}",
             )
-        rpc_id = _field(rec, "rpc_id")
-        key = (direction, rpc_id)
-        if key in self._pending:
-            first = self._pending[key]
+        )
+        return True
+
+    def _session(self, sid: str) -> _Session:
+        session = self._sessions.get(sid)
+        if session is None:
+            session = self._sessions[sid] = _Session()
+        return session
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def _on_peer(self, rec: Any, e: ev.PeerAnnounced, message: Any, out: list[Finding]) -> None:
+        self._capabilities[e.side] = _json(e.capabilities)
+
+    def _on_request(self, rec: Any, e: ev.RequestSent, message: Any, out: list[Finding]) -> None:
+        method = e.method
+        if e.reused_id_of is not None:
+            first = self._requests.get(e.reused_id_of)
             out.append(
                 self._finding(
                     "jsonrpc/duplicate-id",
                     rec,
-                    f"id {rpc_id} reused while request seq {first.seq} ({first.method}) is pending",
+                    f"id {e.rpc_id} reused while request seq {e.reused_id_of}"
+                    f" ({first.method if first else '?'}) is pending",
                 )
             )
-        request = _Request(seq, direction, rpc_id, method, _field(rec, "session_id"))
-        self._pending.setdefault(key, request)
-        self._by_seq[seq] = request
-        sid = request.session_id
-        if method == "session/prompt" and sid is not None:
-            session = self._session(sid)
-            session.loaded_at = None
-            session.turns.append(_Turn(seq, sid, self.version))
-        elif method == "session/resume" and sid is not None and self.version == 1:
-            self._session(sid).resuming += 1
-        elif method == "initialize" and isinstance(params, dict):
-            self._capabilities["client"] = params.get("clientCapabilities", params.get("capabilities"))
+        self._requests[_field(rec, "seq")] = _Request(_field(rec, "seq"), e.direction, e.rpc_id, method)
+        self._gate(rec, method, out)
+        schema = self._schema_set()
+        if schema is not None and isinstance(method, str) and message is not None:
+            self._validate(
+                "schema/params",
+                rec,
+                schema.params.get((method, RECEIVER[e.direction])),
+                message.get("params"),
+                f"{method} params",
+                out,
+            )
 
-    def _method_name(self, rec: Any, method: Any, out: list[Finding]) -> None:
-        if _field(rec, "unknown") == "future":
+    def _on_unknown(self, rec: Any, e: ev.NameUnknown, message: Any, out: list[Finding]) -> None:
+        if e.unknown != "future":
+            return
+        if e.what == "method":
             out.append(
                 self._finding(
                     "ext/method-name",
                     rec,
-                    f"method {method!r} is not in the {self._schema_name()} schema and does not start with _",
+                    f"method {e.name!r} is not in the {self._schema_name()} schema and does not start with _",
+                )
+            )
+        else:
+            out.append(
+                self._finding(
+                    "ext/update-name",
+                    rec,
+                    f"update {e.name!r} is not in the {self._schema_name()} schema and does not start with _",
                 )
             )
 
-    def _gate(self, rec: Any, direction: str, method: Any, out: list[Finding]) -> None:
-        gate = _GATES.get((self.version, method)) if self.version is not None else None  # type: ignore[arg-type]
+    def _on_unpaired(self, rec: Any, e: ev.ResponseUnpaired, message: Any, out: list[Finding]) -> None:
+        if e.rpc_id is not None and e.rpc_id != "null":
+            out.append(
+                self._finding("jsonrpc/unknown-id", rec, f"response to id {e.rpc_id}, which no pending request has")
+            )
+
+    def _on_paired(self, rec: Any, e: ev.ResponsePaired, message: Any, out: list[Finding]) -> None:
+        if e.withheld:
+            return  # the requester never saw it: its request is still pending
+        request = self._requests.pop(e.request_seq, None)
+        if e.cut or message is None:
+            return
+        method = e.method
+        result = message.get("result")
+        schema = self._schema_set()
+        if not e.error and schema is not None and isinstance(method, str):
+            # The result type belongs to the side that received the request, i.e. the response's sender.
+            side = RECEIVER[OTHER[e.direction]]
+            self._schema_flagged = self._validate(
+                "schema/result", rec, schema.results.get((method, side)), result, f"{method} result", out
+            )
+        if method == "session/request_permission" and request is not None and request.cancelled:
+            outcome = _get(result, "outcome", "outcome") if not e.error else None
+            if outcome != "cancelled":
+                what = "an error" if e.error else f"outcome {outcome!r}"
+                out.append(
+                    self._finding(
+                        "cancel/permission",
+                        rec,
+                        f"permission request seq {request.seq} answered with {what} after session/cancel",
+                    )
+                )
+
+    def _on_restoring(self, rec: Any, e: ev.SessionRestoring, message: Any, out: list[Finding]) -> None:
+        if e.method == "session/resume" and not e.replays:
+            self._session(e.session_id).resuming += 1
+
+    def _on_restored(self, rec: Any, e: ev.SessionRestored, message: Any, out: list[Finding]) -> None:
+        session = self._session(e.session_id)
+        if e.method == "session/resume" and not e.replays:
+            session.resuming = max(0, session.resuming - 1)
+        if e.ok:
+            session.restored = (e.method, _field(rec, "seq"))
+
+    def _on_turn_started(self, rec: Any, e: ev.TurnStarted, message: Any, out: list[Finding]) -> None:
+        session = self._session(e.session_id)
+        session.restored = None
+        self.turns[e.prompt_seq] = ("running", None, None)
+        turn = self._turns[e.prompt_seq] = _Turn(e.prompt_seq, e.protocol_version)
+        session.turns.append(turn)
+
+    def _on_accepted(self, rec: Any, e: ev.TurnAccepted, message: Any, out: list[Finding]) -> None:
+        session = self._session(e.session_id)
+        raw = _get(message, "result", "messageId")
+        message_id = e.message_id
+        if not message_id:
+            # The schema says what a missing or non-string id is; the empty string is this rule's.
+            if raw == "" or not self._schema_flagged:
+                out.append(
+                    self._finding(
+                        "prompt/message-id",
+                        rec,
+                        f"prompt response carries messageId {raw!r}, not a non-empty string",
+                    )
+                )
+            return
+        earlier = session.prompt_ids.get(message_id)
+        if earlier is not None:
+            out.append(
+                self._finding(
+                    "prompt/distinct-message-id",
+                    rec,
+                    f"messageId {message_id!r} already given to the prompt of seq {earlier}",
+                )
+            )
+        session.prompt_ids.setdefault(message_id, e.prompt_seq)
+        if message_id not in session.user_ids:
+            session.awaiting_user[message_id] = _field(rec, "seq")
+
+    def _on_state(self, rec: Any, e: ev.StateReported, message: Any, out: list[Finding]) -> None:
+        if e.state in ("running", "requires_action"):
+            for turn in self._session(e.session_id).turns:
+                turn.running = True
+
+    def _on_cancelled(self, rec: Any, e: ev.SessionCancelled, message: Any, out: list[Finding]) -> None:
+        seq = _field(rec, "seq")
+        for prompt_seq in e.prompt_seqs:
+            turn = self._turns.get(prompt_seq)
+            if turn is not None and turn.cancelled_at is None:
+                turn.cancelled_at = seq
+        for request_seq in e.request_seqs:
+            request = self._requests.get(request_seq)
+            if request is not None and request.method == "session/request_permission":
+                request.cancelled = True
+
+    def _on_turn_ended(self, rec: Any, e: ev.TurnEnded, message: Any, out: list[Finding]) -> None:
+        self.turns[e.prompt_seq] = (e.status, e.stop_reason, e.seq)
+        turn = self._turns.pop(e.prompt_seq, None)
+        session = self._session(e.session_id)
+        if turn is not None and turn in session.turns:
+            session.turns.remove(turn)
+        seq = _field(rec, "seq")
+        first_of_frame = self._ended_at != seq
+        self._ended_at = seq
+        if e.by == "idle" and e.stop_reason is None:
+            if first_of_frame:
+                out.append(
+                    self._finding("turn/idle-stop-reason", rec, "idle ends foreground work without a stopReason")
+                )
+        elif e.stop_reason is not None and first_of_frame:
+            self._stop_reason(rec, e.stop_reason, out)
+        if turn is None or turn.cancelled_at is None or e.by == "finish" or e.stop_reason == "cancelled":
+            return
+        if e.by == "error":
+            out.append(
+                self._finding(
+                    "cancel/stop-reason",
+                    rec,
+                    f"prompt cancelled at seq {turn.cancelled_at} ended with an error, not stopReason cancelled",
+                )
+            )
+        else:
+            out.append(
+                self._finding(
+                    "cancel/stop-reason-race",
+                    rec,
+                    f"prompt cancelled at seq {turn.cancelled_at} ended with stopReason {e.stop_reason!r}",
+                )
+            )
+
+    def _on_replayed(self, rec: Any, e: ev.UpdateReplayed, message: Any, out: list[Finding]) -> None:
+        if e.live_only:
+            out.append(
+                self._finding(
+                    "replay/notice",
+                    rec,
+                    f"live-only {e.variant} sent inside a history replay window"
+                    + ("" if _field(rec, "forwarded") != 0 else " (withheld by the proxy)"),
+                )
+            )
+
+    _handlers: ClassVar[dict[type[ev.Event], Any]] = {
+        ev.PeerAnnounced: _on_peer,
+        ev.RequestSent: _on_request,
+        ev.NameUnknown: _on_unknown,
+        ev.ResponseUnpaired: _on_unpaired,
+        ev.ResponsePaired: _on_paired,
+        ev.SessionRestoring: _on_restoring,
+        ev.SessionRestored: _on_restored,
+        ev.TurnStarted: _on_turn_started,
+        ev.TurnAccepted: _on_accepted,
+        ev.StateReported: _on_state,
+        ev.SessionCancelled: _on_cancelled,
+        ev.TurnEnded: _on_turn_ended,
+        ev.UpdateReplayed: _on_replayed,
+    }
+
+    def _gate(self, rec: Any, method: Any, out: list[Finding]) -> None:
+        gate = _GATES.get((self.version, method)) if self.version is not None else None
         if gate is None:
             return
         side, path = gate
@@ -769,36 +991,34 @@ class Checker:
                 )
             )
 
-    # -- notifications ---------------------------------------------------------------------------
+    def _stop_reason(self, rec: Any, stop: str, out: list[Finding]) -> None:
+        schema = schemas(self.version, self._unstable) if self.version in acp.PROTOCOL_VERSIONS else None
+        if schema is not None and stop not in schema.stop_reasons and not stop.startswith("_"):
+            out.append(
+                self._finding(
+                    "ext/stop-reason",
+                    rec,
+                    f"stop reason {stop!r} is not in the {self._schema_name()} schema and does not start with _",
+                )
+            )
+
+    # -- notifications: content ------------------------------------------------------------------
 
     def _notification(self, rec: Any, direction: str, message: dict[str, Any], out: list[Finding]) -> None:
         method = _field(rec, "method")
         params = message.get("params")
-        if method != "session/update":  # its `unknown` annotation is about the variant
-            self._method_name(rec, method, out)
         schema = self._schema_set()
         if schema is not None and isinstance(method, str):
             self._validate(
                 "schema/params",
                 rec,
-                schema.params.get((method, _SIDE[direction])),
+                schema.notifications.get((method, RECEIVER[direction])),
                 params,
                 f"{method} params",
                 out,
             )
         if method == "session/update" and isinstance(params, dict):
             self._update(rec, params, out)
-        elif method == "session/cancel":
-            sid = _field(rec, "session_id")
-            if sid is None:
-                return
-            session = self._session(sid)
-            for turn in session.turns:
-                if turn.cancelled_at is None:
-                    turn.cancelled_at = _field(rec, "seq")
-            for request in self._by_seq.values():
-                if request.method == "session/request_permission" and request.session_id == sid:
-                    request.cancelled = True
 
     def _update(self, rec: Any, params: dict[str, Any], out: list[Finding]) -> None:
         update = params.get("update")
@@ -808,49 +1028,54 @@ class Checker:
         schema = self._schema_set()
         if schema is not None and isinstance(variant, str):
             self._validate("schema/update", rec, schema.variants.get(variant), update, f"{variant} update", out)
-        if _field(rec, "unknown") == "future":
-            out.append(
-                self._finding(
-                    "ext/update-name",
-                    rec,
-                    f"update {variant!r} is not in the {self._schema_name()} schema and does not start with _",
-                )
-            )
         sid = _field(rec, "session_id")
         if sid is None or not isinstance(variant, str):
             return
         session = self._session(sid)
-        replay = bool(_field(rec, "replay"))
         item = _field(rec, "item_id")
-        if replay:
-            if variant in acp.vocabulary(self.version).live_only:
-                out.append(
-                    self._finding(
-                        "replay/notice",
-                        rec,
-                        f"live-only {variant} sent inside a history replay window"
-                        + ("" if _field(rec, "forwarded") != 0 else " (withheld by the proxy)"),
-                    )
-                )
+        message_id = update.get("messageId")
+        if self.state.replaying(sid):
+            if variant in _MESSAGES and isinstance(message_id, str):
+                session.message_ids.add(message_id)
             if variant == "tool_call" and isinstance(item, str):
                 session.tools.add(item)
             return
-        if self.version == 1 and session.resuming and variant in _HISTORY_CONTENT:
-            out.append(self._finding("resume/replayed", rec, f"{variant} sent while session/resume was pending"))
-        if self.version == 1 and session.loaded_at is not None and variant in _HISTORY_CONTENT:
+        version = self.version
+        history = _HISTORY.get(version or 1, _MESSAGES)
+        if session.resuming and variant in history:
             out.append(
-                self._finding(
-                    "load/replay-after-response",
-                    rec,
-                    f"{variant} after the session/load response (seq {session.loaded_at}) and before any prompt",
-                )
+                self._finding("resume/replayed", rec, f"{variant} sent while session/resume (no replay) was pending")
             )
-        if variant in ("user_message", "user_message_chunk"):
-            message_id = update.get("messageId")
+        elif session.restored is not None and variant in history:
+            method, answered = session.restored
+            if version == 1 and method == "session/load":
+                out.append(
+                    self._finding(
+                        "load/replay-after-response",
+                        rec,
+                        f"{variant} after the session/load response (seq {answered}) and before any prompt",
+                    )
+                )
+            elif (
+                version == 2
+                and method == "session/resume"
+                and (variant in _USER_MESSAGES or (isinstance(message_id, str) and message_id in session.message_ids))
+            ):
+                # A user message before any prompt, or a message already replayed: history, late.
+                out.append(
+                    self._finding(
+                        "resume/replay-after-response",
+                        rec,
+                        f"{variant} after the session/resume response (seq {answered}) and before any prompt",
+                    )
+                )
+        if variant in _MESSAGES and isinstance(message_id, str):
+            session.message_ids.add(message_id)
+        if variant in _USER_MESSAGES:
             if isinstance(message_id, str):
                 session.user_ids.add(message_id)
                 session.awaiting_user.pop(message_id, None)
-        elif variant.startswith(_OUTPUT_PREFIXES) and self.version == 2:
+        elif variant.startswith(_OUTPUT_PREFIXES) and version == 2:
             for turn in session.turns:
                 if not turn.running and not turn.reported_output:
                     turn.reported_output = True
@@ -863,68 +1088,10 @@ class Checker:
                     )
         if variant == "tool_call" and isinstance(item, str):
             session.tools.add(item)
-        elif (
-            variant == "tool_call_update" and self.version == 1 and isinstance(item, str) and item not in session.tools
-        ):
+        elif variant == "tool_call_update" and version == 1 and isinstance(item, str) and item not in session.tools:
             out.append(self._finding("tool/unknown-call", rec, f"tool_call_update for unannounced toolCallId {item!r}"))
-        elif variant == "state_update":
-            self._state(rec, session, update, out)
         elif variant in ("compaction_update", "compaction_summary_chunk"):
             self._compaction(rec, session, variant, update, out)
-
-    def _state(self, rec: Any, session: _Session, update: dict[str, Any], out: list[Finding]) -> None:
-        state = update.get("state")
-        if state in ("running", "requires_action"):
-            for turn in session.turns:
-                turn.running = True
-            return
-        if state != "idle":
-            return
-        # As the tracker does: idle ends the work an accepted (or worked-on) prompt joined; a
-        # prompt neither accepted nor started may be queued behind it and stays open.
-        ending = [t for t in session.turns if t.version != 1 and (t.accepted or t.running)]
-        if not ending:
-            return
-        stop = update.get("stopReason")
-        if not isinstance(stop, str) or not stop:
-            out.append(self._finding("turn/idle-stop-reason", rec, "idle ends foreground work without a stopReason"))
-        else:
-            self._stop_reason(rec, stop, out)
-            for turn in ending:
-                self._cancel_outcome(rec, turn, stop, False, out)
-        for turn in ending:
-            session.turns.remove(turn)
-
-    def _stop_reason(self, rec: Any, stop: str, out: list[Finding]) -> None:
-        schema = schemas(self.version, self._unstable) if self.version in acp.PROTOCOL_VERSIONS else None
-        if schema is not None and stop not in schema.stop_reasons and not stop.startswith("_"):
-            out.append(
-                self._finding(
-                    "ext/stop-reason",
-                    rec,
-                    f"stop reason {stop!r} is not in the {self._schema_name()} schema and does not start with _",
-                )
-            )
-
-    def _cancel_outcome(self, rec: Any, turn: _Turn, stop: str | None, error: bool, out: list[Finding]) -> None:
-        if turn.cancelled_at is None or stop == "cancelled":
-            return
-        if error:
-            out.append(
-                self._finding(
-                    "cancel/stop-reason",
-                    rec,
-                    f"prompt cancelled at seq {turn.cancelled_at} ended with an error, not stopReason cancelled",
-                )
-            )
-        else:
-            out.append(
-                self._finding(
-                    "cancel/stop-reason-race",
-                    rec,
-                    f"prompt cancelled at seq {turn.cancelled_at} ended with stopReason {stop!r}",
-                )
-            )
 
     def _compaction(
         self, rec: Any, session: _Session, variant: str, update: dict[str, Any], out: list[Finding]
@@ -958,105 +1125,6 @@ class Checker:
         session.compactions[cid] = (
             status if (status in _COMPACTION_TERMINAL or status == "in_progress") else (state or status)
         )
-
-    # -- responses -------------------------------------------------------------------------------
-
-    def _response(self, rec: Any, direction: str, message: dict[str, Any], out: list[Finding]) -> None:
-        request_seq = _field(rec, "request_seq")
-        request = self._by_seq.pop(request_seq, None) if request_seq is not None else None
-        if request_seq is None:
-            rpc_id = _field(rec, "rpc_id")
-            if rpc_id is not None and rpc_id != "null":
-                out.append(
-                    self._finding("jsonrpc/unknown-id", rec, f"response to id {rpc_id}, which no pending request has")
-                )
-            return
-        if request is not None:
-            key = (request.direction, request.rpc_id)
-            if self._pending.get(key) is request:
-                del self._pending[key]
-        method = _field(rec, "method")
-        kind = _field(rec, "kind")
-        result = message.get("result")
-        schema = self._schema_set()
-        if kind == "response" and schema is not None and isinstance(method, str):
-            # The result type belongs to the side that received the request, i.e. the response's sender.
-            side = _SIDE[_OTHER[direction]]
-            self._validate("schema/result", rec, schema.results.get((method, side)), result, f"{method} result", out)
-        if method == "initialize" and kind == "response" and isinstance(result, dict):
-            negotiated = result.get("protocolVersion")
-            if isinstance(negotiated, int):
-                self.version = negotiated if negotiated in acp.PROTOCOL_VERSIONS else None
-            self._capabilities["agent"] = result.get("agentCapabilities", result.get("capabilities"))
-        elif method == "session/prompt" and request is not None:
-            self._prompt_response(rec, request, kind, result, out)
-        elif method == "session/load" and request is not None and request.session_id and self.version == 1:
-            if kind == "response":
-                self._session(request.session_id).loaded_at = _field(rec, "seq")
-        elif method == "session/resume" and request is not None and request.session_id and self.version == 1:
-            session = self._session(request.session_id)
-            session.resuming = max(0, session.resuming - 1)
-        elif method == "session/request_permission" and request is not None and request.cancelled:
-            outcome = _get(result, "outcome", "outcome") if kind == "response" else None
-            if outcome != "cancelled":
-                what = "an error" if kind == "error" else f"outcome {outcome!r}"
-                out.append(
-                    self._finding(
-                        "cancel/permission",
-                        rec,
-                        f"permission request seq {request.seq} answered with {what} after session/cancel",
-                    )
-                )
-
-    def _prompt_response(self, rec: Any, request: _Request, kind: Any, result: Any, out: list[Finding]) -> None:
-        sid = request.session_id
-        session = self._sessions.get(sid) if sid is not None else None
-        turn = next((t for t in session.turns if t.seq == request.seq), None) if session is not None else None
-        if session is None or turn is None:
-            return
-        v1 = self.version == 1 or (self.version is None and isinstance(result, dict) and "stopReason" in result)
-        if kind == "error":
-            self._cancel_outcome(rec, turn, None, True, out)
-            session.turns.remove(turn)
-            return
-        if v1:
-            stop = _get(result, "stopReason")
-            if isinstance(stop, str):
-                self._stop_reason(rec, stop, out)
-            self._cancel_outcome(rec, turn, stop if isinstance(stop, str) else None, False, out)
-            session.turns.remove(turn)
-            return
-        turn.accepted = True
-        turn.response_seq = _field(rec, "seq")
-        message_id = _get(result, "messageId")
-        if not isinstance(message_id, str) or not message_id:
-            out.append(
-                self._finding(
-                    "prompt/message-id",
-                    rec,
-                    f"prompt response carries messageId {message_id!r}, not a non-empty string",
-                )
-            )
-            return
-        turn.message_id = message_id
-        earlier = session.prompt_ids.get(message_id)
-        if earlier is not None:
-            out.append(
-                self._finding(
-                    "prompt/distinct-message-id",
-                    rec,
-                    f"messageId {message_id!r} already given to the prompt of seq {earlier}",
-                )
-            )
-        session.prompt_ids.setdefault(message_id, request.seq)
-        if message_id not in session.user_ids:
-            session.awaiting_user[message_id] = _field(rec, "seq")
-
-    def _session(self, sid: str) -> _Session:
-        session = self._sessions.get(sid)
-        if session is None:
-            session = self._sessions[sid] = _new_session()
-        return session
 
 
 def check(

@@ -507,7 +507,7 @@ def show(db_path: Path | None, as_raw: bool, turn: int | None, as_json: bool, re
         rows = [f for f in found if turn is None]
         views.table(views.console(), FRAME_TABLE, _frame_rows_for_table(rows))
         return
-    conversations = transcript.fold_rows(found)
+    conversations = transcript.fold_rows(found, ended=_runs_ended(db, queries.run_ids_of(db, resolved)))
     if resolved.is_session:
         conversations = {k: v for k, v in conversations.items() if k == resolved.session_id}
     conversations = {k: v for k, v in conversations.items() if k is not None or not v.empty}
@@ -539,6 +539,17 @@ def show(db_path: Path | None, as_raw: bool, turn: int | None, as_json: bool, re
     _show_annotations(
         con, db, queries.run_ids_of(db, resolved), {f["seq"] for f in found} if resolved.is_session else None
     )
+
+
+def _runs_ended(db: Any, run_ids: list[int]) -> dict[int, bool]:
+    """Run id -> whether the run is over (its unanswered requests and open turns are final)."""
+    from . import queries
+
+    marks = ",".join("?" * len(run_ids)) or "null"
+    return {
+        r["id"]: r["status"] != "running"
+        for r in queries.rows(db, f"select id, status from runs where id in ({marks})", run_ids)
+    }
 
 
 def _show_annotations(con: Any, db: Any, run_ids: list[int], seqs: set[int] | None) -> None:
@@ -1085,7 +1096,8 @@ def _diff_side(db: Any, ref_text: str) -> tuple[str, list[Any]]:
     from . import queries, transcript
 
     resolved = resolve_ref(db, ref_text)
-    conversations = transcript.fold_rows(queries.frames_of(db, resolved))
+    ended = _runs_ended(db, queries.run_ids_of(db, resolved))
+    conversations = transcript.fold_rows(queries.frames_of(db, resolved), ended=ended)
     if resolved.is_session:
         conversations = {k: v for k, v in conversations.items() if k == resolved.session_id}
     return resolved.describe(), list(conversations.values())
@@ -1107,11 +1119,13 @@ def _diff_cell(value: Any) -> str:
 @click.argument("left")
 @click.argument("right")
 def diff_command(db_path: Path | None, as_json: bool, left: str, right: str) -> None:
-    """Compare two recordings turn by turn; exit 1 when they differ.
+    """Compare two recordings, around and in their turns; exit 1 when they differ.
 
-    Per prompt turn: the prompt, the agent's text and thoughts, the tool calls (title, kind,
-    final status), permission outcomes, the stop reason and errors. Ids, session ids, `_meta`
-    and timestamps are ignored; timing is shown side by side but never counts as a difference.
+    Outside the turns: the initialize exchange, set-up calls and their answers (session/new
+    errors included), errors, requests left unanswered. Per prompt turn: the prompt, the
+    agent's text and thoughts, the tool calls (title, kind, final status), permission outcomes,
+    how it ended and errors. Ids, session ids, `_meta` and timestamps are ignored; timing is
+    shown side by side but never counts as a difference.
 
     \b
     Examples:
@@ -1129,14 +1143,39 @@ def diff_command(db_path: Path | None, as_json: bool, left: str, right: str) -> 
     left_name, left_convs = _diff_side(db, left)
     right_name, right_convs = _diff_side(db, right)
     diffs = df.diff_conversations(left_convs, right_convs)
-    differ = df.any_difference(diffs)
+    connection = df.diff_connection(left_convs, right_convs)
+    differ = df.any_difference(diffs, connection)
     if as_json:
         views.write_json(
-            {"left": left_name, "right": right_name, "differ": differ, "turns": [d.as_json() for d in diffs]}
+            {
+                "left": left_name,
+                "right": right_name,
+                "differ": differ,
+                "connection": connection.as_json(),
+                "turns": [d.as_json() for d in diffs],
+            }
         )
     else:
         con = views.console()
         terminal = views.is_terminal(con)
+        mark = "differs: " + ", ".join(connection.differs) if connection.differs else "same"
+        table = Table(
+            title=f"outside the turns · {mark}",
+            title_justify="left",
+            box=None if not terminal else box.SIMPLE_HEAD,
+            show_lines=False,
+        )
+        table.add_column("")
+        table.add_column(left_name)
+        table.add_column(right_name)
+        for key in df.CONNECTION:
+            style = "red" if key in connection.differs else ""
+            table.add_row(
+                Text(key, style=style or "bold"),
+                Text(_diff_cell(connection.left[key]), style=style),
+                Text(_diff_cell(connection.right[key]), style=style),
+            )
+        con.print(table)
         for d in diffs:
             mark = "differs: " + ", ".join(d.differs) if d.differs else "same"
             table = Table(
@@ -1157,10 +1196,11 @@ def diff_command(db_path: Path | None, as_json: bool, left: str, right: str) -> 
         if not diffs:
             con.print("no prompt turns on either side", style="dim")
         summary = sum(1 for d in diffs if d.differs)
+        outside = " and outside the turns" if connection.differs else ""
         click.echo(
-            f"acp-proxy: {summary} of {len(diffs)} turn(s) differ"
+            f"acp-proxy: {summary} of {len(diffs)} turn(s) differ{outside}"
             if differ
-            else f"acp-proxy: no difference in {len(diffs)} turn(s)",
+            else f"acp-proxy: no difference in {len(diffs)} turn(s) or around them",
             err=True,
         )
     if differ:

@@ -1,12 +1,16 @@
-"""Diff: compare two recorded conversations turn by turn, beyond volatile fields.
+"""Diff: compare two recorded conversations — the connection around the turns, then turn by turn.
 
-Owns: reducing a folded ``Conversation`` (see ``fold``) to what a person would call "what
-happened" in each prompt turn — the prompt, the agent's message text, its thoughts, the
-tool-call sequence with kinds and final statuses, permission outcomes, the stop reason, an
-error — pairing two recordings' sessions (in order of appearance) and turns (by index), and
-saying which of those differ. Timing (turn duration, time to first output) is reported side by
-side but never counts as a difference: it is volatile, like ids, session ids, ``_meta`` and
-timestamps, which are left out of the comparison altogether.
+Owns: reducing folded ``Conversation``s (see ``fold``) to what a person would call "what
+happened". Outside the prompt turns (``summarise_connection``): the ``initialize`` exchange
+(protocol versions, peer names and versions, auth methods), the set-up calls made outside any
+turn and how each was answered (``authenticate``, ``session/new`` ... with their error codes and
+messages), errors outside any turn, and the requests left unanswered when a connection ended. In
+each prompt turn (``summarise_turn``): the prompt, the agent's message text, its thoughts, the
+tool-call sequence with kinds and final statuses, permission outcomes, how the turn ended (stop
+reason, error, unfinished). Sessions are paired in order of appearance, turns by index, and the
+diff says which of those facts differ. Timing (turn duration, time to first output) is reported
+side by side but never counts as a difference: it is volatile, like ids, session ids, ``cwd``,
+``_meta`` and timestamps, which are left out of the comparison altogether.
 
 Must not know: SQL, click, rich. Input is folded conversations; output is plain dicts, ready to
 render or dump as JSON.
@@ -21,8 +25,9 @@ from typing import Any
 from . import fold as fd
 
 # What is compared, in display order; "timing" fields are shown only.
-COMPARED = ("prompt", "agent", "thought", "tool_calls", "permissions", "stop_reason", "error")
+COMPARED = ("prompt", "agent", "thought", "tool_calls", "permissions", "stop_reason", "outcome", "error")
 SHOWN = ("duration_ms", "first_output_ms")
+CONNECTION = ("initialize", "setup", "errors", "unanswered")
 
 
 @dataclass
@@ -41,6 +46,78 @@ class TurnDiff:
             "left": self.left,
             "right": self.right,
         }
+
+
+@dataclass
+class ConnectionDiff:
+    """Everything outside the prompt turns of both recordings."""
+
+    left: dict[str, Any]
+    right: dict[str, Any]
+    differs: list[str] = field(default_factory=list)  # names from CONNECTION
+
+    def as_json(self) -> dict[str, Any]:
+        return {"differs": self.differs, "left": self.left, "right": self.right}
+
+
+def _error(error: Any) -> dict[str, Any] | Any:
+    # The message and code matter; `data` often carries volatile detail.
+    if isinstance(error, dict):
+        return {k: error.get(k) for k in ("code", "message") if k in error}
+    return error
+
+
+def _outcome(call: fd.Call) -> str:
+    if call.error is not None:
+        err = _error(call.error)
+        if isinstance(err, dict):
+            return f"error {err.get('code')} {err.get('message') or ''}".rstrip()
+        return f"error {err!r}"
+    return "ok" if call.answered else "unanswered"
+
+
+def _info(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return None
+    parts = [str(value[k]) for k in ("name", "version") if value.get(k) is not None]
+    return " ".join(parts) or None
+
+
+def summarise_connection(conversations: Iterable[fd.Conversation]) -> dict[str, Any]:
+    """The comparable facts outside the prompt turns of one recording."""
+    entities = sorted((e for conv in conversations for e in conv.timeline), key=lambda e: (str(e.run), e.seq))
+    initialize: list[str] = []
+    setup: list[str] = []
+    errors: list[str] = []
+    unanswered: list[str] = []
+    for entity in entities:
+        if entity.replay:
+            continue
+        if isinstance(entity, fd.Call) and entity.method in ("initialize", "proxy/initialize"):
+            params = entity.params if isinstance(entity.params, dict) else {}
+            result = entity.result if isinstance(entity.result, dict) else {}
+            auth = [str(m.get("id")) for m in result.get("authMethods") or [] if isinstance(m, dict)]
+            asked = (
+                f"protocol {params.get('protocolVersion')} client {_info(params.get('clientInfo', params.get('info')))}"
+            )
+            if entity.answered and entity.error is None:
+                agent = _info(result.get("agentInfo", result.get("info")))
+                answer = f"protocol {result.get('protocolVersion')} agent {agent} auth [{', '.join(auth)}]"
+            else:
+                answer = _outcome(entity)
+            initialize.append(f"{entity.method} {asked} → {answer}")
+        elif isinstance(entity, fd.Call) and entity.turn == 0:
+            setup.append(f"{entity.method} → {_outcome(entity)}")
+        elif isinstance(entity, fd.ErrorResponse) and entity.turn == 0:
+            errors.append(f"{entity.method or '?'}: {entity.code} {entity.message or ''}".rstrip())
+    for conv in conversations:
+        unanswered.extend(method or "?" for _seq, method in conv.unanswered)
+    return {"initialize": initialize, "setup": setup, "errors": errors, "unanswered": sorted(unanswered)}
+
+
+def diff_connection(left: Iterable[fd.Conversation], right: Iterable[fd.Conversation]) -> ConnectionDiff:
+    a, b = summarise_connection(list(left)), summarise_connection(list(right))
+    return ConnectionDiff(a, b, [k for k in CONNECTION if a[k] != b[k]])
 
 
 def summarise_turn(conv: fd.Conversation, turn: fd.PromptTurn) -> dict[str, Any]:
@@ -63,9 +140,6 @@ def summarise_turn(conv: fd.Conversation, turn: fd.PromptTurn) -> dict[str, Any]
             continue
         if first_output_ns is None:
             first_output_ns = entity.ts_ns
-    error = turn.error
-    if isinstance(error, dict):  # the message and code matter; `data` often carries volatile detail
-        error = {k: error.get(k) for k in ("code", "message") if k in error}
     return {
         "prompt": fd.text_of(turn.prompt),
         "agent": "\n".join(agent),
@@ -73,7 +147,8 @@ def summarise_turn(conv: fd.Conversation, turn: fd.PromptTurn) -> dict[str, Any]
         "tool_calls": tools,
         "permissions": permissions,
         "stop_reason": turn.stop_reason,
-        "error": error,
+        "outcome": turn.status,
+        "error": _error(turn.error),
         "duration_ms": None if turn.duration_ns is None else round(turn.duration_ns / 1e6, 1),
         "first_output_ms": None if first_output_ns is None else round((first_output_ns - turn.ts_ns) / 1e6, 1),
     }
@@ -101,5 +176,5 @@ def diff_conversations(left: Iterable[fd.Conversation], right: Iterable[fd.Conve
     return out
 
 
-def any_difference(diffs: Iterable[TurnDiff]) -> bool:
-    return any(d.differs for d in diffs)
+def any_difference(diffs: Iterable[TurnDiff], connection: ConnectionDiff | None = None) -> bool:
+    return bool(connection is not None and connection.differs) or any(d.differs for d in diffs)

@@ -41,11 +41,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import copy
 import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
+
+import msgspec
+
+from .protocol import events as ev
+from .protocol import wire
+from .protocol.state import ConnectionState, FrameLike
+from .protocol.vocabulary import A2C, C2A
 
 __all__ = [
     "Call",
@@ -58,9 +66,11 @@ __all__ = [
     "Folder",
     "Message",
     "Notice",
+    "Notification",
     "Permission",
     "Plan",
     "PromptTurn",
+    "SessionState",
     "Subagent",
     "Terminal",
     "ToolCall",
@@ -71,9 +81,6 @@ __all__ = [
     "fold_sessions",
     "text_of",
 ]
-
-C2A = "c2a"
-A2C = "a2c"
 
 Json = Any
 """A decoded JSON value (dict, list, str, int, float, bool or None)."""
@@ -95,8 +102,9 @@ class FoldInput:
     message: Json
     """The parsed JSON object (a list for a batch; anything else is ignored)."""
     replay: bool | None = None
-    """Inside a history replay window (``session/load``, ``session/resume`` with ``replayFrom``).
-    None: let the fold infer it from the load/resume requests it sees."""
+    """True: history, whatever the protocol state says (for inputs without their restore
+    request). Otherwise the connection's state machine says which updates are history (inside a
+    replay window: ``session/load``, ``session/resume`` with ``replayFrom``)."""
     forwarded: bool = True
     """False when the proxy did not pass the frame on: the peer never saw it, so it changes no
     state (its seq is listed in ``Conversation.unforwarded``)."""
@@ -104,6 +112,10 @@ class FoldInput:
     """The connection (recorded run) the frame belongs to. Request ids, negotiated versions and
     v1 chunk continuity are per connection; a session loaded in a later run is folded into the
     same conversation, its replayed history as new entries marked ``replay``."""
+    line: bytes | None = None
+    """The frame's bytes, when the caller has them (saves encoding ``message`` again)."""
+    frame: FrameLike | None = None
+    """The frame's envelope as recorded (a ``RecordedFrame``), when the caller has it."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -132,6 +144,8 @@ class Entity:
     updated_ts_ns: int = 0
     replayed_seq: int | None = None
     """The last frame of a replay window that re-sent this (live-created) entry."""
+    rebuilt_in: int | None = None
+    """The replay window (its request's seq) whose history last rebuilt the entry's content."""
 
     def __post_init__(self) -> None:
         if self.updated_seq < 0:
@@ -233,6 +247,8 @@ class Permission(Entity):
     result: Json = None
     error: Json = None
     """The JSON-RPC error object when the client answered with an error."""
+    cancel_requested_seq: int | None = None
+    """The ``$/cancel_request`` that named this request while it was pending."""
 
     @property
     def option(self) -> Json:
@@ -341,6 +357,35 @@ class Call(Entity):
     answered_ts_ns: int | None = None
     result: Json = None
     error: Json = None
+    cancel_requested_seq: int | None = None
+    """The ``$/cancel_request`` that named this request while it was pending."""
+
+
+@dataclass(kw_only=True, eq=False)
+class Notification(Entity):
+    """A known notification other than ``session/update`` and ``session/cancel``:
+    ``$/cancel_request``, ``auth/status_update``, ``elicitation/complete``, the notification forms
+    of ``mcp/message`` and ``proxy/successor``, ..."""
+
+    entity: ClassVar[str] = "notification"
+    method: str
+    dir: str
+    params: Json = None
+    cancels_seq: int | None = None
+    """``$/cancel_request``: the pending request it names (None when nothing pending has that id)."""
+    cancels_method: str | None = None
+    cancels_id: Json = None
+
+
+@dataclass(kw_only=True, eq=False)
+class SessionState(Entity):
+    """A session state update as a timeline entry (the latest values are also on the
+    ``Conversation``): usage, state, session info, current mode, config options, commands."""
+
+    entity: ClassVar[str] = "session_state"
+    variant: str
+    fields: dict[str, Json] = field(default_factory=dict)
+    """The update's members except ``sessionUpdate``."""
 
 
 @dataclass(kw_only=True, eq=False)
@@ -421,9 +466,15 @@ class PromptTurn:
     end_ts_ns: int | None = None
     error: Json = None
     cancel_seq: int | None = None
+    """The ``session/cancel`` sent while the turn was open."""
+    cancel_requested_seq: int | None = None
+    """A ``$/cancel_request`` that named the prompt request while it was pending."""
     usage: Json = None
     """The v1 response's (unstable) per-turn ``usage``."""
     replay: bool = False
+    status: str = "running"
+    """``running``, ``ended`` (v1 response or v2 idle), ``error`` (an error answer) or
+    ``unfinished`` (the connection ended first)."""
 
     @property
     def open(self) -> bool:
@@ -473,6 +524,8 @@ class Conversation:
     available_commands: list[Json] | None = None
     unforwarded: list[int] = field(default_factory=list)
     """Seqs of frames the proxy did not forward (not applied)."""
+    unanswered: list[tuple[int, str | None]] = field(default_factory=list)
+    """(seq, method) of the requests of the session still unanswered when their connection ended."""
     _index: dict[tuple[Any, ...], Entity] = field(default_factory=dict, init=False, repr=False)
     _latest: dict[tuple[str, str], Entity] = field(default_factory=dict, init=False, repr=False)
 
@@ -592,6 +645,8 @@ class _At:
     ts_ns: int
     run: int | str | None
     replay: bool
+    window: int | None = None
+    """The replay window the frame is history of (the seq of the request that opened it)."""
 
 
 @dataclass(slots=True)
@@ -607,7 +662,6 @@ class _Pending:
     ts_ns: int
     entity: Entity | None = None
     turn: PromptTurn | None = None
-    replay_window: bool = False
 
 
 _MESSAGE_ROLES = {
@@ -622,26 +676,22 @@ _MESSAGE_UPSERTS = {
     "agent_thought": "thought",
     "session_message": "session",
 }
-# Variants only one version has: they tell the version when no initialize was folded.
-_V2_ONLY = frozenset(
+# Latest-value session state that is also a timeline entry (``SessionState``), by variant.
+_STATE_VARIANTS = frozenset(
     {
-        "user_message",
-        "agent_message",
-        "agent_thought",
+        "usage_update",
         "state_update",
-        "tool_call_content_chunk",
-        "terminal_update",
-        "terminal_output_chunk",
+        "session_info_update",
+        "current_mode_update",
+        "config_option_update",
+        "available_commands_update",
     }
 )
-_V1_ONLY = frozenset({"tool_call", "plan", "current_mode_update"})
-
-# Requests whose meaning the fold applies itself (no generic Call entry).
-_SETUP = frozenset({"initialize", "authenticate", "session/new", "session/load", "session/resume"})
+# Session set-up answers carry modes and config options.
+_SETUP_RESULTS = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
 _TERMINAL_METHODS = frozenset(
     {"terminal/create", "terminal/output", "terminal/wait_for_exit", "terminal/kill", "terminal/release"}
 )
-
 # ToolCall / ToolCallUpdate wire fields and the attributes they patch.
 _TOOL_FIELDS = (
     ("title", "title"),
@@ -687,18 +737,71 @@ def _list(value: Json) -> list[Json]:
     return list(value) if isinstance(value, list) else []
 
 
+def _frames(item: FoldInput) -> list[tuple[Json, FrameLike]]:
+    """The messages of ``item`` with the frame the state machine reads for each."""
+    if isinstance(item.message, list):
+        # A batch: each element is a frame of its own (the recorder stores them as rows).
+        out: list[tuple[Json, FrameLike]] = []
+        for element in item.message:
+            line = msgspec.json.encode(element)
+            out.append((element, _Frame(item, line, wire.decode_object(line))))
+        return out
+    if item.frame is not None:
+        return [(item.message, item.frame)]
+    line = item.line if item.line is not None else msgspec.json.encode(item.message)
+    return [(item.message, _Frame(item, line, wire.decode(line)))]
+
+
+class _Frame:
+    """A decoded message as the state machine reads it (when no recorded row came with it)."""
+
+    __slots__ = (
+        "cut",
+        "dir",
+        "forwarded",
+        "kind",
+        "line",
+        "method",
+        "rpc_id",
+        "seq",
+        "session_id",
+        "ts_ns",
+        "update_kind",
+    )
+
+    def __init__(self, item: FoldInput, line: bytes, frame: wire.Frame) -> None:
+        self.seq = item.seq
+        self.ts_ns = item.ts_ns
+        self.dir = item.dir
+        self.line = line
+        self.kind: str | None = frame.kind
+        self.method = frame.method
+        self.rpc_id = frame.rpc_id
+        self.session_id = frame.session_id
+        self.update_kind = frame.update_kind
+        self.forwarded = int(item.forwarded)
+        self.cut = 0
+
+
 class Folder:
     """The incremental fold: ``feed`` messages in relay order, read ``conversations`` any time
-    (a live ``tail`` can render as frames arrive)."""
+    (a live ``tail`` can render as frames arrive); ``finish(run)`` when a connection has ended.
+
+    Pairing, replay windows, versions and turns come from the events of one protocol state
+    machine per connection (``protocol.state``); the fold keeps the content."""
 
     def __init__(self, *, protocol_version: int | None = None) -> None:
         self.protocol_version = protocol_version
         """Forced protocol version (None: negotiated per run, else inferred, else v1)."""
         self.conversations: dict[str | None, Conversation] = {}
+        self._states: dict[Any, ConnectionState] = {}
         self._negotiated: dict[Any, int] = {}
         self._inferred: dict[Any, int] = {}
-        self._pending: dict[tuple[Any, str, tuple[str, Any]], _Pending] = {}
-        self._replaying: dict[tuple[Any, str | None], int] = {}
+        self._requests: dict[tuple[Any, int], list[_Pending]] = {}
+        """Requests by (run, seq); a list only because a batch given as one input shares a seq."""
+        self._turns: dict[tuple[Any, int], PromptTurn] = {}
+        self._windows: dict[tuple[Any, str], int] = {}
+        """(run, session) -> seq of the request whose replay window is open."""
         self._updates: dict[str, Callable[[Conversation, _At, dict[str, Any], str], bool]] = {
             "tool_call": self._tool_call,
             "tool_call_update": self._tool_call_update,
@@ -727,20 +830,92 @@ class Folder:
     # ---- entry points
 
     def feed(self, item: FoldInput) -> None:
-        messages = item.message if isinstance(item.message, list) else [item.message]
-        if not item.forwarded:
-            # The peer never saw it: it changed nothing the peer holds. Say so where it belongs.
-            for msg in messages:
-                unforwarded = self._conv(self._session_of(item, msg), item.run).unforwarded
-                if not unforwarded or unforwarded[-1] != item.seq:
-                    unforwarded.append(item.seq)
+        state = self._states.get(item.run)
+        if state is None:
+            state = self._states[item.run] = ConnectionState(version=self.protocol_version)
+        for msg, frame in _frames(item):
+            events = state.feed(frame)
+            if events:
+                self._before(item, events)
+            if not item.forwarded:
+                # The peer never saw it: it changed nothing the peer holds. Say so where it belongs
+                # (a line that is not JSON belongs nowhere: the frame list shows it).
+                if msg is not None:
+                    unforwarded = self._conv(self._session_of(item, msg, events), item.run).unforwarded
+                    if not unforwarded or unforwarded[-1] != item.seq:
+                        unforwarded.append(item.seq)
+            elif isinstance(msg, dict):
+                self._message(item, msg, events)
+            if events:
+                self._after(item, events)
+
+    def finish(self, run: Any, ts_ns: int = 0) -> None:
+        """The connection ``run`` ended: its unanswered requests and unfinished turns are final."""
+        state = self._states.get(run)
+        if state is None:
             return
-        for msg in messages:
-            if isinstance(msg, dict):
-                self._message(item, msg)
+        item = FoldInput(seq=0, ts_ns=ts_ns, dir=A2C, message=None, run=run)
+        self._after(item, state.finish(ts_ns))
 
     def conversation(self, session_id: str | None) -> Conversation:
         return self.conversations.get(session_id) or Conversation(session_id=session_id)
+
+    # ---- events (the protocol's meaning, from the state machine)
+
+    def _before(self, item: FoldInput, events: tuple[ev.Event, ...]) -> None:
+        """Events that set the context the frame's content is applied in."""
+        run = item.run
+        for e in events:
+            if isinstance(e, ev.VersionNegotiated):
+                if e.version is not None:
+                    self._negotiated[run] = e.version
+            elif isinstance(e, ev.VersionInferred):
+                self._inferred.setdefault(run, e.version)
+            elif isinstance(e, ev.ReplayWindowOpened):
+                self._windows[(run, e.session_id)] = e.seq or 0
+
+    def _after(self, item: FoldInput, events: tuple[ev.Event, ...]) -> None:
+        """Events that change what the frame's content created or found."""
+        run = item.run
+        for e in events:
+            if isinstance(e, ev.TurnAccepted):
+                turn = self._turns.get((run, e.prompt_seq))
+                if turn is not None:
+                    turn.accepted_seq = e.seq
+                    turn.message_id = e.message_id
+            elif isinstance(e, ev.TurnEnded):
+                self._turn_ended(item, e)
+            elif isinstance(e, ev.SessionCancelled):
+                for prompt_seq in e.prompt_seqs:
+                    turn = self._turns.get((run, prompt_seq))
+                    if turn is not None and turn.cancel_seq is None:
+                        turn.cancel_seq = e.seq
+            elif isinstance(e, ev.RequestCancelled) and e.request_seq is not None:
+                for pending in self._requests.get((run, e.request_seq), ()):
+                    target: Any = pending.entity if pending.entity is not None else pending.turn
+                    if target is not None and getattr(target, "cancel_requested_seq", None) is None:
+                        target.cancel_requested_seq = e.seq
+            elif isinstance(e, ev.ReplayWindowClosed):
+                self._windows.pop((run, e.session_id), None)
+            elif isinstance(e, ev.Unanswered):
+                self._conv(e.session_id, run).unanswered.append((e.request_seq, e.method))
+
+    def _turn_ended(self, item: FoldInput, e: ev.TurnEnded) -> None:
+        turn = self._turns.get((item.run, e.prompt_seq))
+        if turn is None:
+            return
+        turn.status = e.status
+        if e.seq is None:
+            return  # unfinished: the connection ended first
+        turn.stop_reason = e.stop_reason
+        turn.end_seq, turn.end_ts_ns = e.seq, e.ts_ns
+        conv = self.conversations.get(turn.session_id)
+        if conv is None:
+            return
+        if e.by == "response" or (e.by == "error" and not self._v2(item.run)):
+            # v1: the prompt request was the turn; the agent is idle again. (A v2 error means the
+            # prompt was never inserted: the state is whatever it was.)
+            conv.state, conv.state_seq, conv.stop_reason = "idle", e.seq, e.stop_reason
 
     # ---- plumbing
 
@@ -763,22 +938,25 @@ class Folder:
     def _known_version(self, run: Any) -> int | None:
         return self.protocol_version or self._negotiated.get(run) or self._inferred.get(run)
 
-    def _session_of(self, item: FoldInput, msg: Json) -> str | None:
+    def _session_of(self, item: FoldInput, msg: Json, events: tuple[ev.Event, ...]) -> str | None:
         if not isinstance(msg, dict):
             return None
         sid = _str(_dict(msg.get("params")).get("sessionId"))
         if sid is not None or "method" in msg:
             return sid
-        pending = self._pending.get((item.run, _other(item.dir), _id_key(msg.get("id"))))
-        return pending.session_id if pending else None
+        for e in events:
+            if isinstance(e, ev.ResponsePaired):
+                return e.session_id
+        return None
 
-    def _at(self, item: FoldInput, session_id: str | None) -> _At:
-        replay = item.replay
-        if replay is None:
-            # A replay window lasts from session/load (or session/resume with replayFrom) to its
-            # response; the agent's messages for that session in between are history.
-            replay = item.dir == A2C and self._replaying.get((item.run, session_id), 0) > 0
-        return _At(item.seq, item.ts_ns, item.run, bool(replay))
+    def _at(self, item: FoldInput, session_id: str | None, events: tuple[ev.Event, ...] = ()) -> _At:
+        window = None
+        replay = bool(item.replay)
+        for e in events:
+            if isinstance(e, ev.UpdateReplayed):
+                # History: sent inside a replay window (session/load, session/resume + replayFrom).
+                replay, window = True, e.window_seq
+        return _At(item.seq, item.ts_ns, item.run, replay, window)
 
     def _add(self, conv: Conversation, at: _At, cls: type[Any], **fields: Any) -> Any:
         entity = cls(
@@ -788,6 +966,7 @@ class Folder:
             turn=_turn_index(conv),
             replay=at.replay,
             run=at.run,
+            rebuilt_in=at.window,
             **fields,
         )
         conv.timeline.append(entity)
@@ -807,54 +986,76 @@ class Folder:
         if at.replay and not entity.replay:
             entity.replayed_seq = at.seq
 
+    @staticmethod
+    def _rebuilds(entity: Entity, at: _At) -> bool:
+        """Whether this touch starts the entity's content over: the first one of a replay window.
+
+        History replayed on the same connection re-sends what is already held (v2 resume with
+        replayFrom: every message, as upserts or chunks): chunks of a replayed message rebuild
+        it instead of appending to the copy already held.
+        """
+        if at.window is None or entity.rebuilt_in == at.window:
+            return False
+        entity.rebuilt_in = at.window
+        return True
+
     # ---- messages by kind
 
-    def _message(self, item: FoldInput, msg: dict[str, Any]) -> None:
+    def _message(self, item: FoldInput, msg: dict[str, Any], events: tuple[ev.Event, ...]) -> None:
         method = msg.get("method")
         if isinstance(method, str):
             if "id" in msg:
-                self._request(item, msg, method)
+                self._request(item, msg, method, events)
             else:
-                self._notification(item, msg, method)
+                self._notification(item, msg, method, events)
         elif "id" in msg and ("result" in msg or "error" in msg):
-            self._response(item, msg)
+            self._response(item, msg, events)
         # Anything else (no method, no result) is not JSON-RPC the peers could act on; the
         # frame list shows it, the conversation has nothing to say about it.
 
-    def _notification(self, item: FoldInput, msg: dict[str, Any], method: str) -> None:
+    def _notification(self, item: FoldInput, msg: dict[str, Any], method: str, events: tuple[ev.Event, ...]) -> None:
         params = _dict(msg.get("params"))
         sid = _str(params.get("sessionId"))
-        conv = self._conv(sid, item.run)
-        at = self._at(item, sid)
+        at = self._at(item, sid, events)
         if method == "session/update" and item.dir == A2C:
-            self._update(conv, at, params)
-        elif method == "session/cancel" and item.dir == C2A:
-            self._add(conv, at, Cancellation, params=msg.get("params"))
-            for turn in conv.turns:
-                if turn.open and turn.cancel_seq is None:
-                    turn.cancel_seq = at.seq
-        else:
-            self._add(conv, at, Unknown, method=method, dir=item.dir, raw=msg)
+            self._update(self._conv(sid, item.run), at, params)
+            return
+        if method == "session/cancel" and item.dir == C2A:
+            self._add(self._conv(sid, item.run), at, Cancellation, params=msg.get("params"))
+            return
+        if any(isinstance(e, ev.NameUnknown) for e in events):
+            self._add(self._conv(sid, item.run), at, Unknown, method=method, dir=item.dir, raw=msg)
+            return
+        cancels = next((e for e in events if isinstance(e, ev.RequestCancelled)), None)
+        target = None
+        if cancels is not None and cancels.request_seq is not None:
+            found = self._requests.get((item.run, cancels.request_seq))
+            target = found[0] if found else None
+        # Shown with the request it cancels, in that request's conversation.
+        conv = self._conv(target.session_id if target is not None and sid is None else sid, item.run)
+        self._add(
+            conv,
+            at,
+            Notification,
+            method=method,
+            dir=item.dir,
+            params=msg.get("params"),
+            cancels_seq=target.seq if target is not None else None,
+            cancels_method=target.method if target is not None else None,
+            cancels_id=_dict(msg.get("params")).get("requestId") if method == "$/cancel_request" else None,
+        )
 
-    def _request(self, item: FoldInput, msg: dict[str, Any], method: str) -> None:
+    def _request(self, item: FoldInput, msg: dict[str, Any], method: str, events: tuple[ev.Event, ...]) -> None:
         params = _dict(msg.get("params"))
         sid = _str(params.get("sessionId"))
         conv = self._conv(sid, item.run)
-        at = self._at(item, sid)
+        at = self._at(item, sid, events)
         pending = _Pending(method, item.dir, msg.get("id"), params, sid, at.seq, at.ts_ns)
-        # Ids are per direction: the agent's request 0 and the client's request 0 are different.
-        self._pending[(item.run, item.dir, _id_key(msg.get("id")))] = pending
-
-        if item.dir == C2A and method in _SETUP:
-            if method == "initialize" and isinstance(params.get("protocolVersion"), int):
-                self._inferred.setdefault(item.run, params["protocolVersion"])
-            if sid is not None and isinstance(params.get("cwd"), str):
-                conv.cwd = params["cwd"]
-            if method == "session/load" or (method == "session/resume" and params.get("replayFrom") is not None):
-                pending.replay_window = True
-                key = (item.run, sid)
-                self._replaying[key] = self._replaying.get(key, 0) + 1
-        elif item.dir == C2A and method == "session/prompt":
+        self._requests.setdefault((item.run, item.seq), []).append(pending)
+        restore = item.dir == C2A and method in ("session/load", "session/resume")
+        if restore and sid is not None and isinstance(params.get("cwd"), str):
+            conv.cwd = params["cwd"]
+        if item.dir == C2A and method == "session/prompt" and any(isinstance(e, ev.TurnStarted) for e in events):
             self._prompt(conv, at, pending, msg)
         elif item.dir == A2C and method == "session/request_permission":
             pending.entity = self._permission(conv, at, msg, params)
@@ -881,26 +1082,31 @@ class Folder:
                 params=msg.get("params"),
             )
 
-    def _response(self, item: FoldInput, msg: dict[str, Any]) -> None:
-        pending = self._pending.pop((item.run, _other(item.dir), _id_key(msg.get("id"))), None)
+    def _pending_for(self, item: FoldInput, msg: dict[str, Any], paired: ev.ResponsePaired) -> _Pending | None:
+        found = self._requests.get((item.run, paired.request_seq))
+        if not found:
+            return None
+        key = _id_key(msg.get("id"))
+        for pending in found:
+            if pending.dir != item.dir and _id_key(pending.id) == key:
+                found.remove(pending)
+                return pending
+        return None
+
+    def _response(self, item: FoldInput, msg: dict[str, Any], events: tuple[ev.Event, ...]) -> None:
+        paired = next((e for e in events if isinstance(e, ev.ResponsePaired)), None)
+        pending = self._pending_for(item, msg, paired) if paired is not None else None
         error = msg.get("error")
         is_error = "error" in msg
         result = msg.get("result")
-        if pending is None:
+        if paired is None or pending is None:
             if is_error:
                 at = self._at(item, None)
                 self._error(self._conv(None, item.run), at, None, item.dir, msg.get("id"), None, error)
             return
-        sid = pending.session_id
-        if pending.method == "session/new" and not is_error:
-            sid = _str(_dict(result).get("sessionId")) or sid
+        sid = paired.session_id if paired.session_id is not None else pending.session_id
         conv = self._conv(sid, item.run)
         at = self._at(item, sid)
-        if pending.replay_window:
-            key = (item.run, pending.session_id)
-            self._replaying[key] = max(0, self._replaying.get(key, 0) - 1)
-            # The response itself closes the window: it is not history.
-            at.replay = bool(item.replay)
         if sid is not None and pending.method == "session/new" and isinstance(pending.params.get("cwd"), str):
             conv.cwd = pending.params["cwd"]
 
@@ -918,8 +1124,11 @@ class Folder:
                     outcome = _dict(_dict(result).get("outcome"))
                     entity.outcome = _str(outcome.get("outcome"))
                     entity.option_id = _str(outcome.get("optionId"))
-            if isinstance(entity, Call) and not is_error:
-                self._call_effects(conv, pending, result)
+            if isinstance(entity, Call):
+                if pending.method == "session/new" and sid is not None and entity.session_id is None:
+                    self._move(entity, conv)
+                if not is_error:
+                    self._call_effects(conv, pending, result)
             return
         if pending.method == "terminal/create" and isinstance(entity, Terminal):
             self._touch(entity, at)
@@ -933,26 +1142,22 @@ class Folder:
             return
         if is_error:
             if pending.turn is not None:
-                turn = pending.turn
-                turn.error = error
-                turn.end_seq, turn.end_ts_ns = at.seq, at.ts_ns
-                if not self._v2(at.run):
-                    # v1: the failed request was the turn; the agent is idle again. (A v2 error
-                    # means the prompt was never inserted: the state is whatever it was.)
-                    conv.state, conv.state_seq, conv.stop_reason = "idle", at.seq, None
+                pending.turn.error = error
             self._error(conv, at, pending.method, item.dir, pending.id, pending.seq, error)
             return
-        if pending.method == "initialize":
-            version = _dict(result).get("protocolVersion")
-            if isinstance(version, int):
-                self._negotiated[item.run] = version
-                conv.protocol_version = self.protocol_version or version
-        elif pending.method in ("session/new", "session/load", "session/resume"):
-            self._session_setup(conv, _dict(result))
-        elif pending.method == "session/prompt" and pending.turn is not None:
-            self._prompt_answered(conv, at, pending.turn, _dict(result))
+        if pending.method == "session/prompt" and pending.turn is not None:
+            self._prompt_answered(conv, at, pending.turn, _dict(result), events)
         elif pending.method in _TERMINAL_METHODS:
             self._terminal_answered(conv, at, pending, _dict(result))
+
+    def _move(self, entity: Entity, conv: Conversation) -> None:
+        """A ``session/new`` call belongs to the session it created (asked before it had an id)."""
+        source = self.conversations.get(entity.session_id)
+        if source is not None and entity in source.timeline:
+            source.timeline.remove(entity)
+        entity.session_id = conv.session_id
+        entity.turn = 0
+        bisect.insort(conv.timeline, entity, key=lambda e: e.seq)
 
     def _error(
         self,
@@ -990,10 +1195,11 @@ class Folder:
         if isinstance(result.get("configOptions"), list):
             conv.config_options = list(result["configOptions"])
 
-    @staticmethod
-    def _call_effects(conv: Conversation, pending: _Pending, result: Json) -> None:
+    def _call_effects(self, conv: Conversation, pending: _Pending, result: Json) -> None:
+        if pending.method in _SETUP_RESULTS:
+            self._session_setup(conv, _dict(result))
         # The client's own mode/config changes take effect when the agent accepts them.
-        if pending.method == "session/set_mode" and isinstance(pending.params.get("modeId"), str):
+        elif pending.method == "session/set_mode" and isinstance(pending.params.get("modeId"), str):
             conv.current_mode_id = pending.params["modeId"]
         elif pending.method == "session/set_config_option":
             options = _dict(result).get("configOptions")
@@ -1015,22 +1221,23 @@ class Folder:
         )
         conv.turns.append(turn)
         pending.turn = turn
+        self._turns[(at.run, at.seq)] = turn
         # The user's message as the client submitted it. In v1 it is the only record of it; in
         # v2 the agent reports the inserted message (with its id) and that report replaces this.
         turn.user_message = self._add(conv, at, Message, role="user", content=list(prompt), from_prompt=True)
         if not self._v2(at.run):
             conv.state, conv.state_seq, conv.stop_reason = "running", at.seq, None
 
-    def _prompt_answered(self, conv: Conversation, at: _At, turn: PromptTurn, result: dict[str, Any]) -> None:
+    def _prompt_answered(
+        self, conv: Conversation, at: _At, turn: PromptTurn, result: dict[str, Any], events: tuple[ev.Event, ...]
+    ) -> None:
         if "usage" in result:
             turn.usage = result.get("usage")
-        message_id = _str(result.get("messageId"))
+        accepted = next((e for e in events if isinstance(e, ev.TurnAccepted)), None)
+        message_id = accepted.message_id if accepted is not None else None
         if message_id is not None:
             # v2: acceptance. The response and the user_message report describe the same
             # insertion, in either order; reconcile by id, never by content or arrival order.
-            self._inferred.setdefault(at.run, 2)
-            turn.message_id = message_id
-            turn.accepted_seq = at.seq
             mine = turn.user_message
             reported = self._keyed(conv, at, "message:user", message_id)
             if reported is not None and reported is not mine:
@@ -1040,13 +1247,6 @@ class Folder:
             elif mine is not None and mine.message_id is None:
                 mine.message_id = message_id
                 self._register(conv, at, "message:user", message_id, mine)
-        stop = _str(result.get("stopReason"))
-        if stop is not None:
-            # v1: the response ends the turn.
-            self._inferred.setdefault(at.run, 1)
-            turn.stop_reason = stop
-            turn.end_seq, turn.end_ts_ns = at.seq, at.ts_ns
-            conv.state, conv.state_seq, conv.stop_reason = "idle", at.seq, stop
 
     # ---- permission requests
 
@@ -1085,12 +1285,7 @@ class Folder:
         if not isinstance(update, dict) or not isinstance(variant, str):
             self._add(conv, at, Unknown, method="session/update", raw=update, reason="malformed")
             return
-        if self.protocol_version is None and at.run not in self._negotiated:
-            if variant in _V2_ONLY:
-                self._inferred.setdefault(at.run, 2)
-            elif variant in _V1_ONLY:
-                self._inferred.setdefault(at.run, 1)
-            conv.protocol_version = self._known_version(at.run) or conv.protocol_version
+        conv.protocol_version = self._known_version(at.run) or conv.protocol_version
         handler = self._updates.get(variant)
         if handler is None:
             self._add(conv, at, Unknown, method="session/update", update_kind=variant, raw=update)
@@ -1104,6 +1299,9 @@ class Folder:
                 raw=update,
                 reason="malformed",
             )
+        elif variant in _STATE_VARIANTS:
+            fields = {k: v for k, v in update.items() if k != "sessionUpdate"}
+            self._add(conv, at, SessionState, variant=variant, fields=fields)
 
     # Messages.
 
@@ -1112,13 +1310,22 @@ class Folder:
             return False
         role = _MESSAGE_ROLES[variant]
         message_id = _str(update.get("messageId"))
-        last = conv.timeline[-1] if conv.timeline else None
-        current = last if isinstance(last, Message) and last.role == role and last.run == at.run else None
+        last = _last_entry(conv)
+        # v1 continuity never crosses a replay window's edge: history is a message of its own.
+        current = (
+            last
+            if isinstance(last, Message)
+            and last.role == role
+            and last.run == at.run
+            and last.replay == at.replay
+            and last.rebuilt_in == at.window
+            else None
+        )
         msg: Message | None = None
         if message_id is not None:
             msg = self._keyed(conv, at, f"message:{role}", message_id)
             adopt = current is not None and current.message_id is None and current.from_prompt
-            if msg is None and adopt and not self._v2(at.run):
+            if msg is None and current is not None and adopt and not self._v2(at.run):
                 # v1: the agent echoing the prompt it just received, now with an id. In v1 arrival
                 # order is all there is; v2 reconciles through the prompt response instead.
                 msg = current
@@ -1133,6 +1340,8 @@ class Folder:
                 self._register(conv, at, f"message:{role}", message_id, msg)
         else:
             self._touch(msg, at)
+            if self._rebuilds(msg, at):
+                msg.content = []
         if msg.from_prompt:
             # The agent's own report of the user's message supersedes the client's copy.
             msg.content = []
@@ -1160,6 +1369,7 @@ class Folder:
             # An array replaces everything current, chunks included; null and [] clear.
             msg.content = list(value) if isinstance(value, list) else ([] if value is None else [value])
             msg.from_prompt = False
+            self._rebuilds(msg, at)
         if "_meta" in update:
             msg.meta = update["_meta"]
         if role == "session":
@@ -1212,6 +1422,7 @@ class Folder:
             for attr, default in _TOOL_DEFAULTS.items():
                 setattr(tc, attr, default)
             tc.content, tc.locations, tc.placeholder = [], [], False
+            self._rebuilds(tc, at)
         tc.updates += 1
         self._patch_tool_call(tc, update, at)
         return True
@@ -1227,6 +1438,8 @@ class Folder:
             tc = self._new_tool_call(conv, at, tool_call_id, placeholder=not self._v2(at.run))
         else:
             self._touch(tc, at)
+            if "content" in update:
+                self._rebuilds(tc, at)  # the array replaces the content: rebuilt
         tc.updates += 1
         self._patch_tool_call(tc, update, at)
         return True
@@ -1240,6 +1453,8 @@ class Folder:
             tc = self._new_tool_call(conv, at, tool_call_id, placeholder=True)
         else:
             self._touch(tc, at)
+            if self._rebuilds(tc, at):
+                tc.content = []
         tc.content.append(update["content"])  # appends to whatever is current; _meta chunk-scoped
         tc.chunks += 1
         return True
@@ -1261,8 +1476,8 @@ class Folder:
         return True
 
     def _plan_update(self, conv: Conversation, at: _At, update: dict[str, Any], _variant: str) -> bool:
-        content = update.get("plan")
-        plan_id = _str(_dict(content).get("planId"))
+        content = _dict(update.get("plan"))
+        plan_id = _str(content.get("planId"))
         if plan_id is None:
             return False
         plan = self._keyed(conv, at, "plan", plan_id)
@@ -1323,6 +1538,7 @@ class Folder:
                 setattr(term, attr, update[key])
         if "output" in update:
             # An authoritative snapshot: it replaces every stored byte, never merged.
+            self._rebuilds(term, at)
             term.output = bytearray()
             output = update["output"]
             if output is not None:
@@ -1338,6 +1554,8 @@ class Folder:
         if terminal_id is None or "data" not in update:
             return False
         term = self._terminal(conv, at, terminal_id)
+        if self._rebuilds(term, at):
+            term.output = bytearray()
         # Each chunk is decoded on its own, then the bytes appended: base64 strings must never be
         # concatenated before decoding (padding), and a chunk may end inside a UTF-8 sequence.
         data = _b64(update["data"])
@@ -1398,6 +1616,7 @@ class Folder:
         # entry therefore replaces (never duplicates) a summary already held.
         if "summary" in update:
             comp.summary = _list(update["summary"])
+            self._rebuilds(comp, at)
         if "error" in update:
             comp.error = _str(update["error"])
         if "_meta" in update:
@@ -1409,6 +1628,8 @@ class Folder:
         if compaction_id is None or "content" not in update:
             return False
         comp = self._compaction(conv, at, compaction_id, placeholder=True)
+        if self._rebuilds(comp, at):
+            comp.summary = []
         if comp.placeholder and comp.status is None:
             comp.status = "in_progress"  # the schema: a first-seen id starts in progress
         comp.summary.append(update["content"])
@@ -1434,13 +1655,7 @@ class Folder:
             return False
         conv.state, conv.state_seq = state, at.seq
         conv.stop_reason = _str(update.get("stopReason")) if state == "idle" else None
-        if state == "idle" and conv.stop_reason is not None and not at.replay:
-            # An idle with a stop reason ends the foreground work every open prompt started or
-            # joined. (An idle without one, e.g. after a resume, ends nothing.)
-            for turn in conv.turns:
-                if turn.open and turn.seq < at.seq:
-                    turn.stop_reason = conv.stop_reason
-                    turn.end_seq, turn.end_ts_ns = at.seq, at.ts_ns
+        # Which prompt turns an idle ends is the protocol state machine's (TurnEnded events).
         return True
 
     def _session_info(self, conv: Conversation, at: _At, update: dict[str, Any], _variant: str) -> bool:
@@ -1499,8 +1714,13 @@ class Folder:
         return True
 
 
-def _other(direction: str) -> str:
-    return A2C if direction == C2A else C2A
+def _last_entry(conv: Conversation) -> Entity | None:
+    """The latest timeline entry that can hold a message's continuation: session state reports
+    (usage, mode, ...) are beside the conversation, they do not end a v1 message."""
+    for entity in reversed(conv.timeline):
+        if not isinstance(entity, SessionState):
+            return entity
+    return None
 
 
 def _turn_index(conv: Conversation) -> int:

@@ -2,9 +2,10 @@
 
 Owns: deciding, line by line, what the relay writes, where, when, and what it tells the
 recorder — for ``--strip-replayed-notices`` and for fault rules. It frames the directions that
-need verdicts, decodes each line, keeps a tracker of its own (fault selectors and replay
-windows need protocol facts such as "the response to a session/prompt"), asks the fault plan
-for actions and turns them into ``Step``s.
+need verdicts, decodes each line, runs the connection's protocol state machine through a
+tracker of its own (fault selectors need the facts it annotates on a frame, such as "the
+response to a session/prompt"; notice stripping needs its ``UpdateReplayed`` events), asks the
+fault plan for actions and turns them into ``Step``s.
 
 Must not know: trio, pipes, processes, SQL. The relay carries out the steps in order. Without
 such an option the relay never builds a gate, and its fast path forwards chunks as read.
@@ -17,16 +18,18 @@ the recorder exactly once, with ``forwarded``, ``fault`` and ``note`` saying wha
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import faults as fl
+from .protocol import events as ev
 from .protocol import wire
 from .protocol.framing import Line, LineFramer
+from .protocol.vocabulary import A2C, OTHER
 from .record import FrameRecord
-from .tracker import Tracker
+from .tracker import NOTE_NOTICE_REPLAYED, Tracker
 
-OTHER = {"c2a": "a2c", "a2c": "c2a"}
 PIPE_OF = {"c2a": "agent-stdin", "a2c": "client-stdout"}
 
 
@@ -84,9 +87,17 @@ class _Direction:
 
 
 class Gate:
-    def __init__(self, strip_replayed_notices: bool = False, plan: fl.FaultPlan | None = None) -> None:
+    """Lines in (``chunk``, ``end``), steps out. ``clock`` gives each line's time (ns)."""
+
+    def __init__(
+        self,
+        strip_replayed_notices: bool = False,
+        plan: fl.FaultPlan | None = None,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
         self.strip_replayed_notices = strip_replayed_notices
         self.plan = plan if plan else None
+        self.clock = clock
         self.tracker = Tracker(0, changes=False)  # the gate needs state, not rows
         errors = self.plan is not None and any(rule.action == "error" for rule in self.plan.rules)
         self.directions = {
@@ -107,7 +118,7 @@ class Gate:
 
     def chunk(self, direction: str, data: bytes) -> list[Step]:
         state = self.directions[direction]
-        now = time.time_ns()
+        now = self.clock()
         lines = state.framer.feed(data)
         if not state.judged:
             for line in lines:
@@ -124,9 +135,9 @@ class Gate:
         line = state.framer.finish()
         if not state.judged:
             if line is not None:
-                self._observe(direction, line, time.time_ns())
+                self._observe(direction, line, self.clock())
             return []
-        steps = self._judge(direction, line, time.time_ns()) if line is not None else []
+        steps = self._judge(direction, line, self.clock()) if line is not None else []
         steps.extend(state.held)
         state.held = []
         return steps
@@ -144,14 +155,11 @@ class Gate:
         state = self.directions[direction]
         self.seq += 1
         rec = FrameRecord(0, self.seq, ts_ns, direction, line.data, wire.decode(line.data))
-        strip = None
-        if direction == "a2c" and self.strip_replayed_notices:
-            strip = self.tracker.should_strip(rec)
-        self.tracker.observe(rec)
+        events = self.tracker.observe(rec)
         self.tracker.drain()
         actions = self.plan.decide(rec) if self.plan is not None else []
-        if strip is not None:
-            note = Note(direction, line, {"forwarded": 0, "note": f"stripped: {strip}"})
+        if events and direction == A2C and self.strip_replayed_notices and _replayed_notice(events):
+            note = Note(direction, line, {"forwarded": 0, "note": f"stripped: {NOTE_NOTICE_REPLAYED}"})
             return self._release(state, [note])
         if state.stalled or PIPE_OF[direction] in self.closed:
             why = "direction stalled by a fault" if state.stalled else "pipe closed by a fault"
@@ -249,7 +257,7 @@ class Gate:
         body = data[:-1] if data.endswith(b"\n") else data
         line = Line(body, len(body), data.endswith(b"\n"), False)
         # The tracker sees what the receiver sees: an error reply answers the request.
-        self._observe(direction, line, time.time_ns())
+        self._observe(direction, line, self.clock())
         # No "faults" entry: the fault's one row is on the frame that triggered it.
         meta = {
             "forwarded": 1,
@@ -258,6 +266,10 @@ class Gate:
             "note": f"{why} (rule {action.rule_index + 1}: {action.rule_text})",
         }
         return Note(direction, line, meta)
+
+
+def _replayed_notice(events: tuple[ev.Event, ...]) -> bool:
+    return any(isinstance(e, ev.UpdateReplayed) and e.live_only for e in events)
 
 
 def _coalesce(steps: list[Step]) -> list[Step]:

@@ -35,6 +35,13 @@ def records(trace: list[Msg]) -> list[FrameRecord]:
     return out
 
 
+def trace_version(trace: list[Msg]) -> int | None:
+    for _direction, message in trace:
+        if isinstance(message, dict) and message.get("method") == "initialize":
+            return message["params"]["protocolVersion"]
+    return None
+
+
 def findings(trace: list[Msg], **kw: Any) -> list[Finding]:
     return list(check(records(trace), **kw))
 
@@ -175,6 +182,7 @@ def summary_chunk(cid: str = "cmp_1") -> Msg:
 
 NOTICE = upd({"sessionUpdate": "notice", "severity": "info", "title": "Rate limit at 80%"})
 RESUME_V2 = req(5, "session/resume", {"sessionId": S, "cwd": "/w", "replayFrom": {"type": "start"}})
+RESUME_V2_NO_REPLAY = req(5, "session/resume", {"sessionId": S, "cwd": "/w"})
 PERMISSION_V2 = a2c(
     req(
         0,
@@ -277,6 +285,39 @@ CASES: list[tuple[str, list[Msg], list[Msg]]] = [
         [*v2_turn(), c2a(RESUME_V2), user_message(), a2c(res(5, {})), NOTICE],
     ),
     (
+        "resume/replay-after-response",
+        # v2: the history must come before the answer; a user message after it, before any
+        # prompt, is history sent late. (A message id already replayed is history too.)
+        [*v2_turn(), c2a(RESUME_V2), a2c(res(5, {})), user_message()],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), a2c(res(5, {}))],
+    ),
+    (
+        "resume/replay-after-response",
+        [*v2_turn(), c2a(RESUME_V2), user_message(), AGENT_MESSAGE, a2c(res(5, {})), AGENT_MESSAGE],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), AGENT_MESSAGE, a2c(res(5, {}))],
+    ),
+    (
+        "resume/replayed",
+        # v2: without replayFrom the agent must not replay the history.
+        [*v2_turn(), c2a(RESUME_V2_NO_REPLAY), user_message(), a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2_NO_REPLAY), a2c(res(5, {}))],
+    ),
+    (
+        "schema/params",
+        # The proxy-chain methods are validated against their own schema types.
+        [*v1_start(), c2a(req(9, "proxy/initialize", 42)), a2c(res(9, {"protocolVersion": 1}))],
+        [
+            *v1_start(),
+            c2a(req(9, "proxy/initialize", {"protocolVersion": 1, "clientCapabilities": {}})),
+            a2c(res(9, {"protocolVersion": 1})),
+        ],
+    ),
+    (
+        "schema/params",
+        [*v1_start(), a2c(note("proxy/successor", 42))],
+        [*v1_start(), a2c(note("proxy/successor", {"method": "_vendor/hello", "params": {}}))],
+    ),
+    (
         "load/replay-after-response",
         [*v1_start({"loadSession": True}), c2a(LOAD), a2c(res(3, {})), HISTORY_V1],
         [*v1_start({"loadSession": True}), c2a(LOAD), HISTORY_V1, a2c(res(3, {}))],
@@ -339,7 +380,8 @@ def test_rule_broken_and_mended(rule_id: str, broken: list[Msg], mended: list[Ms
     finding = found[0]
     rule = RULES[rule_id]
     assert finding.severity == rule.severity
-    assert finding.spec.startswith(rule.spec)  # schema findings name the exact $defs type
+    # The reference is the negotiated version's document (schema findings name the $defs type).
+    assert finding.spec.startswith(rule.spec_for(trace_version(broken)))
     assert finding.run_id == 1 and isinstance(finding.seq, int) and 1 <= finding.seq <= len(broken)
     assert "\n" not in finding.message
     assert findings(mended) == []

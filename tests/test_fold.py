@@ -29,6 +29,7 @@ from acp_proxy.fold import (
     Notice,
     Permission,
     Plan,
+    SessionState,
     Subagent,
     Terminal,
     ToolCall,
@@ -287,7 +288,12 @@ V1_CHUNK_RULES = [
 
 
 def describe(conv: Conversation) -> list[str]:
-    return [f"{e.role}:{e.text}" if isinstance(e, Message) else e.entity for e in conv.timeline]
+    """The conversation's entries, without the session state reports beside it (usage, mode...)."""
+    return [
+        f"{e.role}:{e.text}" if isinstance(e, Message) else e.entity
+        for e in conv.timeline
+        if not isinstance(e, SessionState)
+    ]
 
 
 @pytest.mark.parametrize(("name", "steps", "expected"), V1_CHUNK_RULES, ids=[r[0] for r in V1_CHUNK_RULES])
@@ -366,7 +372,8 @@ STATE_RULES = [
         "end_turn",
     ),
     ("requires_action keeps it open", ["running", "requires_action"], "requires_action", None, None),
-    ("idle without a stop reason ends nothing", ["running", ("idle", None)], "idle", None, None),
+    # The agent is idle again: the work ended (without the stop reason it must give; check says so).
+    ("idle without a stop reason still ends the turn", ["running", ("idle", None)], "idle", None, None),
     ("cancelled", ["running", ("idle", "cancelled")], "idle", "cancelled", "cancelled"),
     ("unknown then running", ["unknown", "running"], "running", None, None),
     ("a custom stop reason is kept", [("idle", "_vendor_stop")], "idle", "_vendor_stop", "_vendor_stop"),
@@ -387,7 +394,12 @@ def test_v2_state_updates(name: str, states: list, state: str, stop: str | None,
         frames.append(upd(body))
     conv = run(prompt(2, "go"), response(2, {"messageId": "u"}), *frames)
     assert (conv.state, conv.stop_reason, conv.turns[0].stop_reason) == (state, stop, turn_stop)
-    assert conv.turns[0].open == (turn_stop is None)
+    assert conv.turns[0].open == (state != "idle")
+    assert conv.turns[0].status == ("ended" if state == "idle" else "running")
+    # Every state report is also a timeline entry of its own.
+    assert [e.fields.get("state") for e in conv.of(SessionState)] == [
+        s[0] if isinstance(s, tuple) else s for s in states
+    ]
 
 
 def test_v2_cancel() -> None:
@@ -1038,7 +1050,12 @@ def test_usage_keeps_the_latest() -> None:
     )
     assert conv.usage is not None
     assert (conv.usage.used, conv.usage.size, conv.usage.cost, conv.usage.seq) == (54000, 200000, None, 2)
-    assert not conv.timeline
+    # Each report is a timeline entry (shown where it happened), nothing else is.
+    assert [(e.variant, e.fields["used"]) for e in conv.timeline if isinstance(e, SessionState)] == [
+        ("usage_update", 53000),
+        ("usage_update", 54000),
+    ]
+    assert describe(conv) == []
 
 
 def test_session_info_patches() -> None:
@@ -1537,7 +1554,14 @@ def test_v2_seed_traffic_folds_into_its_conversation() -> None:
     assert only(conv, Cancellation).turn == 2
     # After the resume replay: idle without a stop reason.
     assert (conv.state, conv.stop_reason) == ("idle", None)
-    assert [e.entity for e in conv.in_turn(2)] == ["message", "message", "cancel", "tool_call", "notice"]
+    assert [e.entity for e in conv.in_turn(2) if not isinstance(e, SessionState)] == [
+        "message",
+        "message",
+        "cancel",
+        "tool_call",
+        "call",  # the session/resume request, then what it replayed
+        "notice",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1584,7 +1608,8 @@ def test_fixture_python_example_agent_echoes_each_prompt(name: str, session: str
     assert [(t.index, texts(t.prompt), t.stop_reason) for t in conv.turns] == [
         (i, [p], "end_turn") for i, p in enumerate(prompts, 1)
     ]
-    assert [e.turn for e in conv.timeline] == [i for i in range(1, len(prompts) + 1) for _ in range(2)]
+    entries = [e for e in conv.timeline if not (isinstance(e, Call) and e.method in SETUP)]
+    assert [e.turn for e in entries] == [i for i in range(1, len(prompts) + 1) for _ in range(2)]
     assert (conv.state, conv.stop_reason) == ("idle", "end_turn")
     assert not conv.errors and not conv.of(Unknown)
 
@@ -1612,9 +1637,15 @@ TS_AGENT_START = [
 ]
 
 
+SETUP = frozenset({"initialize", "authenticate", "session/new", "session/load", "session/resume"})
+
+
 def timeline(conv: Conversation) -> list[tuple[str, str | None]]:
+    """The conversation's entries without the set-up calls and state reports around them."""
     out: list[tuple[str, str | None]] = []
     for e in conv.timeline:
+        if isinstance(e, SessionState) or (isinstance(e, Call) and e.method in SETUP):
+            continue
         if isinstance(e, Message):
             out.append((e.role, e.text))
         elif isinstance(e, (ToolCall, Permission)):

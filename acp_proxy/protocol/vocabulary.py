@@ -27,6 +27,19 @@ import msgspec
 PROTOCOL_VERSIONS: tuple[int, ...] = (1, 2)
 """The major protocol versions whose schemas ship with the package."""
 
+# The two directions a frame travels, as the recording names them. Every module that needs "the
+# other direction" or "who sent it" asks these maps (one definition, not one per module).
+C2A = "c2a"
+"""Client -> agent (the agent's stdin)."""
+A2C = "a2c"
+"""Agent -> client (the agent's stdout)."""
+DIRECTIONS: tuple[str, str] = (C2A, A2C)
+OTHER: dict[str, str] = {C2A: A2C, A2C: C2A}
+"""The direction a response travels, given its request's (and the reverse)."""
+SENDER: dict[str, str] = {C2A: "client", A2C: "agent"}
+RECEIVER: dict[str, str] = {C2A: "agent", A2C: "client"}
+"""The schema's ``x-side`` names the receiver: an ``agent`` type travels client -> agent."""
+
 Unknown = Literal["extension", "future"]
 
 # The schema marks a variant's payload only in prose ("Notices are live events rather than

@@ -1,0 +1,1075 @@
+"""The protocol state of one ACP connection: frames in, events out.
+
+Owns: every transition of the protocol's meaning, once — pending requests per direction and the
+pairing of their answers (ids reused while pending, ``$/cancel_request``, answers the proxy
+withheld, answers recorded only in part, requests unanswered when the connection ends), the
+negotiated (or, without an ``initialize`` answer, inferred) protocol version, session instances
+(new / fork / load / resume / first seen, titles, close, delete), history replay windows
+(v1 ``session/load``; ``session/resume`` with a non-null ``replayFrom``), and prompt turns (v1:
+request to response; v2: request, acceptance, ``running`` ... ``idle``; cancellation; turns left
+open at the end). The transitions are the three tables below (``REQUEST_TRANSITIONS``,
+``SESSION_TRANSITIONS``, ``TURN_TRANSITIONS``); the code computes a trigger from a frame, looks
+the transition up, and emits what the table names. What each event means is in ``events.py``.
+
+Must not know: SQL, rows, pipes, rendering, message content. It reads a frame's envelope fields
+(kind, method, id, sessionId, variant: what ``wire.decode`` extracted) and decodes a payload a
+second time only for the rare frames whose payload changes the state: ``initialize``, session
+set-up and their answers, prompt answers, ``$/cancel_request``, ``state_update``,
+``session_info_update``. Everything else a view needs from a payload (messages, tool calls,
+plans, schema shapes) is that view's own content logic.
+
+Rule 1: the hot path is a chunk storm. For a ``session/update`` of a known session outside any
+replay window whose variant changes no state, ``feed`` does a few set and dict lookups and
+returns the shared empty tuple ``NO_EVENTS``: no allocation.
+
+Rule 2: total. Any frame — odd ids, payloads of the wrong shape, answers nobody asked for — gives
+events or none, never an exception.
+
+Rule 3: the same frames give the same events in every process (recorder, the relay's gate, the
+checker, ``show``/``diff``). A frame is fed whether or not it was forwarded: a request the proxy
+dropped is still pending for its sender, an answer it withheld leaves its request pending.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import msgspec
+from msgspec import UNSET, Raw, Struct
+
+from . import events as ev
+from . import vocabulary as acp
+from .vocabulary import A2C, C2A, OTHER
+from .wire import canonical_id
+
+__all__ = [
+    "NO_EVENTS",
+    "REQUEST_TRANSITIONS",
+    "SESSION_TRANSITIONS",
+    "TURN_TRANSITIONS",
+    "ConnectionState",
+    "FrameLike",
+    "RecordedFrame",
+]
+
+NO_EVENTS: tuple[ev.Event, ...] = ()
+
+
+class FrameLike(Protocol):
+    """What ``feed`` reads of a frame: a ``FrameRecord`` (live), or a ``RecordedFrame`` (a row)."""
+
+    seq: int
+    ts_ns: int
+    dir: str
+    kind: str | None
+    method: str | None
+    rpc_id: str | None
+    session_id: str | None
+    update_kind: str | None
+    line: bytes
+    forwarded: int
+    cut: int
+
+
+class RecordedFrame:
+    """A ``frames`` row (a mapping of its columns) as ``feed`` reads it.
+
+    Only the envelope columns are read: a recorded response's ``method`` and ``session_id`` are
+    the recorder's annotations of its request, which ``feed`` works out again by pairing.
+    """
+
+    __slots__ = (
+        "cut",
+        "dir",
+        "forwarded",
+        "kind",
+        "line",
+        "method",
+        "rpc_id",
+        "seq",
+        "session_id",
+        "ts_ns",
+        "update_kind",
+    )
+
+    def __init__(self, row: Mapping[str, Any]) -> None:
+        self.seq: int = row["seq"]
+        self.ts_ns: int = row.get("ts_ns") or 0
+        self.dir: str = row["dir"]
+        self.kind: str | None = row.get("kind")
+        self.method: str | None = row.get("method")
+        self.rpc_id: str | None = row.get("rpc_id")
+        self.session_id: str | None = row.get("session_id")
+        self.update_kind: str | None = row.get("update_kind")
+        raw = row.get("raw")
+        self.line: bytes = (
+            raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else (row.get("raw_bytes") or b"")
+        )
+        forwarded = row.get("forwarded")
+        self.forwarded: int = 1 if forwarded is None else forwarded
+        self.cut: int = row.get("cut") or 0
+
+
+# == the transition tables ========================================================================
+#
+# Each maps (state, trigger) to (next state, what to emit). A pair that is not listed changes
+# nothing and emits nothing: that is a transition too (e.g. an error answer to a prompt that an
+# idle already ended).
+
+# -- requests, per (direction, id) -----------------------------------------------------------------
+NONE = "none"
+"""No request with this id is pending."""
+PENDING = "pending"
+
+# Triggers.
+REQUEST = "request"
+ANSWER_FRAME = "response"  # a response or error, forwarded
+WITHHELD = "withheld"  # a response the proxy did not forward: the requester never saw it
+CUT = "cut-response"  # a line recorded only in part whose head shows a response with this id
+CANCEL = "cancel"  # $/cancel_request naming the id (the sender cancels its own request)
+END = "finish"  # the connection ended
+
+REQUEST_TRANSITIONS: dict[tuple[str, str], tuple[str, str | None]] = {
+    (NONE, REQUEST): (PENDING, "RequestSent"),
+    # JSON-RPC forbids reusing a pending id; if it happens anyway, answers are taken in order.
+    (PENDING, REQUEST): (PENDING, "RequestSent reused"),
+    (PENDING, ANSWER_FRAME): (NONE, "ResponsePaired"),  # a request queued behind it moves up
+    (PENDING, WITHHELD): (PENDING, "ResponsePaired withheld"),
+    (PENDING, CUT): (NONE, "ResponsePaired cut"),  # paired for latency; its payload is lost
+    (PENDING, CANCEL): (PENDING, "RequestCancelled"),  # still pending: the answer must still come
+    (PENDING, END): (NONE, "Unanswered"),
+    (NONE, ANSWER_FRAME): (NONE, "ResponseUnpaired"),
+    (NONE, WITHHELD): (NONE, "ResponseUnpaired"),
+    (NONE, CUT): (NONE, None),  # a cut line that only looks like an answer: nothing to say
+    (NONE, CANCEL): (NONE, "RequestCancelled unmatched"),
+}
+
+# -- sessions, per session id: instances and history replay windows --------------------------------
+UNSEEN = "unseen"
+OPEN = "open"
+REPLAYING = "replaying"
+"""At least one replay window is open: the agent's updates for the session are history."""
+
+# Triggers.
+CREATED = "created"  # session/new or session/fork answered with this id
+RESTORE = "restore"  # session/load or session/resume sent, no replay asked for
+RESTORE_REPLAY = "restore-replay"  # session/load, or session/resume with a non-null replayFrom
+RESTORED = "restored"  # the answer to a restore without replay
+RESTORED_REPLAY = "restored-replay"  # the answer to a replaying restore (closes its window)
+SEEN = "seen"  # any other frame naming the session
+UPDATE = "update"  # a session/update for the session
+ENDED_BY_CLIENT = "closed"  # session/close or session/delete answered successfully
+
+SESSION_TRANSITIONS: dict[tuple[str, str], tuple[str, str | None]] = {
+    (UNSEEN, CREATED): (OPEN, "SessionOpened"),
+    (OPEN, CREATED): (OPEN, "SessionOpened"),  # an id seen before: a new instance
+    (REPLAYING, CREATED): (OPEN, "SessionOpened"),  # a new instance has no window open
+    (UNSEEN, RESTORE): (OPEN, "SessionOpened SessionRestoring"),
+    (OPEN, RESTORE): (OPEN, "SessionRestoring"),
+    (REPLAYING, RESTORE): (REPLAYING, "SessionRestoring"),
+    (UNSEEN, RESTORE_REPLAY): (REPLAYING, "SessionOpened SessionRestoring ReplayWindowOpened"),
+    (OPEN, RESTORE_REPLAY): (REPLAYING, "SessionRestoring ReplayWindowOpened"),
+    (REPLAYING, RESTORE_REPLAY): (REPLAYING, "SessionRestoring ReplayWindowOpened"),  # windows nest
+    (OPEN, RESTORED): (OPEN, "SessionRestored"),
+    (REPLAYING, RESTORED): (REPLAYING, "SessionRestored"),
+    # Closes the newest window; the session replays until its last window is closed.
+    (REPLAYING, RESTORED_REPLAY): (OPEN, "ReplayWindowClosed SessionRestored"),
+    (OPEN, RESTORED_REPLAY): (OPEN, "SessionRestored"),  # its window went with a new instance
+    (UNSEEN, SEEN): (OPEN, "SessionOpened"),
+    (UNSEEN, UPDATE): (OPEN, "SessionOpened"),
+    (REPLAYING, UPDATE): (REPLAYING, "UpdateReplayed"),
+    (OPEN, ENDED_BY_CLIENT): (OPEN, "SessionClosed"),
+    (REPLAYING, ENDED_BY_CLIENT): (REPLAYING, "SessionClosed"),
+}
+
+# -- prompt turns, per session/prompt request --------------------------------------------------------
+SENT = "sent"
+"""The prompt was sent; not accepted, not worked on. It may be queued behind other work."""
+WORKING = "working"
+"""v2: the agent reported work (running / requires_action) while this was the oldest open prompt."""
+ACCEPTED = "accepted"
+"""v2: the answer accepted it: the user message was inserted (acceptance means insertion)."""
+ENDED = "ended"
+ERROR = "error"
+UNFINISHED = "unfinished"
+OPEN_TURN = frozenset({SENT, WORKING, ACCEPTED})
+
+# Triggers, computed per turn (see ``_prompt_trigger`` and ``_state_update``).
+ACCEPT = "accept"  # an answer with a messageId (or, for a v2 turn, without a stopReason)
+ANSWERED = "answer"  # an answer that ends the turn: v1 (or a v1-shaped answer: stopReason)
+REJECT = "reject"  # an error answer
+WORK = "work"  # v2 state_update running / requires_action; only the session's oldest open turn
+IDLE = "idle"  # v2 state_update idle, live (a replayed idle ends nothing); every open v2 turn
+FINISH = "finish"  # the connection ended
+
+TURN_TRANSITIONS: dict[tuple[str, str], tuple[str, str | None]] = {
+    (SENT, ACCEPT): (ACCEPTED, "TurnAccepted"),
+    (SENT, ANSWERED): (ENDED, "TurnEnded"),
+    (SENT, REJECT): (ERROR, "TurnEnded"),
+    (SENT, WORK): (WORKING, None),
+    (SENT, IDLE): (SENT, None),  # the idle ends work this prompt is queued behind
+    (SENT, FINISH): (UNFINISHED, "TurnEnded"),
+    (WORKING, ACCEPT): (ACCEPTED, "TurnAccepted"),
+    (WORKING, ANSWERED): (ENDED, "TurnEnded"),
+    (WORKING, REJECT): (ERROR, "TurnEnded"),
+    (WORKING, WORK): (WORKING, None),
+    (WORKING, IDLE): (ENDED, "TurnEnded"),
+    (WORKING, FINISH): (UNFINISHED, "TurnEnded"),
+    (ACCEPTED, WORK): (ACCEPTED, None),
+    (ACCEPTED, IDLE): (ENDED, "TurnEnded"),  # with or without a stop reason (the check says which)
+    (ACCEPTED, FINISH): (UNFINISHED, "TurnEnded"),
+    # The acceptance arrived after the idle that ended the work: still the prompt's acceptance.
+    (ENDED, ACCEPT): (ENDED, "TurnAccepted"),
+}
+_END_STATUS = {ENDED: "ended", ERROR: "error", UNFINISHED: "unfinished"}
+_END_BY = {ANSWERED: "response", REJECT: "error", IDLE: "idle", FINISH: "finish"}
+
+
+# == payload decoders for the rare frames whose payload matters =====================================
+# Members are Any (or Raw, to keep a JSON object's text verbatim): a peer sending a number where a
+# string belongs must not make the frame undecodable; the handlers check types themselves.
+
+
+class _InitParams(Struct):
+    protocolVersion: Any = None
+    clientInfo: Raw = Raw()
+    info: Raw = Raw()
+    clientCapabilities: Raw = Raw()
+    capabilities: Raw = Raw()
+
+
+class _InitResult(Struct):
+    protocolVersion: Any = None
+    agentInfo: Raw = Raw()
+    info: Raw = Raw()
+    agentCapabilities: Raw = Raw()
+    capabilities: Raw = Raw()
+    authMethods: Raw = Raw()
+
+
+class _InitRequest(Struct):
+    params: _InitParams | None = None
+
+
+class _InitResponse(Struct):
+    result: _InitResult | None = None
+
+
+class _Params(Struct):
+    cwd: Any = None
+    replayFrom: Any = None
+    title: Any = UNSET
+    requestId: Raw = Raw()
+
+
+class _Request(Struct):
+    params: _Params | None = None
+
+
+class _Result(Struct):
+    sessionId: Any = None
+    stopReason: Any = UNSET
+    messageId: Any = UNSET
+
+
+class _Response(Struct):
+    result: _Result | None = None
+
+
+class _UpdateBody(Struct):
+    state: Any = None
+    stopReason: Any = None
+    title: Any = UNSET
+
+
+class _UpdateParams(Struct):
+    update: _UpdateBody | None = None
+
+
+class _Update(Struct):
+    params: _UpdateParams | None = None
+
+
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+def _decode(kind: type, line: bytes) -> Any:
+    """The frame decoded as ``kind``; None when it does not fit (never raises)."""
+    decoder = _decoders.get(kind)
+    if decoder is None:
+        decoder = _decoders[kind] = msgspec.json.Decoder(kind)
+    try:
+        return decoder.decode(line)
+    except (msgspec.DecodeError, UnicodeError):  # ValidationError included
+        return None
+
+
+def _json_text(raw: Raw) -> str | None:
+    """A member's JSON text exactly as sent (absent and null give None)."""
+    if not raw:
+        return None
+    data = bytes(raw)
+    return None if data == b"null" else data.decode("utf-8", "replace")
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+# A line recorded only in part (--max-record-bytes) does not decode; when its head shows it to be
+# a response, its id still pairs it, so a huge result is not reported as a missing answer.
+_CUT_RESPONSE = re.compile(
+    rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*"|null)\s*,'
+    rb'\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"(?:result|error)"\s*:'
+)
+
+# -- what a session/update variant does to the state (one dict lookup on the hot path) ----------------
+_STATE = 1  # v2 state_update: work and idle
+_TITLE = 2  # session_info_update: the title
+_INFER = 4  # only one version has it: evidence of the version spoken when none was negotiated
+
+
+def _variant_actions() -> tuple[dict[str, int], dict[str, int]]:
+    v1, v2 = acp.vocabulary(1).updates, acp.vocabulary(2).updates
+    actions: dict[str, int] = {}
+    evidence: dict[str, int] = {}
+    for name, version in [*((n, 1) for n in v1 - v2), *((n, 2) for n in v2 - v1)]:
+        actions[name] = _INFER
+        evidence[name] = version
+    actions["state_update"] = actions.get("state_update", 0) | _STATE
+    actions["session_info_update"] = actions.get("session_info_update", 0) | _TITLE
+    return actions, evidence
+
+
+_ACTIONS, _EVIDENCE = _variant_actions()
+_LIVE_ONLY = acp.vocabulary().live_only
+_RESTORES = ("session/load", "session/resume")
+_CREATES = ("session/new", "session/fork")
+
+
+# == the state's entities ===========================================================================
+
+
+class _Pending:
+    """A request waiting for its answer."""
+
+    __slots__ = (
+        "cancel_seq",
+        "data",
+        "direction",
+        "later",
+        "method",
+        "rpc_id",
+        "seq",
+        "session_id",
+        "ts_ns",
+        "unknown",
+    )
+
+    def __init__(self, f: FrameLike, unknown: str | None) -> None:
+        self.seq = f.seq
+        self.ts_ns = f.ts_ns
+        self.direction = f.dir
+        self.rpc_id = f.rpc_id
+        self.method = f.method
+        self.session_id = f.session_id
+        self.unknown = unknown
+        self.data: Any = None
+        """What the answer's transition needs from the request (cwd, title, turn, restore)."""
+        self.cancel_seq: int | None = None
+        self.later: list[_Pending] | None = None
+        """Requests that reused this id while it was pending, answered first come first served."""
+
+
+class _Restore:
+    __slots__ = ("cwd", "instance", "replays", "session_id")
+
+    def __init__(self, session_id: str | None, cwd: str | None, replays: bool, instance: _Session | None) -> None:
+        self.session_id = session_id
+        self.cwd = cwd
+        self.replays = replays
+        self.instance = instance
+
+
+class _Session:
+    __slots__ = ("session_id", "state", "turn_count", "turns", "windows")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.state = OPEN
+        self.turns: list[_Turn] = []
+        """Open turns, oldest first."""
+        self.turn_count = 0
+        self.windows: list[int] = []
+        """Seqs of the requests whose replay windows are open, oldest first."""
+
+
+class _Turn:
+    __slots__ = ("index", "prompt_seq", "session", "state", "version")
+
+    def __init__(self, prompt_seq: int, session: _Session, version: int | None) -> None:
+        self.prompt_seq = prompt_seq
+        self.session = session
+        session.turn_count += 1
+        self.index = session.turn_count
+        self.version = version
+        self.state = SENT
+
+
+# == the machine =====================================================================================
+
+
+class ConnectionState:
+    """The protocol state of one connection. ``feed`` every c2a / a2c frame in relay order
+    (batch elements as frames of their own), then ``finish`` when the connection has ended."""
+
+    def __init__(self, *, version: int | None = None) -> None:
+        """``version``: the protocol version if known in advance (e.g. from the run row); the
+        agent's ``initialize`` answer overrides it."""
+        self._prior = version if version in acp.PROTOCOL_VERSIONS else None
+        self._negotiated: int | None = None
+        self._answered = False
+        """An initialize answer was seen: from then on the version is the negotiated one."""
+        self._inferred: int | None = None
+        self._use_vocabulary(None)
+        self._pending: dict[tuple[str, str | None], _Pending] = {}
+        self._sessions: dict[str, _Session] = {}
+        """The current instance of each session id."""
+        self._windows: dict[str, _Session] = {}
+        """Sessions with a replay window open (a dict for the hot path's one lookup)."""
+        self._retired: list[_Session] = []
+        """Instances replaced by a new one with the same id: their open turns end with the rest."""
+        self._last_cut_seq = {C2A: 0, A2C: 0}
+        self.finished = False
+
+    # -- queries ------------------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int | None:
+        """The protocol version the rules follow: negotiated, else inferred, else given."""
+        if self._answered:
+            return self._negotiated
+        return self._inferred or self._prior
+
+    @property
+    def negotiated_version(self) -> int | None:
+        return self._negotiated
+
+    def replaying(self, session_id: str | None = None) -> bool:
+        """Whether ``session_id`` is replaying history now; for None, whether any session is."""
+        if session_id is None:
+            return bool(self._windows)
+        return session_id in self._windows
+
+    # -- input ---------------------------------------------------------------------------------------
+
+    def feed(self, f: FrameLike) -> tuple[ev.Event, ...]:
+        """The events ``f`` causes (``NO_EVENTS`` for most frames). Never raises."""
+        kind = f.kind
+        if kind == "notification":
+            if f.method == "session/update":
+                # The chunk storm: no window open, a known variant that changes no state, a known
+                # session. (A None variant or session is not "known": the slow path says nothing.)
+                if not self._windows:
+                    variant = f.update_kind
+                    if variant not in _ACTIONS and variant in self._updates and f.session_id in self._sessions:
+                        return NO_EVENTS
+                return self._guarded(self._update, f)
+            return self._guarded(self._notification, f)
+        if kind == "request":
+            return self._guarded(self._request, f)
+        if kind == "response" or kind == "error":
+            return self._guarded(self._response, f)
+        if kind == "invalid" and f.cut:
+            return self._guarded(self._cut_line, f)
+        # A batch line says nothing itself: its elements are fed as frames of their own.
+        return NO_EVENTS
+
+    def finish(self, ts_ns: int) -> tuple[ev.Event, ...]:
+        """The connection ended at ``ts_ns``: requests still pending, turns still open."""
+        if self.finished:
+            return NO_EVENTS
+        self.finished = True
+        out: list[ev.Event] = []
+        waiting: list[_Pending] = []
+        for first in self._pending.values():
+            waiting.append(first)
+            waiting.extend(first.later or ())
+        self._pending.clear()
+        for p in sorted(waiting, key=lambda item: item.seq):
+            self._request_transition(PENDING, END)
+            out.append(
+                ev.Unanswered(
+                    seq=None,
+                    ts_ns=ts_ns,
+                    direction=p.direction,
+                    rpc_id=p.rpc_id,
+                    request_seq=p.seq,
+                    method=p.method,
+                    session_id=p.session_id,
+                    maybe_cut=self._last_cut_seq[OTHER[p.direction]] > p.seq,
+                )
+            )
+        turns = sorted((t for s in self._all_sessions() for t in s.turns), key=lambda t: t.prompt_seq)
+        for turn in turns:
+            self._turn(turn, FINISH, None, ts_ns, out)
+        return tuple(out)
+
+    # -- dispatch ------------------------------------------------------------------------------------
+
+    def _guarded(self, handler: Any, f: FrameLike) -> tuple[ev.Event, ...]:
+        out: list[ev.Event] = []
+        if f.dir not in OTHER:
+            return NO_EVENTS
+        handler(f, out)
+        return tuple(out) if out else NO_EVENTS
+
+    def _use_vocabulary(self, version: int | None) -> None:
+        vocabulary = acp.vocabulary(version)
+        self._methods = vocabulary.methods
+        self._updates = vocabulary.updates
+
+    @staticmethod
+    def _request_transition(state: str, trigger: str) -> tuple[str, str | None]:
+        return REQUEST_TRANSITIONS[(state, trigger)]
+
+    def _session_transition(
+        self, sid: str, trigger: str, f: FrameLike, out: list[ev.Event], **facts: Any
+    ) -> _Session | None:
+        """Apply the session table for ``sid``; the (possibly new) instance, None if unseen."""
+        session = self._sessions.get(sid)
+        state = UNSEEN if session is None else session.state
+        step = SESSION_TRANSITIONS.get((state, trigger))
+        if step is None:
+            return session
+        new_state, emits = step
+        for name in (emits or "").split():
+            if name == "SessionOpened":
+                session = self._new_instance(sid)
+                out.append(
+                    ev.SessionOpened(
+                        seq=f.seq,
+                        ts_ns=f.ts_ns,
+                        session_id=sid,
+                        how=facts.get("how", "seen"),
+                        cwd=facts.get("cwd"),
+                        parent_session_id=facts.get("parent"),
+                    )
+                )
+            elif name == "SessionRestoring":
+                out.append(
+                    ev.SessionRestoring(
+                        seq=f.seq,
+                        ts_ns=f.ts_ns,
+                        session_id=sid,
+                        method=facts["method"],
+                        replays=trigger == RESTORE_REPLAY,
+                    )
+                )
+            elif name == "ReplayWindowOpened":
+                assert session is not None
+                session.windows.append(f.seq)
+                self._windows[sid] = session
+                out.append(ev.ReplayWindowOpened(seq=f.seq, ts_ns=f.ts_ns, session_id=sid, method=facts["method"]))
+            elif name == "ReplayWindowClosed":
+                assert session is not None
+                request_seq = facts["request_seq"]
+                if request_seq in session.windows:
+                    session.windows.remove(request_seq)
+                elif session.windows:
+                    session.windows.pop()
+                if session.windows:
+                    new_state = REPLAYING
+                else:
+                    self._windows.pop(sid, None)
+                out.append(
+                    ev.ReplayWindowClosed(
+                        seq=f.seq,
+                        ts_ns=f.ts_ns,
+                        session_id=sid,
+                        method=facts["method"],
+                        request_seq=request_seq,
+                        ok=facts["ok"],
+                    )
+                )
+            elif name == "SessionRestored":
+                out.append(
+                    ev.SessionRestored(
+                        seq=f.seq,
+                        ts_ns=f.ts_ns,
+                        session_id=sid,
+                        method=facts["method"],
+                        request_seq=facts["request_seq"],
+                        replays=facts["replays"],
+                        ok=facts["ok"],
+                        cwd=facts.get("cwd"),
+                    )
+                )
+            elif name == "UpdateReplayed":
+                assert session is not None
+                variant = f.update_kind
+                out.append(
+                    ev.UpdateReplayed(
+                        seq=f.seq,
+                        ts_ns=f.ts_ns,
+                        session_id=sid,
+                        variant=variant,
+                        live_only=variant in _LIVE_ONLY,
+                        window_seq=session.windows[-1],
+                    )
+                )
+            elif name == "SessionClosed":
+                out.append(ev.SessionClosed(seq=f.seq, ts_ns=f.ts_ns, session_id=sid, how=facts["how"]))
+        if session is not None:
+            session.state = new_state
+        return session
+
+    def _new_instance(self, sid: str) -> _Session:
+        old = self._sessions.get(sid)
+        session = self._sessions[sid] = _Session(sid)
+        if old is not None:
+            self._retired.append(old)
+            self._windows.pop(sid, None)
+        return session
+
+    def _all_sessions(self) -> list[_Session]:
+        return [*self._retired, *self._sessions.values()]
+
+    def _seen(self, sid: str | None, f: FrameLike, out: list[ev.Event]) -> _Session | None:
+        if sid is None:
+            return None
+        session = self._sessions.get(sid)
+        if session is None:
+            return self._session_transition(sid, SEEN, f, out)
+        return session
+
+    def _turn(
+        self,
+        turn: _Turn,
+        trigger: str,
+        stop: str | None,
+        ts_ns: int,
+        out: list[ev.Event],
+        seq: int | None = None,
+        message_id: str | None = None,
+    ) -> None:
+        step = TURN_TRANSITIONS.get((turn.state, trigger))
+        if step is None:
+            return
+        new_state, emit = step
+        was_open = turn.state in OPEN_TURN
+        turn.state = new_state
+        if was_open and new_state not in OPEN_TURN:
+            turns = turn.session.turns
+            if turn in turns:
+                turns.remove(turn)
+        sid = turn.session.session_id
+        if emit == "TurnAccepted":
+            out.append(
+                ev.TurnAccepted(
+                    seq=seq,
+                    ts_ns=ts_ns,
+                    session_id=sid,
+                    prompt_seq=turn.prompt_seq,
+                    message_id=message_id,
+                    protocol_version=turn.version,
+                )
+            )
+        elif emit == "TurnEnded":
+            out.append(
+                ev.TurnEnded(
+                    seq=seq,
+                    ts_ns=ts_ns,
+                    session_id=sid,
+                    prompt_seq=turn.prompt_seq,
+                    status=_END_STATUS[new_state],
+                    stop_reason=stop,
+                    by=_END_BY[trigger],
+                    protocol_version=turn.version,
+                )
+            )
+
+    def _infer(self, version: int, evidence: str, f: FrameLike, out: list[ev.Event]) -> None:
+        if self._answered or self._inferred is not None or version not in acp.PROTOCOL_VERSIONS:
+            return
+        self._inferred = version
+        out.append(ev.VersionInferred(seq=f.seq, ts_ns=f.ts_ns, version=version, evidence=evidence))
+
+    # -- session/update ---------------------------------------------------------------------------
+
+    def _update(self, f: FrameLike, out: list[ev.Event]) -> None:
+        variant = f.update_kind
+        if variant is not None and variant not in self._updates:
+            out.append(
+                ev.NameUnknown(seq=f.seq, ts_ns=f.ts_ns, what="update", name=variant, unknown=acp.unknown_kind(variant))
+            )
+        sid = f.session_id
+        if sid is None:
+            return
+        if sid not in self._sessions:
+            self._seen(sid, f, out)
+        action = _ACTIONS.get(variant, 0) if variant is not None else 0
+        if sid in self._windows:
+            # History: flagged, and never this connection's turn activity.
+            self._session_transition(sid, UPDATE, f, out)
+            if action & _TITLE:
+                self._title_update(sid, f, out)
+            return
+        if action & _INFER and variant is not None:
+            self._infer(_EVIDENCE[variant], f"session/update {variant}", f, out)
+        if action & _STATE:
+            self._state_update(sid, f, out)
+        elif action & _TITLE:
+            self._title_update(sid, f, out)
+
+    def _state_update(self, sid: str, f: FrameLike, out: list[ev.Event]) -> None:
+        message = _decode(_Update, f.line)
+        body = message.params.update if message is not None and message.params is not None else None
+        if body is None:
+            return
+        state = _str(body.state)
+        stop = _str(body.stopReason)
+        out.append(ev.StateReported(seq=f.seq, ts_ns=f.ts_ns, session_id=sid, state=state, stop_reason=stop))
+        session = self._sessions.get(sid)
+        if session is None:
+            return
+        v2_turns = [t for t in session.turns if t.version != 1]
+        if state in ("running", "requires_action"):
+            # Work belongs to the oldest open prompt: a later one may be queued behind it.
+            if v2_turns and v2_turns[0] is session.turns[0]:
+                self._turn(v2_turns[0], WORK, None, f.ts_ns, out, f.seq)
+        elif state == "idle":
+            for turn in v2_turns:
+                self._turn(turn, IDLE, stop, f.ts_ns, out, f.seq)
+
+    def _title_update(self, sid: str, f: FrameLike, out: list[ev.Event]) -> None:
+        message = _decode(_Update, f.line)
+        body = message.params.update if message is not None and message.params is not None else None
+        title = body.title if body is not None else UNSET
+        if title is None or isinstance(title, str):  # null clears the title; absent leaves it
+            out.append(ev.SessionTitled(seq=f.seq, ts_ns=f.ts_ns, session_id=sid, title=title))
+
+    # -- requests and notifications -----------------------------------------------------------------
+
+    def _request(self, f: FrameLike, out: list[ev.Event]) -> None:
+        method = f.method
+        unknown = None
+        if method is not None and method not in self._methods:
+            unknown = acp.unknown_kind(method)
+            out.append(ev.NameUnknown(seq=f.seq, ts_ns=f.ts_ns, what="method", name=method, unknown=unknown))
+        pending = _Pending(f, unknown)
+        key = (f.dir, f.rpc_id)
+        first = self._pending.get(key)
+        self._request_transition(NONE if first is None else PENDING, REQUEST)
+        if first is None:
+            self._pending[key] = pending
+        else:
+            if first.later is None:
+                first.later = []
+            first.later.append(pending)
+        out.append(
+            ev.RequestSent(
+                seq=f.seq,
+                ts_ns=f.ts_ns,
+                direction=f.dir,
+                rpc_id=f.rpc_id,
+                method=method,
+                session_id=f.session_id,
+                reused_id_of=first.seq if first is not None else None,
+            )
+        )
+        sid = f.session_id
+        if f.dir == C2A:
+            if method == "initialize":
+                self._initialize_request(f, out)
+            elif method in _CREATES:
+                message = _decode(_Request, f.line)
+                pending.data = _str(message.params.cwd) if message is not None and message.params is not None else None
+            elif method in _RESTORES:
+                self._restore_request(f, pending, out)
+            elif method == "session/set_title":
+                message = _decode(_Request, f.line)
+                if message is not None and message.params is not None and isinstance(message.params.title, str):
+                    pending.data = message.params.title
+            elif method == "session/prompt" and sid is not None:
+                session = self._seen(sid, f, out)
+                assert session is not None
+                turn = _Turn(f.seq, session, self.version)
+                session.turns.append(turn)
+                pending.data = turn
+                out.append(
+                    ev.TurnStarted(
+                        seq=f.seq,
+                        ts_ns=f.ts_ns,
+                        session_id=sid,
+                        prompt_seq=f.seq,
+                        index=turn.index,
+                        protocol_version=turn.version,
+                        rpc_id=f.rpc_id,
+                    )
+                )
+        self._seen(sid, f, out)
+
+    def _initialize_request(self, f: FrameLike, out: list[ev.Event]) -> None:
+        message = _decode(_InitRequest, f.line)
+        params = message.params if message is not None else None
+        if params is None:
+            return
+        proposed = _int(params.protocolVersion)
+        out.append(
+            ev.PeerAnnounced(
+                seq=f.seq,
+                ts_ns=f.ts_ns,
+                side="client",
+                protocol_version=proposed,
+                info=_json_text(params.clientInfo or params.info),
+                capabilities=_json_text(params.clientCapabilities or params.capabilities),
+            )
+        )
+        if proposed is not None:
+            self._infer(proposed, "initialize request", f, out)
+
+    def _restore_request(self, f: FrameLike, pending: _Pending, out: list[ev.Event]) -> None:
+        message = _decode(_Request, f.line)
+        params = message.params if message is not None else None
+        sid = f.session_id
+        method = f.method or "session/load"
+        # v1 session/load always replays; session/resume only when asked to (replayFrom, v2).
+        replays = method == "session/load" or (params is not None and params.replayFrom is not None)
+        cwd = _str(params.cwd) if params is not None else None
+        if sid is None:
+            pending.data = _Restore(None, cwd, replays, None)
+            return
+        trigger = RESTORE_REPLAY if replays else RESTORE
+        session = self._session_transition(sid, trigger, f, out, how=method, method=method)
+        pending.data = _Restore(sid, cwd, replays, session)
+
+    def _notification(self, f: FrameLike, out: list[ev.Event]) -> None:
+        method = f.method
+        if method is not None and method not in self._methods:
+            out.append(
+                ev.NameUnknown(seq=f.seq, ts_ns=f.ts_ns, what="method", name=method, unknown=acp.unknown_kind(method))
+            )
+        sid = f.session_id
+        if method == "$/cancel_request":
+            self._cancel_request(f, out)
+        elif method == "session/cancel" and f.dir == C2A and sid is not None:
+            session = self._seen(sid, f, out)
+            assert session is not None
+            requests = sorted(
+                p.seq
+                for first in self._pending.values()
+                for p in (first, *(first.later or ()))
+                if p.direction == A2C and p.session_id == sid
+            )
+            out.append(
+                ev.SessionCancelled(
+                    seq=f.seq,
+                    ts_ns=f.ts_ns,
+                    session_id=sid,
+                    prompt_seqs=tuple(t.prompt_seq for t in session.turns),
+                    request_seqs=tuple(requests),
+                )
+            )
+        self._seen(sid, f, out)
+
+    def _cancel_request(self, f: FrameLike, out: list[ev.Event]) -> None:
+        # The sender cancels a request it sent itself: look in its own direction.
+        message = _decode(_Request, f.line)
+        raw = message.params.requestId if message is not None and message.params is not None else Raw()
+        request_id: str | None = None
+        if raw:
+            try:
+                request_id = canonical_id(raw)
+            except msgspec.DecodeError:
+                request_id = None
+        target = self._pending.get((f.dir, request_id)) if raw else None
+        self._request_transition(NONE if target is None else PENDING, CANCEL)
+        if target is not None:
+            target.cancel_seq = f.seq
+        out.append(
+            ev.RequestCancelled(
+                seq=f.seq,
+                ts_ns=f.ts_ns,
+                direction=f.dir,
+                rpc_id=request_id,
+                request_seq=target.seq if target is not None else None,
+                method=target.method if target is not None else None,
+            )
+        )
+
+    # -- responses ------------------------------------------------------------------------------------
+
+    def _take(self, direction: str, rpc_id: str | None) -> _Pending | None:
+        key = (direction, rpc_id)
+        pending = self._pending.pop(key, None)
+        if pending is not None and pending.later:
+            successor = pending.later.pop(0)
+            successor.later = pending.later
+            self._pending[key] = successor
+        return pending
+
+    def _paired(self, f: FrameLike, p: _Pending, session_id: str | None, **flags: bool) -> ev.ResponsePaired:
+        return ev.ResponsePaired(
+            seq=f.seq,
+            ts_ns=f.ts_ns,
+            direction=f.dir,
+            rpc_id=f.rpc_id,
+            request_seq=p.seq,
+            method=p.method,
+            session_id=session_id,
+            latency_ns=f.ts_ns - p.ts_ns,
+            error=f.kind == "error",
+            cancelled_by=p.cancel_seq,
+            unknown=p.unknown,
+            **flags,
+        )
+
+    def _response(self, f: FrameLike, out: list[ev.Event]) -> None:
+        direction = OTHER[f.dir]
+        rpc_id = f.rpc_id
+        if not f.forwarded:
+            withheld = self._pending.get((direction, rpc_id))
+            if withheld is not None:
+                self._request_transition(PENDING, WITHHELD)
+                out.append(self._paired(f, withheld, withheld.session_id, withheld=True))
+                return
+        pending = self._take(direction, rpc_id)
+        if pending is None:
+            self._request_transition(NONE, ANSWER_FRAME)
+            out.append(ev.ResponseUnpaired(seq=f.seq, ts_ns=f.ts_ns, direction=f.dir, rpc_id=rpc_id))
+            return
+        self._request_transition(PENDING, ANSWER_FRAME)
+        after: list[ev.Event] = []
+        sid = pending.session_id
+        method = pending.method
+        ok = f.kind == "response"
+        if pending.direction == C2A:
+            if method == "initialize":
+                if ok:
+                    self._initialize_response(f, after)
+            elif method in _CREATES:
+                if ok:
+                    sid = self._created(f, pending, after) or sid
+            elif method in _RESTORES:
+                self._restored(f, pending, ok, after)
+            elif method == "session/prompt":
+                self._prompt_response(f, pending, after)
+            elif method in ("session/close", "session/delete"):
+                if ok and sid is not None:
+                    self._seen(sid, f, after)
+                    how = "closed" if method == "session/close" else "deleted"
+                    self._session_transition(sid, ENDED_BY_CLIENT, f, after, how=how)
+            elif method == "session/set_title" and ok and sid is not None and pending.data is not None:
+                self._seen(sid, f, after)
+                after.append(ev.SessionTitled(seq=f.seq, ts_ns=f.ts_ns, session_id=sid, title=pending.data))
+        out.append(self._paired(f, pending, sid))
+        out.extend(after)
+        self._seen(sid, f, out)
+
+    def _cut_line(self, f: FrameLike, out: list[ev.Event]) -> None:
+        direction = OTHER[f.dir]
+        # Remembered so that a request left pending at the end can say its answer may be here.
+        previous = self._last_cut_seq[f.dir]
+        self._last_cut_seq[f.dir] = f.seq
+        match = _CUT_RESPONSE.match(f.line)
+        if match is None:
+            return
+        try:
+            rpc_id = canonical_id(Raw(match.group(1)))
+        except msgspec.DecodeError:
+            return
+        pending = self._take(direction, rpc_id)
+        _, emit = self._request_transition(NONE if pending is None else PENDING, CUT)
+        if pending is None or emit is None:
+            return
+        out.append(self._paired(f, pending, pending.session_id, cut=True))
+        self._last_cut_seq[f.dir] = previous
+
+    def _initialize_response(self, f: FrameLike, out: list[ev.Event]) -> None:
+        message = _decode(_InitResponse, f.line)
+        result = message.result if message is not None else None
+        if result is None:
+            return
+        version = _int(result.protocolVersion)
+        out.append(
+            ev.PeerAnnounced(
+                seq=f.seq,
+                ts_ns=f.ts_ns,
+                side="agent",
+                protocol_version=version,
+                info=_json_text(result.agentInfo or result.info),
+                capabilities=_json_text(result.agentCapabilities or result.capabilities),
+                auth_methods=_json_text(result.authMethods),
+            )
+        )
+        # The latest successful initialize is authoritative (the client may repeat it).
+        supported = version in acp.PROTOCOL_VERSIONS
+        self._answered = True
+        self._negotiated = version if supported else None
+        self._use_vocabulary(self._negotiated)
+        out.append(ev.VersionNegotiated(seq=f.seq, ts_ns=f.ts_ns, version=version, supported=supported))
+
+    def _created(self, f: FrameLike, pending: _Pending, out: list[ev.Event]) -> str | None:
+        message = _decode(_Response, f.line)
+        sid = _str(message.result.sessionId) if message is not None and message.result is not None else None
+        if sid is None:
+            return None
+        parent = pending.session_id if pending.method == "session/fork" else None
+        self._session_transition(sid, CREATED, f, out, how=pending.method, cwd=pending.data, parent=parent)
+        return sid
+
+    def _restored(self, f: FrameLike, pending: _Pending, ok: bool, out: list[ev.Event]) -> None:
+        restore = pending.data
+        if not isinstance(restore, _Restore) or restore.session_id is None:
+            return
+        sid = restore.session_id
+        if restore.replays and restore.instance is not self._sessions.get(sid):
+            # The instance that opened the window was replaced (a session/new with its id): the
+            # window went with it.
+            trigger = RESTORED
+        else:
+            trigger = RESTORED_REPLAY if restore.replays else RESTORED
+        self._session_transition(
+            sid,
+            trigger,
+            f,
+            out,
+            method=pending.method,
+            request_seq=pending.seq,
+            replays=restore.replays,
+            ok=ok,
+            cwd=restore.cwd if ok else None,
+        )
+
+    def _prompt_response(self, f: FrameLike, pending: _Pending, out: list[ev.Event]) -> None:
+        turn = pending.data
+        if not isinstance(turn, _Turn):
+            return
+        if f.kind == "error":
+            self._turn(turn, REJECT, None, f.ts_ns, out, f.seq)
+            return
+        message = _decode(_Response, f.line)
+        result = message.result if message is not None else None
+        message_id = _str(result.messageId) if result is not None else None
+        has_stop = result is not None and result.stopReason is not UNSET
+        stop = _str(result.stopReason) if result is not None and has_stop else None
+        if turn.version == 1:
+            trigger = ANSWERED
+        elif message_id is not None or (not has_stop and turn.version == 2):
+            trigger = ACCEPT
+        else:
+            trigger = ANSWERED
+        if turn.version is None:
+            turn.version = 2 if trigger == ACCEPT else 1
+        if message_id is not None and trigger == ACCEPT:
+            self._infer(2, "prompt response", f, out)
+        elif stop is not None:
+            self._infer(1, "prompt response", f, out)
+        self._turn(turn, trigger, stop, f.ts_ns, out, f.seq, message_id)
