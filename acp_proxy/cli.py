@@ -154,6 +154,17 @@ def cli() -> None:
     "the findings table); `--check=lifecycle` skips schema validation. A low-priority process "
     "checks what was recorded: it never holds up the relay, and nothing forwarded changes.",
 )
+@click.option(
+    "--otlp",
+    default=None,
+    flag_value="env",
+    is_flag=False,
+    metavar="URL",
+    help="Stream OpenTelemetry traces and metrics of the run to the collector at URL (its OTLP/HTTP base "
+    "address; alone: $OTEL_EXPORTER_OTLP_ENDPOINT). A low-priority process exports what was recorded: a "
+    "collector that is down or slow costs spans (counted on the run), never frames. Needs the [otel] extra.",
+)
+@click.option("--otlp-content", is_flag=True, help="With --otlp: put message text in spans (redacted).")
 @click.argument("agent", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- AGENT [ARGS]...")
 def run(
     db_path: Path | None,
@@ -166,6 +177,8 @@ def run(
     faults_file: Path | None,
     seed: int | None,
     live_check: str | None,
+    otlp: str | None,
+    otlp_content: bool,
     agent: tuple[str, ...],
 ) -> None:
     """Launch AGENT and relay its stdio byte for byte, recording every frame.
@@ -183,6 +196,12 @@ def run(
     if live_check and no_record:
         raise click.UsageError("--check checks what is recorded: it cannot be used with --no-record")
     plan = build_fault_plan(fault_rules, faults_file, seed)
+    from .otel import command as otel
+
+    try:
+        otlp_to = otel.live_endpoints(otlp, otlp_content, no_record)
+    except otel.UsageError as exc:
+        raise click.UsageError(str(exc)) from None
     from . import relay  # imported here: query commands need neither trio nor processes
 
     options = relay.RunOptions(
@@ -201,6 +220,8 @@ def run(
             "strip_replayed_notices": strip_replayed_notices,
         },
     )
+    if otlp_to is not None:
+        otel.start_live(options.db_path, otlp_to, otlp_content)  # type: ignore[arg-type]
     try:
         status = relay.run(options)
     except relay.RelayError as exc:
@@ -777,11 +798,19 @@ def tail(
     "-f",
     "--format",
     "fmt",
-    type=click.Choice(["jsonl", "jsons", "inspector"]),
+    type=click.Choice(["jsonl", "jsons", "inspector", "otlp"]),
     default="jsonl",
     show_default=True,
-    help="jsonl: acp-proxy's own; jsons: the ACP conductor trace viewer; inspector: ACP Inspector traces.",
+    help="jsonl: acp-proxy's own; jsons: the ACP conductor trace viewer; inspector: ACP Inspector traces; "
+    "otlp: send OpenTelemetry spans to --endpoint.",
 )
+@click.option(
+    "--endpoint",
+    default=None,
+    metavar="URL",
+    help="With --format otlp: the collector's OTLP/HTTP base address (default: $OTEL_EXPORTER_OTLP_ENDPOINT).",
+)
+@click.option("--otlp-content", is_flag=True, help="With --format otlp: put message text in spans (redacted).")
 @click.option(
     "-o",
     "--output",
@@ -790,20 +819,39 @@ def tail(
     help="Write here (created 0600) instead of stdout.",
 )
 @click.argument("ref")
-def export(db_path: Path | None, fmt: str, output: Path | None, ref: str) -> None:
+def export(
+    db_path: Path | None, fmt: str, endpoint: str | None, otlp_content: bool, output: Path | None, ref: str
+) -> None:
     """Export a run or a session (REF: run id, `last`, or session id / prefix).
 
-    Nothing is redacted: the export holds the whole conversation. Files are created 0600.
+    Nothing is redacted in a file: the export holds the whole conversation. Files are created
+    0600. `--format otlp` sends the spans of the run (or of the session's turns) to an
+    OpenTelemetry collector instead, message text only with --otlp-content.
 
     \b
     Examples:
         acp-proxy export last -o run.jsonl
         acp-proxy export 3f2a --format jsons -o trace.jsons   # open with sacp-trace-viewer
+        acp-proxy export last --format otlp --endpoint http://localhost:4318
     """
     import os
 
     from . import exports, queries
 
+    if fmt != "otlp" and (endpoint is not None or otlp_content):
+        raise click.UsageError("--endpoint and --otlp-content go with --format otlp")
+    if fmt == "otlp" and output is not None:
+        raise click.UsageError("--format otlp sends spans to a collector: it writes no file (-o)")
+    if fmt == "otlp":
+        from .errors import AcpProxyError
+        from .otel import command as otel
+
+        try:
+            click.echo(f"acp-proxy: {otel.export(resolve_db(db_path), ref, endpoint, otlp_content)}", err=True)
+        except AcpProxyError as exc:
+            click.echo(f"acp-proxy: {exc}", err=True)
+            raise SystemExit(exc.exit_code) from None
+        return
     db = open_db(db_path)
     resolved = resolve_ref(db, ref)
     run_ids = queries.run_ids_of(db, resolved)

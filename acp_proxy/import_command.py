@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from .importers import FORMATS
+FORMATS = ("jsonl", "jsons", "inspector", "jetbrains")
+"""The formats of ``importers`` (spelled here too: the parsers are imported only when a log is)."""
 
 
 @click.command("import")
