@@ -1257,6 +1257,7 @@ def diff_command(db_path: Path | None, as_json: bool, left: str, right: str) -> 
 
 cli.add_command(__import__("acp_proxy.web.command", fromlist=["ui"]).ui)
 cli.add_command(__import__("acp_proxy.import_command", fromlist=["import_log"]).import_log)
+cli.add_command(__import__("acp_proxy.mcp_server", fromlist=["mcp"]).mcp)
 
 
 def main() -> None:
