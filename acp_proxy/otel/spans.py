@@ -193,14 +193,17 @@ class SpanBuilder:
         """A fault or finding on frame ``seq`` (at ``ts_ns``; None: the latest frame's time): an
         event on the span that frame belongs to when given before the frame is fed, else on the
         connection span."""
-        when = ts_ns if ts_ns is not None else self._last_ts
-        event = SpanEvent(name, when, {k: self._clean(v) for k, v in attributes.items() if v is not None})
+        event = SpanEvent(
+            name, -1 if ts_ns is None else ts_ns, {k: self._clean(v) for k, v in attributes.items() if v is not None}
+        )
         if seq is not None:
             event.attributes["acp.frame.seq"] = seq
         if seq is None or seq <= self._last_seq:
+            if event.ts_ns < 0:
+                event.ts_ns = self._last_ts
             self._connection.events.append(event)
         else:
-            self._annotations.setdefault(seq, []).append(event)
+            self._annotations.setdefault(seq, []).append(event)  # its time: the frame's, if not given
 
     def feed(self, row: Mapping[str, Any]) -> list[Span]:
         """The spans ``row`` (a ``frames`` row) finished."""
@@ -252,6 +255,9 @@ class SpanBuilder:
             target = turns[0] if turns else None
         pending = self._annotations.pop(frame.seq, None)
         if pending:
+            for event in pending:
+                if event.ts_ns < 0:
+                    event.ts_ns = frame.ts_ns
             (target.span if target is not None else self._connection).events.extend(pending)
         return out
 
@@ -273,6 +279,11 @@ class SpanBuilder:
                 out.extend(self._turn_ended(e, None))
         for request in self._requests.values():
             out.append(self._close(request.span, end))
+        for events in self._annotations.values():  # about frames never fed (e.g. stderr lines)
+            for event in events:
+                event.ts_ns = event.ts_ns if event.ts_ns >= 0 else end
+                self._connection.events.append(event)
+        self._annotations.clear()
         self._requests.clear()
         self.finished = True
         connection = self._connection
