@@ -145,6 +145,22 @@ def test_an_imported_run_answers_show_check_stats_and_diff_like_the_original(
     assert same.exit_code == 0, same.output
 
 
+def test_the_inspector_reads_an_imported_run(sdk_recording: tuple[Path, str], tmp_path: Path) -> None:
+    pytest.importorskip("datasette", reason="the [ui] extra (Datasette) is not installed")
+    from .web_support import app, get_json
+
+    db, _ = sdk_recording
+    export(db, "1", "jsons", tmp_path / "1.jsons")
+    target = tmp_path / "ui.db"
+    run_id = import_log(target, tmp_path / "1.jsons")
+
+    def timeline(page: dict[str, Any]) -> list[tuple[str, Any]]:
+        return [(e["entity"], e.get("seq")) for c in page["conversations"] for e in c["timeline"]]
+
+    imported, original = get_json(app(target), f"/runs/{run_id}.json"), get_json(app(db), "/runs/1.json")
+    assert timeline(imported) == timeline(original) and len(timeline(original)) > 3
+
+
 def test_replay_serves_an_imported_run(sdk_recording: tuple[Path, str], tmp_path: Path) -> None:
     import subprocess
     import sys
