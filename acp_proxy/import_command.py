@@ -12,18 +12,14 @@ from pathlib import Path
 
 import click
 
+from .options import db_option
+
 FORMATS = ("jsonl", "jsons", "inspector", "jetbrains")
 """The formats of ``importers`` (spelled here too: the parsers are imported only when a log is)."""
 
 
 @click.command("import")
-@click.option(
-    "--db",
-    "db_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Database file. Default: $ACP_PROXY_DB, else $XDG_DATA_HOME/acp-proxy/acp-proxy.db.",
-)
+@db_option
 @click.option(
     "-f",
     "--format",

@@ -154,9 +154,10 @@ def _int(value: Any) -> int | None:
 
 
 def _ts_ns(lineno: int, ns: float | int) -> int:
-    if ns != ns or not 0 <= ns <= _MAX_TS_NS:  # NaN, negative, or past the year 2262
+    """Nanoseconds as a run row holds them, or the line's error (a float is rounded)."""
+    if ns != ns or not 0 <= ns <= _MAX_TS_NS:  # NaN, infinite, negative, or past the year 2262
         raise _error(lineno, f"time {ns!r} is out of range")
-    return int(ns)
+    return round(ns) if isinstance(ns, float) else ns
 
 
 # -- jsonl: acp-proxy's own export ----------------------------------------------------------------
@@ -224,20 +225,16 @@ class JsonlParser(Parser):
             if not isinstance(run, dict):
                 continue
             facts = {name: run[name] for name in _RUN_FACTS if run.get(name) is not None}
-            argv = facts.get("argv")
-            if isinstance(argv, str):
-                try:
-                    facts["argv"] = _json.decode(argv)
-                except msgspec.DecodeError:
-                    facts.pop("argv")
+            for name in ("argv", "options"):  # JSON text in the runs table
+                if isinstance(facts.get(name), str):
+                    try:
+                        facts[name] = _json.decode(facts[name])
+                    except msgspec.DecodeError:
+                        facts.pop(name)
             if not (isinstance(facts.get("argv"), list) and all(isinstance(a, str) for a in facts["argv"])):
                 facts.pop("argv", None)
-            options = facts.get("options")
-            if isinstance(options, str):
-                try:
-                    facts["options"] = _json.decode(options)
-                except msgspec.DecodeError:
-                    facts.pop("options")
+            if not isinstance(facts.get("options"), dict):
+                facts.pop("options", None)
             for name in ("started_ns", "ended_ns"):
                 if name in facts:
                     value = _int(facts[name])
@@ -284,7 +281,7 @@ class JsonsParser(Parser):
         ts = obj.get("ts")
         if not isinstance(ts, (int, float)) or isinstance(ts, bool):
             raise _error(lineno, "an event needs a number `ts` (seconds since the trace started)")
-        ts_ns = _ts_ns(lineno, round(ts * 1e9))
+        ts_ns = _ts_ns(lineno, ts * 1e9)
         if kind == "trace":
             return self._trace(lineno, obj, ts_ns)
         ends = (obj.get("from"), obj.get("to"))
@@ -303,7 +300,7 @@ class JsonsParser(Parser):
         self._hop = self._hop or "agent"
         out: list[Record] = []
         for lineno, obj in self._held:
-            out.extend(self._message(lineno, obj, round(obj["ts"] * 1e9)))
+            out.extend(self._message(lineno, obj, _ts_ns(lineno, obj["ts"] * 1e9)))
         self._held = []
         return out
 
@@ -397,7 +394,7 @@ def _inspector_ts(lineno: int, ts: Any) -> int | None:
     if ts is None:
         return None
     if isinstance(ts, (int, float)) and not isinstance(ts, bool):
-        return _ts_ns(lineno, round(ts * 1_000_000) if isinstance(ts, float) else ts * 1_000_000)
+        return _ts_ns(lineno, ts * 1_000_000)
     if isinstance(ts, str):
         try:
             when = dt.datetime.fromisoformat(ts)
@@ -438,7 +435,7 @@ class JetBrainsParser(Parser):
             seconds = when.timestamp()
         except (ValueError, OverflowError, OSError):
             raise _error(lineno, "the time at the start of the line is not a date") from None
-        ts = _ts_ns(lineno, (round(seconds * 1000)) * 1_000_000)
+        ts = _ts_ns(lineno, round(seconds * 1000) * 1_000_000)
         self.frames += 1
         return [Record("c2a" if match.group(8) == b"OUT" else "a2c", ts, match.group(9))]
 

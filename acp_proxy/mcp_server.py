@@ -32,6 +32,7 @@ from typing import Any
 import click
 
 from .errors import UsageError
+from .options import db_option, redact_options
 
 INSTALL_HINT = "acp-proxy mcp needs the [mcp] extra: pip install 'acp-proxy[mcp]'"
 MAX_FRAMES = 500
@@ -414,21 +415,8 @@ def _as_tool(method: Callable[..., str], tool_error: type[Exception]) -> Callabl
 
 
 @click.command("mcp")
-@click.option(
-    "--db",
-    "db_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Database file. Default: $ACP_PROXY_DB, else $XDG_DATA_HOME/acp-proxy/acp-proxy.db.",
-)
-@click.option(
-    "--redact",
-    "redact_rules",
-    multiple=True,
-    metavar="RULE",
-    help="Also mask what this JSON path (params._meta.token) or regular expression matches (repeatable).",
-)
-@click.option("--no-redact", is_flag=True, help="Show secrets as recorded (they are masked by default).")
+@db_option
+@redact_options
 def mcp(db_path: Path | None, redact_rules: tuple[str, ...], no_redact: bool) -> None:
     """Serve the recordings to a coding agent over MCP (stdio), read-only.
 

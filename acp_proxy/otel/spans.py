@@ -419,17 +419,7 @@ class SpanBuilder:
             attrs["gen_ai.conversation.id"] = sid
         if e.reused_id_of is not None:
             attrs["acp.reused_id_of"] = e.reused_id_of
-        span = Span(
-            name=e.method or "jsonrpc",
-            trace_id=parent.span.trace_id,
-            span_id=self._ids(64),
-            parent_id=parent.span.span_id,
-            kind=CLIENT,
-            start_ns=e.ts_ns,
-            end_ns=-1,
-            attributes=attrs,
-            session_id=sid,
-        )
+        span = self._child(parent.span, e.method or "jsonrpc", CLIENT, e.ts_ns, attrs, sid)
         request = _Request(span, e.method, e.direction, tool)
         if e.seq is not None:
             self._requests[e.seq] = request
@@ -541,23 +531,14 @@ class SpanBuilder:
             return None
         tool = turn.tools.get(tool_call_id)
         if tool is None:
-            span = Span(
-                name="execute_tool",
-                trace_id=turn.span.trace_id,
-                span_id=self._ids(64),
-                parent_id=turn.span.span_id,
-                kind=INTERNAL,
-                start_ns=frame.ts_ns,
-                end_ns=-1,
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.call.id": self._clean(tool_call_id),
-                    "gen_ai.conversation.id": turn.span.session_id,
-                    "acp.tool.kind": "other",
-                    "acp.tool.status": "pending",
-                },
-                session_id=turn.span.session_id,
-            )
+            attrs = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.call.id": self._clean(tool_call_id),
+                "gen_ai.conversation.id": turn.span.session_id,
+                "acp.tool.kind": "other",
+                "acp.tool.status": "pending",
+            }
+            span = self._child(turn.span, "execute_tool", INTERNAL, frame.ts_ns, attrs, turn.span.session_id)
             tool = turn.tools[tool_call_id] = _Tool(span, tool_call_id)
         span = tool.span
         if span.end_ns >= 0:
@@ -586,6 +567,14 @@ class SpanBuilder:
         return tool
 
     # -- helpers --------------------------------------------------------------------------------
+
+    def _child(
+        self, parent: Span, name: str, kind: str, start_ns: int, attrs: dict[str, Any], session_id: str | None
+    ) -> Span:
+        """A new open span in ``parent``'s trace."""
+        return Span(
+            name, parent.trace_id, self._ids(64), parent.span_id, kind, start_ns, -1, attrs, session_id=session_id
+        )
 
     def _close(self, span: Span, end_ns: int) -> Span:
         if span.end_ns < 0:
