@@ -603,11 +603,16 @@ def write_run(db_path: Path, records: Iterable[Record], provenance: dict[str, An
     for record in itertools.chain([first] if first is not None else [], records):
         if record.ts_ns is not None:
             ts = record.ts_ns
-        meta = dict(record.meta or {})
+        code = codes[record.direction]
+        if record.meta is None and b"\n" not in record.line:
+            # A plain line: bytes, as the relay hands them over (the recorder frames them).
+            recorder.handle(link.DATA, code, ts, record.line + b"\n")
+            continue
+        meta = dict(record.meta)
         size = meta.pop("size", len(record.line))
         line = Line(record.line, size, bool(meta.pop("terminated", True)), bool(meta.pop("cut", False)))
-        message = link.encode_line(codes[record.direction], ts, line, meta)
-        recorder.handle(link.LINE, codes[record.direction], ts, message[link.HEADER.size :])
+        message = link.encode_line(code, ts, line, meta)
+        recorder.handle(link.LINE, code, ts, message[link.HEADER.size :])
     end = {
         "ended_ns": provenance.get("ended_ns", ts),
         "status": provenance.get("status") if provenance.get("status") in ("ended", "crashed") else "ended",
