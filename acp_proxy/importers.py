@@ -121,6 +121,8 @@ class Parser:
         self.runs: dict[Any, dict[str, Any]] = {}
         self.skipped = 0
         self.frames = 0
+        self.untimed: dict[Any, int] = {}
+        """Per run, how many frames the log gives no time for."""
 
     def feed(self, lineno: int, line: bytes) -> list[Record]:
         raise NotImplementedError
@@ -129,7 +131,14 @@ class Parser:
         return []
 
     def unknown_for(self, run_key: Any) -> list[str]:
-        return list(self.unknown)
+        untimed = self.untimed.get(run_key)
+        return [*self.unknown, *([f"the time of {untimed} frame(s) (given the time before them)"] if untimed else [])]
+
+    def _timed(self, record: Record) -> list[Record]:
+        self.frames += 1
+        if record.ts_ns is None:
+            self.untimed[record.run_key] = self.untimed.get(record.run_key, 0) + 1
+        return [record]
 
 
 def _error(lineno: int, what: str) -> ImportFormatError:
@@ -214,8 +223,7 @@ class JsonlParser(Parser):
         meta["size"] = size if size is not None and (cut or size == len(data)) else len(data)
         meta["terminated"] = obj.get("terminated", 1) != 0
         meta["cut"] = cut
-        self.frames += 1
-        return [Record(direction, None if ts is None else _ts_ns(lineno, ts), data, meta, obj.get("run_id"))]
+        return self._timed(Record(direction, None if ts is None else _ts_ns(lineno, ts), data, meta, obj.get("run_id")))
 
     def _header(self, lineno: int, obj: dict[str, Any]) -> None:
         runs = obj.get("runs")
@@ -269,7 +277,7 @@ class JsonsParser(Parser):
         """``client`` or ``agent``: the end whose traffic is imported."""
 
     def unknown_for(self, run_key: Any) -> list[str]:
-        return [*self.unknown, *([] if self.stderr_lines else ["stderr"])]
+        return [*super().unknown_for(run_key), *([] if self.stderr_lines else ["stderr"])]
 
     def feed(self, lineno: int, line: bytes) -> list[Record]:
         obj = _object(lineno, line, self.format)
@@ -386,8 +394,9 @@ class InspectorParser(Parser):
         frame = obj.get("json")
         if not isinstance(frame, str):
             raise _error(lineno, "`json` must be the frame as a string")
-        self.frames += 1
-        return [Record(direction, _inspector_ts(lineno, obj.get("ts")), frame.encode("utf-8", "surrogatepass"))]
+        return self._timed(
+            Record(direction, _inspector_ts(lineno, obj.get("ts")), frame.encode("utf-8", "surrogatepass"))
+        )
 
 
 def _inspector_ts(lineno: int, ts: Any) -> int | None:

@@ -311,6 +311,18 @@ def test_write_run_records_like_the_recorder_does(tmp_path: Path) -> None:
     )
 
 
+def test_frames_without_a_time_are_said_to_be_so(tmp_path: Path) -> None:
+    log = tmp_path / "untimed.jsonl"
+    log.write_text(
+        '{"direction":"fromClient","json":"{\\"jsonrpc\\":\\"2.0\\",\\"id\\":1,\\"method\\":\\"x\\"}"}\n'
+        '{"ts":5,"direction":"fromAgent","json":"{\\"jsonrpc\\":\\"2.0\\",\\"id\\":1,\\"result\\":1}"}\n'
+    )
+    run_id = import_log(tmp_path / "rec.db", log)
+    (run,) = rows(tmp_path / "rec.db", "select * from runs where id = ?", run_id)
+    assert "the time of 1 frame(s) (given the time before them)" in json.loads(run["source_unknown"])
+    assert [f["ts_ns"] for f in rows(tmp_path / "rec.db", "select ts_ns from frames order by seq")] == [0, 5_000_000]
+
+
 def test_a_run_of_several_runs_becomes_several_runs(sdk_recording: tuple[Path, str], tmp_path: Path) -> None:
     db, session = sdk_recording
     export(db, session, "jsonl", tmp_path / "session.jsonl")  # the session spans runs 1 and 2
