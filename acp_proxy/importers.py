@@ -617,7 +617,7 @@ def write_run(db_path: Path, records: Iterable[Record], provenance: dict[str, An
             # A plain line: bytes, as the relay hands them over (the recorder frames them).
             recorder.handle(link.DATA, code, ts, record.line + b"\n")
             continue
-        meta = dict(record.meta)
+        meta = dict(record.meta or {})
         size = meta.pop("size", len(record.line))
         line = Line(record.line, size, bool(meta.pop("terminated", True)), bool(meta.pop("cut", False)))
         message = link.encode_line(code, ts, line, meta)

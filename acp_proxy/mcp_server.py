@@ -388,7 +388,9 @@ def build_server(tools: Tools) -> Any:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Prefixed("%(message)s"))
     logging.getLogger().handlers = [handler]
-    read_only = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+    read_only = ToolAnnotations(
+        read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+    )
     for method in tools.all():
         server.add_tool(
             _as_tool(method, ToolError),

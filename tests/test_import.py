@@ -311,6 +311,15 @@ def test_write_run_records_like_the_recorder_does(tmp_path: Path) -> None:
     )
 
 
+def test_write_run_keeps_a_line_with_a_newline_inside_whole(tmp_path: Path) -> None:
+    db = tmp_path / "rec.db"
+    write_run(db, [Record("a2c", 1, b'{"a":\n1}'), Record("c2a", 2, b"x")], {})
+    assert [(r["seq"], r["raw"]) for r in rows(db, "select seq, raw from frames order by seq")] == [
+        (1, '{"a":\n1}'),
+        (2, "x"),
+    ]
+
+
 def test_frames_without_a_time_are_said_to_be_so(tmp_path: Path) -> None:
     log = tmp_path / "untimed.jsonl"
     log.write_text(

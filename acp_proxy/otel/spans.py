@@ -627,7 +627,7 @@ class SpanBuilder:
             return {"type": "text", "content": self._clean(block["text"])}
         if isinstance(block, dict):
             part: dict[str, Any] = {"type": block.get("type") if isinstance(block.get("type"), str) else "unknown"}
-            resource = block.get("resource") if isinstance(block.get("resource"), dict) else block
+            resource: dict[str, Any] = block["resource"] if isinstance(block.get("resource"), dict) else block
             for key in ("uri", "mimeType", "name"):
                 if isinstance(resource.get(key), str):
                     part[key] = self._clean(resource[key])
