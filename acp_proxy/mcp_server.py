@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -363,13 +362,10 @@ def _console(out: io.StringIO) -> Any:
 # -- the server -------------------------------------------------------------------------------------
 
 
-class _Prefixed(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return "acp-proxy: mcp: " + super().format(record).replace("\n", " ")
-
-
 def build_server(tools: Tools) -> Any:
     """The MCP SDK's server with every tool registered, read-only."""
+    import logging
+
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import ToolAnnotations
@@ -386,7 +382,7 @@ def build_server(tools: Tools) -> Any:
     )
     # The SDK logs to stderr through rich; say it the way acp-proxy says things.
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Prefixed("%(message)s"))
+    handler.setFormatter(logging.Formatter("acp-proxy: mcp: %(message)s"))
     logging.getLogger().handlers = [handler]
     read_only = ToolAnnotations(
         read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
