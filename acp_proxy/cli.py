@@ -156,6 +156,17 @@ def cli() -> None:
     help="Append everything the proxy writes to stderr — its own lines and the agent's stderr — "
     "to this file (created 0600) instead, for clients that hide stderr (the pytest fixture uses it).",
 )
+@click.option(
+    "--otlp",
+    default=None,
+    flag_value="env",
+    is_flag=False,
+    metavar="URL",
+    help="Stream OpenTelemetry traces and metrics of the run to the collector at URL (its OTLP/HTTP base "
+    "address; alone: $OTEL_EXPORTER_OTLP_ENDPOINT). A low-priority process exports what was recorded: a "
+    "collector that is down or slow costs spans (counted on the run), never frames. Needs the [otel] extra.",
+)
+@click.option("--otlp-content", is_flag=True, help="With --otlp: put message text in spans (redacted).")
 @click.argument("agent", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- AGENT [ARGS]...")
 def run(
     db_path: Path | None,
@@ -169,6 +180,8 @@ def run(
     seed: int | None,
     live_check: str | None,
     stderr_file: Path | None,
+    otlp: str | None,
+    otlp_content: bool,
     agent: tuple[str, ...],
 ) -> None:
     """Launch AGENT and relay its stdio byte for byte, recording every frame.
@@ -187,6 +200,9 @@ def run(
         raise click.UsageError("--check checks what is recorded: it cannot be used with --no-record")
     db = None if no_record else resolve_db(db_path)
     plan = build_fault_plan(fault_rules, faults_file, seed)
+    from .otel import command as otel
+
+    otlp_to = otel.live_endpoints(otlp, otlp_content, no_record)  # a mistake: one line, exit 2
     if stderr_file is not None:
         _redirect_stderr(stderr_file)
     from . import relay  # imported here: query commands need neither trio nor processes
@@ -207,6 +223,8 @@ def run(
             "strip_replayed_notices": strip_replayed_notices,
         },
     )
+    if otlp_to is not None:
+        otel.start_live(options.db_path, otlp_to, otlp_content)  # type: ignore[arg-type]
     try:
         status = relay.run(options)
     except relay.RelayError as exc:
@@ -900,11 +918,19 @@ def _wait_for_database(path: Path, interval: float, deadline: float | None) -> t
     "-f",
     "--format",
     "fmt",
-    type=click.Choice(["jsonl", "jsons", "inspector"]),
+    type=click.Choice(["jsonl", "jsons", "inspector", "otlp"]),
     default="jsonl",
     show_default=True,
-    help="jsonl: acp-proxy's own; jsons: the ACP conductor trace viewer; inspector: ACP Inspector traces.",
+    help="jsonl: acp-proxy's own; jsons: the ACP conductor trace viewer; inspector: ACP Inspector traces; "
+    "otlp: send OpenTelemetry spans to --endpoint.",
 )
+@click.option(
+    "--endpoint",
+    default=None,
+    metavar="URL",
+    help="With --format otlp: the collector's OTLP/HTTP base address (default: $OTEL_EXPORTER_OTLP_ENDPOINT).",
+)
+@click.option("--otlp-content", is_flag=True, help="With --format otlp: put message text in spans (redacted).")
 @click.option(
     "-o",
     "--output",
@@ -913,21 +939,35 @@ def _wait_for_database(path: Path, interval: float, deadline: float | None) -> t
     help="Write here (created 0600) instead of stdout.",
 )
 @click.argument("ref", type=TEXT)
-def export(db_path: Path | None, fmt: str, output: Path | None, ref: str) -> None:
+def export(
+    db_path: Path | None, fmt: str, endpoint: str | None, otlp_content: bool, output: Path | None, ref: str
+) -> None:
     """Export a run, a session, or `all` runs (REF: run id, `last`, session id / prefix, `all`).
 
     A session's export starts with what its runs said before it — `initialize`, authentication,
     the `session/new` request — so it is a whole conversation. Nothing is redacted: the export
-    holds the whole conversation. Files are created 0600.
+    holds the whole conversation. Files are created 0600. `--format otlp` sends the spans of the
+    run (or of the session's turns) to an OpenTelemetry collector instead, message text only with
+    --otlp-content.
 
     \b
     Examples:
         acp-proxy export last -o run.jsonl
         acp-proxy export 3f2a --format jsons -o trace.jsons   # open with sacp-trace-viewer
         acp-proxy export all -o everything.jsonl
+        acp-proxy export last --format otlp --endpoint http://localhost:4318
     """
     from . import exports, queries
 
+    if fmt != "otlp" and (endpoint is not None or otlp_content):
+        raise click.UsageError("--endpoint and --otlp-content go with --format otlp")
+    if fmt == "otlp" and output is not None:
+        raise click.UsageError("--format otlp sends spans to a collector: it writes no file (-o)")
+    if fmt == "otlp":
+        from .otel import command as otel
+
+        say(otel.export(resolve_db(db_path), ref, endpoint, otlp_content))
+        return
     db = open_db(db_path)
     resolved, label, run_ids = _runs_of(db, ref)
     header = {
@@ -1361,6 +1401,8 @@ def printable_lines(text: str, printable: Any) -> str:
 
 
 cli.add_command(__import__("acp_proxy.web.command", fromlist=["ui"]).ui)
+cli.add_command(__import__("acp_proxy.import_command", fromlist=["import_log"]).import_log)
+cli.add_command(__import__("acp_proxy.mcp_server", fromlist=["mcp"]).mcp)
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["default_db_path"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 10_000  # how long a connection waits for another's write lock before failing
 
 # Column order of the frames table is the order the recorder's INSERT uses.
@@ -101,6 +101,15 @@ RUN_COLUMNS: dict[str, type] = {
     "not_recorded_reason": str,
     "unanswered_requests": int,  # requests no response answered before the run ended
     "unpaired_responses": int,  # responses (and errors) that matched no pending request
+    "otlp_spans": int,  # spans the OpenTelemetry collector accepted (run --otlp)
+    "otlp_spans_lost": int,  # spans built but never delivered: collector down, slow or refusing
+    "otlp_error": str,  # why spans were lost (the first failure)
+    "source": str,  # an imported run: the file it was read from (NULL: recorded by a proxy)
+    "source_format": str,  # an imported run: jsonl | jsons | inspector | jetbrains
+    "source_unknown": str,  # an imported run: JSON list of what its format cannot say (stderr, timing, ...)
+}
+_RUN_COLUMNS_ADDED = {
+    name: 4 for name in ("otlp_spans", "otlp_spans_lost", "otlp_error", "source", "source_format", "source_unknown")
 }
 
 
@@ -437,7 +446,8 @@ def migrate(db: sqlite_utils.Database) -> None:
 
 
 def _create_v1(db: sqlite_utils.Database) -> None:
-    db["runs"].create(RUN_COLUMNS, pk="id", not_null={"started_ns", "status"})
+    v1_runs = {name: kind for name, kind in RUN_COLUMNS.items() if name not in _RUN_COLUMNS_ADDED}
+    db["runs"].create(v1_runs, pk="id", not_null={"started_ns", "status"})
     v1_frames = {name: kind for name, kind in FRAME_COLUMNS.items() if name not in _FRAME_COLUMNS_ADDED}
     db["frames"].create(v1_frames, pk=("run_id", "seq"), not_null={"run_id", "seq", "ts_ns", "dir"})
     db["sessions"].create(
@@ -664,7 +674,40 @@ def _create_v3(db: sqlite_utils.Database) -> None:
 # older sqlite-utils quoted names with brackets.
 _RUN_ID_COLUMN = re.compile(r'((?:"run_id"|\[run_id\]) INTEGER(?: NOT NULL)?)(?=\s*[,)])')
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_create_v1, _create_v2, _create_v3]
+
+def _create_v4(db: sqlite_utils.Database) -> None:
+    # What an OpenTelemetry export lost (spans are given up rather than ever slowing a run), and
+    # where an imported run came from. Plain columns: ALTER TABLE ADD COLUMN rewrites no row.
+    for name, kind in RUN_COLUMNS.items():
+        if _RUN_COLUMNS_ADDED.get(name) == 4:
+            sql_type = "INTEGER" if kind is int else "TEXT"
+            db.execute(f"ALTER TABLE runs ADD COLUMN [{name}] {sql_type}")
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_create_v1, _create_v2, _create_v3, _create_v4]
+
+
+def update_run(path: Path, run_id: int, values: dict[str, Any]) -> None:
+    """Set columns of one run row (``values``: column -> value), in one short transaction.
+
+    For processes that follow a run from outside the recorder (the OpenTelemetry exporter
+    counting what it delivered); the recorder itself writes through its own connection.
+    """
+    unknown = [name for name in values if name not in RUN_COLUMNS or name == "id"]
+    if unknown:
+        raise ValueError(f"not a column of runs: {', '.join(unknown)}")
+    try:
+        conn = sqlite3.connect(str(path), isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open database {path}: {_reason(exc)}") from exc
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        sets = ", ".join(f"[{name}] = ?" for name in values)
+        conn.execute(f"UPDATE runs SET {sets} WHERE id = ?", [*values.values(), run_id])
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot update run {run_id} in {path}: {_reason(exc)}") from exc
+    finally:
+        conn.close()
 
 
 def replace_findings(path: Path, run_ids: list[int], findings: list[dict]) -> None:

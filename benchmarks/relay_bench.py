@@ -154,6 +154,9 @@ class Relay:
     commit_db: bool = False  # the commit-per-line relay: check its table too
 
 
+OTLP_NOWHERE = "http://127.0.0.1:9"  # the discard port: no collector there
+
+
 def _proxy(*options: str) -> list[str]:
     return [PY, "-m", "acp_proxy", "run", *options, "--"]
 
@@ -183,6 +186,14 @@ RELAYS = [
         "proxy_check",
         "recording + check",
         lambda agent, db: [*_proxy("--db", str(db), "--check"), *agent],
+        records_db=True,
+    ),
+    # Live OpenTelemetry export to a collector that is down (nothing listens on the port): the
+    # exporter process builds every span at idle priority and loses them all (counted on the run).
+    Relay(
+        "proxy_otlp",
+        "recording + otlp",
+        lambda agent, db: [*_proxy("--db", str(db), "--otlp", OTLP_NOWHERE), *agent],
         records_db=True,
     ),
 ]
@@ -245,6 +256,27 @@ def become_subreaper() -> None:
     """Orphans of our runs become our children, so a stray process can be found and ended."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+EXPORTER_LINGER_S = 120.0
+
+
+def wait_for_exporters(timeout: float = EXPORTER_LINGER_S) -> None:
+    """Let `run --otlp` exporters finish: by design each outlives its proxy, at idle priority, to
+    export the rest of its run and give a collector its last seconds; it ends on its own."""
+    deadline = time.monotonic() + timeout
+    exporters: set[int] = set()
+    while time.monotonic() < deadline:
+        children = children_of(os.getpid())
+        exporters |= {pid for pid in children if "acp_proxy.otel.follow" in " ".join(cmdline(pid))}
+        exporters &= set(children)
+        for pid in list(exporters):
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0]:  # reaped: it has ended
+                    exporters.discard(pid)
+        if not exporters:
+            return
+        time.sleep(0.1)
 
 
 def end_strays() -> list[str]:
@@ -781,6 +813,7 @@ def execute(plans: list[Plan], repeat: int, workdir: Path, progress: Callable[[s
             cell.runs.append(result)
 
     def cleanup(plan: Plan, keys: list[str], scratches: dict[str, Path]) -> None:
+        wait_for_exporters()
         for scratch in scratches.values():
             remove_db(scratch)
         strays = end_strays()

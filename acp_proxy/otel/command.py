@@ -1,0 +1,146 @@
+"""What the ``run`` and ``export`` commands call for OpenTelemetry (``--otlp``, ``--format otlp``).
+
+Owns: checking the options (one line per mistake, before the agent starts), telling in one line
+which extra to install when the SDK is missing, starting the live follower, and sending a
+recorded run or session after the fact, with one line saying what was delivered and what lost.
+
+Must not know: the relay, how spans are shaped (``spans``) or delivered (``exporter``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import AcpProxyError, UsageError
+from . import INSTALL_HINT
+from .endpoints import Endpoints, endpoints
+
+FROM_ENVIRONMENT = "env"
+"""``--otlp`` given without a URL: the collector named by ``OTEL_EXPORTER_OTLP_ENDPOINT``."""
+EXPORT_TIMEOUT_S = 60.0
+"""How long ``export --format otlp`` waits for the collector to take everything."""
+_SDK_MODULES = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
+
+
+class OtlpExportError(AcpProxyError):
+    """Spans that could not be delivered after the fact (exit status 1)."""
+
+    exit_code = 1
+
+
+def missing_sdk() -> str | None:
+    """The install hint when the ``[otel]`` extra is missing (found without importing the SDK:
+    ``run`` asks before its agent starts)."""
+    for name in _SDK_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                return INSTALL_HINT
+        except (ImportError, ValueError):
+            return INSTALL_HINT
+    return None
+
+
+def live_endpoints(otlp: str | None, content: bool, no_record: bool) -> Endpoints | None:
+    """Where ``run --otlp`` sends spans (None: it does not), or a ``UsageError``."""
+    if otlp is None:
+        if content:
+            raise UsageError("--otlp-content says what --otlp sends: give --otlp URL too")
+        return None
+    if no_record:
+        raise UsageError("--otlp exports what is recorded: it cannot be used with --no-record")
+    where = endpoints(None if otlp == FROM_ENVIRONMENT else otlp, os.environ)
+    if where is None:
+        raise UsageError("--otlp needs a URL, or OTEL_EXPORTER_OTLP_ENDPOINT set (e.g. http://localhost:4318)")
+    missing = missing_sdk()
+    if missing:
+        raise UsageError(missing)
+    return where
+
+
+def start_live(db_path: Path, where: Endpoints, content: bool) -> None:
+    """Start the follower for the run this process is about to record (a terminal run records no
+    frames: nothing to follow)."""
+    if os.isatty(0):
+        return
+    from .follow import spawn
+
+    spawn(db_path, proxy_pid=os.getpid(), not_before_ns=time.time_ns(), where=where, content=content)
+
+
+def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool) -> str:
+    """Send the spans of a recorded run, or of a session's turns, to the collector at
+    ``endpoint`` (else the environment's); the line to print. Raises ``UsageError`` for a bad
+    option or reference, ``OtlpExportError`` when spans were lost."""
+    from .. import queries, store
+
+    where = endpoints(endpoint, os.environ)
+    if where is None:
+        raise UsageError(
+            "--format otlp needs --endpoint URL (or OTEL_EXPORTER_OTLP_ENDPOINT), e.g. http://localhost:4318"
+        )
+    missing = missing_sdk()
+    if missing:
+        raise UsageError(missing)
+    db = store.open_for_reading(db_path)
+    ref = queries.resolve(db, ref_text)
+    run_ids = queries.run_ids_of(db, ref)
+    if not run_ids:
+        raise UsageError(f"{ref.describe()} has no recorded run")
+    from .exporter import Exporter
+    from .spans import build
+
+    exporter = Exporter(where)
+    total = 0
+    for run_id in run_ids:
+        spans, points = build(
+            queries.iter_rows(db, "select * from frames where run_id = ? and dir != 'stderr' order by seq", [run_id]),
+            annotations=run_annotations(db, run_id),
+            end_ns=_end_of(db, run_id),
+            run_id=run_id,
+            content=content,
+            start_ns=_start_of(db, run_id),
+        )
+        if ref.is_session:
+            spans = [s for s in spans if s.session_id in (ref.session_id, None)]
+        exporter.add(spans, points)
+        total += len(spans)
+    db.conn.close()
+    exporter.close(EXPORT_TIMEOUT_S)
+    runs = ", ".join(map(str, run_ids))
+    if exporter.lost:
+        raise OtlpExportError(
+            f"{exporter.lost} of {total} spans of run(s) {runs} could not be sent to {where.traces}: {exporter.error}"
+        )
+    return f"sent {exporter.sent} spans of {ref.describe()} (run(s) {runs}) to {where.traces}"
+
+
+FAULTS_SQL = "select seq, ts_ns, rule, action, detail from faults where run_id = ? and seq > ? order by seq, id"
+FINDINGS_SQL = (
+    "select x.id, x.seq, f.ts_ns, x.rule, x.severity, x.message from findings x "
+    "left join frames f on f.run_id = x.run_id and f.seq = x.seq where x.run_id = ? and x.id > ? order by x.id"
+)
+"""A run's applied faults after a seq, and its findings after a findings id (the live exporter
+reads them as they come; an export reads them all)."""
+
+
+def run_annotations(db: Any, run_id: int) -> list[Any]:
+    """A run's applied faults and stored findings, as span events on their frames' spans."""
+    from .. import queries
+    from .spans import fault_annotation, finding_annotation
+
+    faults = [fault_annotation(f) for f in queries.rows(db, FAULTS_SQL, [run_id, 0])]
+    return faults + [finding_annotation(x) for x in queries.rows(db, FINDINGS_SQL, [run_id, 0])]
+
+
+def _start_of(db: Any, run_id: int) -> int | None:
+    row = db.execute("select started_ns from runs where id = ?", [run_id]).fetchone()
+    return row[0] if row else None
+
+
+def _end_of(db: Any, run_id: int) -> int | None:
+    row = db.execute("select ended_ns, status from runs where id = ?", [run_id]).fetchone()
+    return row[0] if row and row[1] != "running" else None
