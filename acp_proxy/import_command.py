@@ -43,7 +43,7 @@ def import_log(db_path: Path | None, fmt: str, file: Path) -> None:
     Examples:
         acp-proxy import ~/Library/Logs/JetBrains/WebStorm2025.3/acp/acp-transport.log
         acp-proxy import trace.jsons && acp-proxy show last
-        acp-proxy export 3 -o run.jsonl && acp-proxy import --db other.db run.jsonl
+        acp-proxy export last -o run.jsonl && acp-proxy import --db other.db run.jsonl
     """
     from . import importers
     from .errors import AcpProxyError

@@ -100,6 +100,12 @@ SERVERS = {"ui"}
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_every_example_command_runs(example: str, docs_db: tuple[Path, str], tmp_path: Path) -> None:
     db, session = docs_db
+    # `A && B`: both run, in order, in one directory (B may read what A wrote).
+    for part in example.split(" && "):
+        run_example(part if part.startswith("acp-proxy ") else f"acp-proxy {part}", db, session, tmp_path)
+
+
+def run_example(example: str, db: Path, session: str, where: Path) -> None:
     argv = as_argv(example, session)
     name, args = argv[0], argv[1:]
     command = cli.commands[name]
@@ -112,9 +118,9 @@ def test_every_example_command_runs(example: str, docs_db: tuple[Path, str], tmp
         return
     if name == "tail":
         args += ["--timeout", "1", "--interval", "0.05"]
-    if any(p.name == "db_path" for p in command.params):
+    if any(p.name == "db_path" for p in command.params) and "--db" not in args:
         args += ["--db", str(db)]
-    with contextlib.chdir(tmp_path):
+    with contextlib.chdir(where):
         result = CliRunner().invoke(cli, [name, *args], input=b"")
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     # 1 is an answer (findings, a difference, a deviation, a count not reached); 2 is a bad input.
@@ -136,7 +142,8 @@ def snippet_agents() -> list[list[str]]:
     text = README.read_text()
     agents = []
     for block in re.findall(r"```json\n(.*?)```", text, re.DOTALL):
-        for server in json.loads(block)["agent_servers"].values():
+        # Editor settings for agents; other JSON blocks (an MCP server's config) are not snippets of this kind.
+        for server in json.loads(block).get("agent_servers", {}).values():
             assert server["command"] == "acp-proxy" and server["args"][:2] == ["run", "--"]
             agents.append(server["args"][2:])
     for block in re.findall(r"```lua\n(.*?)```", text, re.DOTALL):
