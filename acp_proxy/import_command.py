@@ -46,14 +46,10 @@ def import_log(db_path: Path | None, fmt: str, file: Path) -> None:
         acp-proxy export last -o run.jsonl && acp-proxy import --db other.db run.jsonl
     """
     from . import importers
-    from .errors import AcpProxyError
     from .locations import default_db_path
 
     target = db_path if db_path is not None else default_db_path()
-    try:
-        found, runs, skipped = importers.import_file(target, file, fmt)
-    except AcpProxyError as exc:
-        raise click.ClickException(str(exc)) from None
+    found, runs, skipped = importers.import_file(target, file, fmt)  # a mistake: one line, exit 2
     for run in runs:
         unknown = f"; unknown: {', '.join(run.unknown)}" if run.unknown else ""
         click.echo(f"acp-proxy: imported {file} ({found}) as run {run.run_id}: {run.frames} lines{unknown}", err=True)

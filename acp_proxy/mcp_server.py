@@ -30,7 +30,7 @@ from typing import Any
 
 import click
 
-from .errors import UsageError
+from .errors import AcpProxyError, UsageError
 from .options import db_option, redact_options
 
 INSTALL_HINT = "acp-proxy mcp needs the [mcp] extra: pip install 'acp-proxy[mcp]'"
@@ -39,6 +39,10 @@ MAX_FRAMES = 500
 MAX_CHARS = 200_000
 """The most characters of one frame's text any tool returns."""
 SHOW_WIDTH = 120
+
+
+class MissingExtra(AcpProxyError):
+    """The MCP SDK (the ``[mcp]`` extra) is not installed."""
 
 
 class ToolFailure(UsageError):
@@ -429,14 +433,11 @@ def mcp(db_path: Path | None, redact_rules: tuple[str, ...], no_redact: bool) ->
     """
     missing = _missing_extra()
     if missing:
-        raise click.ClickException(missing)
+        raise MissingExtra(missing)
     from .locations import default_db_path
-    from .redact import RedactError, Redactor
+    from .redact import Redactor
 
-    try:
-        redactor = Redactor(redact_rules, enabled=not no_redact)
-    except RedactError as exc:
-        raise click.ClickException(str(exc)) from None
+    redactor = Redactor(redact_rules, enabled=not no_redact)  # a bad rule: one line, exit 2
     path = db_path if db_path is not None else default_db_path()
     server = build_server(Tools(path, redactor))
     try:

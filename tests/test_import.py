@@ -252,7 +252,7 @@ def test_bad_logs_are_one_line_and_add_no_run(tmp_path: Path, content: bytes, fm
     log.write_bytes(content)
     db = tmp_path / "rec.db"
     result = CliRunner().invoke(cli, ["import", "--db", str(db), "--format", fmt, str(log)])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert run_count(db) == 0
@@ -260,7 +260,7 @@ def test_bad_logs_are_one_line_and_add_no_run(tmp_path: Path, content: bytes, fm
 
 def test_a_missing_file_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "rec.db"), str(tmp_path / "nope.log")])
-    assert result.exit_code == 1 and "cannot read" in result.stderr and "Traceback" not in result.output
+    assert result.exit_code == 2 and "cannot read" in result.stderr and "Traceback" not in result.output
 
 
 def test_a_two_gigabyte_line_stops_after_the_line_limit(tmp_path: Path) -> None:
@@ -270,7 +270,7 @@ def test_a_two_gigabyte_line_stops_after_the_line_limit(tmp_path: Path) -> None:
         out.truncate(2 * 1024**3)  # sparse: two gigabytes of NUL without a newline, no disk used
     for fmt in ("auto", "inspector", "jetbrains"):
         result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "rec.db"), "--format", fmt, str(huge)])
-        assert result.exit_code == 1, result.output
+        assert result.exit_code == 2, result.output
         assert "longer than" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 

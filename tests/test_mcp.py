@@ -191,11 +191,11 @@ def test_missing_mcp_extra_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "mcp", None)
     result = CliRunner().invoke(cli, ["mcp"])
     assert (
-        result.exit_code == 1
-        and result.output.strip() == "Error: acp-proxy mcp needs the [mcp] extra: pip install 'acp-proxy[mcp]'"
+        result.exit_code == 2
+        and result.output.strip() == "acp-proxy: acp-proxy mcp needs the [mcp] extra: pip install 'acp-proxy[mcp]'"
     )
 
 
 def test_a_bad_redaction_rule_is_one_line() -> None:
     result = CliRunner().invoke(cli, ["mcp", "--redact", "re:"])
-    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
