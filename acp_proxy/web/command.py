@@ -57,7 +57,7 @@ def _bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         reason = exc.strerror.lower() if exc.strerror else str(exc)
-        raise click.ClickException(f"cannot listen on {host}:{port}: {reason}") from None
+        raise AcpProxyError(f"cannot listen on {host}:{port}: {reason}") from None
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
