@@ -186,7 +186,7 @@ def _decode(kind: type, line: bytes) -> Any:
         decoder = _decoders[kind] = msgspec.json.Decoder(kind)
     try:
         return decoder.decode(line)
-    except msgspec.DecodeError:  # ValidationError included
+    except Exception:  # DecodeError and ValidationError; RecursionError for a hostile nesting depth
         return None
 
 
