@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from acp_proxy import live_check
 from acp_proxy.cli import cli
-from acp_proxy.relay import BACKLOG_BYTES
+BACKLOG_BYTES = 16 * 1024 * 1024  # what the relay once held for a slow recorder; now it holds nothing
 
 from .conftest import python_agent, run_proxy, start_proxy, watchdog
 

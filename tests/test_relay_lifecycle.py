@@ -243,7 +243,8 @@ def test_full_database_keeps_relaying_warns_once_and_counts_what_was_lost(db_pat
     result = run_proxy(["run", "--db", str(db_path), "--db-limit", "600KiB", "--", "cat"], input=data, timeout=120)
     assert result.returncode == 0
     assert result.stdout == data
-    assert result.stderr.count(b"recording failed") == 1
+    assert result.stderr.count(b"limit reached") == 1
+    assert b"full" not in result.stderr
     run = the_run(db_path)
     assert run["not_recorded"] > 0
     (recorded,) = rows(db_path, "select count(*) from frames")[0]
