@@ -168,7 +168,9 @@ class Indexer:
     which a resume must read again to rebuild the unfinished lines.
     """
 
-    def __init__(self, run_id: int, max_keep: int | None, state: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, run_id: int, max_keep: int | None, state: dict[str, Any] | None = None, *, resumed: bool = False
+    ) -> None:
         from .tracker import Tracker  # imported late: the tracker pulls in the schema tables
 
         self.run_id = run_id
@@ -203,7 +205,7 @@ class Indexer:
         # the bytes of it before the line).
         self.line_start: list[tuple[int, list[int], list[int], int, int] | None] = [None, None, None]
         self.recent: list[list[tuple[int, int, int]]] = [[], [], []]  # (seq, start, end) of the last chunk's lines
-        self.resumed = state is not None
+        self.resumed = resumed or state is not None  # another process recorded this run before
         self.first_seq = self.seq
 
     # -- input -----------------------------------------------------------------------------
@@ -874,12 +876,14 @@ class Session:
         self.check: str | None = self.start.get("check")
         self.marker: str | None = self.start.get("marker")
         db = _open(self.db_path, self.limit)
-        self.run_id, state = store.wait_for_write_lock(lambda: _ensure_run(db, self.start, journal_path), LOCK_PATIENCE)
+        self.run_id, state, existed = store.wait_for_write_lock(
+            lambda: _ensure_run(db, self.start, journal_path), LOCK_PATIENCE
+        )
         self.done = bool(state and state.get("done"))
         max_keep = self.start.get("max_record_bytes")
         room = max(1024, store.max_value_bytes(db.conn) - ROW_MARGIN)
         max_keep = room if max_keep is None else min(max_keep, room)
-        self.indexer = Indexer(self.run_id, max_keep, state)
+        self.indexer = Indexer(self.run_id, max_keep, state, resumed=existed)
         if state is not None:
             self.reader.offset = state["offset"]
             self.learned = _replay(self.indexer, db.conn, self.run_id)
@@ -1044,13 +1048,14 @@ def _lower_priority() -> None:
         pass
 
 
-def _ensure_run(db: Any, start: dict[str, Any], journal_path: Path) -> tuple[int, dict[str, Any] | None]:
-    """The journal's run row, created from its START record if its recorder never made it."""
+def _ensure_run(db: Any, start: dict[str, Any], journal_path: Path) -> tuple[int, dict[str, Any] | None, bool]:
+    """The journal's run row (created from its START record if no recorder made it yet), its
+    committed journal state, and whether it existed."""
     name = journal_path.name
     conn = db.conn
     row = conn.execute("select id, journal_state from runs where journal = ?", [name]).fetchone()
     if row is not None:
-        return row[0], (json.loads(row[1]) if row[1] else None)
+        return row[0], (json.loads(row[1]) if row[1] else None), True
     run = {
         "started_ns": start["started_ns"],
         "status": "running",
@@ -1067,7 +1072,7 @@ def _ensure_run(db: Any, start: dict[str, Any], journal_path: Path) -> tuple[int
     with conn:
         conn.execute("BEGIN IMMEDIATE")
         run_id = db["runs"].insert(_storable(run)).last_pk
-    return run_id, None
+    return run_id, None, False
 
 
 def _replay(indexer: Indexer, conn: sqlite3.Connection, run_id: int) -> list[dict[str, Any]]:
