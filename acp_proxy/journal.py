@@ -40,7 +40,6 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 MAGIC = b"acp-proxy journal 1\n"
 HEADER = struct.Struct("<BBBIq")  # marker, kind, direction, payload length, ts_ns
@@ -324,13 +323,21 @@ def _write_all(fd: int, data: bytes) -> None:
 # -- the reader's side ---------------------------------------------------------------------
 
 
-class Record(NamedTuple):
-    kind: int
-    direction: int
-    ts_ns: int
-    payload: bytes
-    offset: int  # where the record starts in the file
-    end: int  # where the next one starts
+class Record:
+    """One record read back; ``offset`` is where it starts in the file, ``end`` where the next does.
+
+    (A plain class, not a NamedTuple: ``typing`` costs the proxy's start-up more than it gives.)
+    """
+
+    __slots__ = ("direction", "end", "kind", "offset", "payload", "ts_ns")
+
+    def __init__(self, kind: int, direction: int, ts_ns: int, payload: bytes, offset: int, end: int) -> None:
+        self.kind = kind
+        self.direction = direction
+        self.ts_ns = ts_ns
+        self.payload = payload
+        self.offset = offset
+        self.end = end
 
 
 class JournalDamaged(Exception):

@@ -16,7 +16,10 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
+if TYPE_CHECKING:
+    from typing import Any
 
 _FLAGS = {"--no-record": "no_record", "--strip-replayed-notices": "strip_replayed_notices"}
 _VALUED = {"--db", "--grace", "--max-record-bytes", "--db-limit", "--check"}

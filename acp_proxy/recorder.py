@@ -60,7 +60,7 @@ CHECKPOINT_BYTES = 16 * 1024 * 1024
 ROW_MARGIN = 64 * 1024  # room left for a row's other columns under SQLite's length limit
 CONTROL = 3  # the index slot of records that belong to no direction (START, META)
 RESUMED_EXIT = 3  # the recorder could not lock the journal: someone else is recording it
-NICENESS = 10  # the recorder and writer yield the cores to the conversation (see _lower_priority)
+NICENESS = 19  # the recorder and writer yield the cores to the conversation (see _lower_priority)
 
 _INSERT_FAULT = "INSERT INTO faults (run_id, seq, ts_ns, rule, action, detail) VALUES (?, ?, ?, ?, ?, ?)"
 _LENGTH = struct.Struct("<I")
@@ -792,9 +792,12 @@ class _WriterLink:
     def send(self, message: dict[str, Any]) -> None:
         """Raises OSError once the writer is gone."""
         payload = self.encoder.encode(message)
-        data = memoryview(_LENGTH.pack(len(payload)) + payload)
-        while data:
-            data = data[os.write(self.fd, data) :]
+        header = _LENGTH.pack(len(payload))
+        written = os.writev(self.fd, (header, payload))  # no copy of a big batch to prefix it
+        if written < len(header):
+            _write_all(self.fd, header[written:])
+            written = len(header)
+        _write_all(self.fd, memoryview(payload)[written - len(header) :])
 
     def close(self) -> int:
         """End the link; the writer's exit status."""
@@ -804,6 +807,12 @@ class _WriterLink:
             pass
         _, status = os.waitpid(self.pid, 0)
         return status
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _writer_main(fd: int, session: Session) -> int:
@@ -949,6 +958,7 @@ class Session:
                 if self._drain(send) or woken:
                     last_activity = time.monotonic()
                 if not relay_alive:
+                    _restore_priority((0, link.pid))
                     break
                 if time.monotonic() - last_activity < QUIET_SECONDS:
                     time.sleep(POLL_SECONDS)  # a wake-up byte written meanwhile is read next time
@@ -1041,11 +1051,25 @@ def _wait_readable(fd: int | None, timeout: float | None) -> None:
 
 def _lower_priority() -> None:
     """Leave the cores to the conversation's processes: recording may lag (the journal holds
-    it), the conversation must not. Start-up happens before this, at the proxy's priority."""
+    it), the conversation must not. On two cores, an official-SDK client and agent keep both
+    busy during a turn: a recorder at the same priority took a third of the turn's pace, one
+    at the lowest catches up once the turn is over. Start-up (imports, opening the database)
+    happens before this, at the proxy's priority."""
     try:
-        os.nice(NICENESS)
+        os.setpriority(os.PRIO_PROCESS, 0, NICENESS)
     except OSError:
         pass
+
+
+def _restore_priority(pids: tuple[int, ...]) -> None:
+    """The conversation is over: catch up at the proxy's priority, where that is allowed (a
+    process may lower its own priority, but only a privileged one, or one whose RLIMIT_NICE
+    permits, may raise it again). Otherwise recording finishes at the lowest priority."""
+    for pid in pids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, 0)
+        except OSError:
+            pass
 
 
 def _ensure_run(db: Any, start: dict[str, Any], journal_path: Path) -> tuple[int, dict[str, Any] | None, bool]:

@@ -32,14 +32,15 @@ import stat
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from . import journal as jr
 from . import supervise
 from .errors import AcpProxyError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
 if TYPE_CHECKING:
     import subprocess
+    from typing import Any
 
     import trio
 
@@ -124,8 +125,6 @@ class ExitStatus:
 
 def resolve_agent(argv: list[str]) -> str:
     """The agent's executable, found like a shell would; RelayError 127/126 otherwise."""
-    import shutil
-
     name = argv[0]
     if os.sep in name:
         if not os.path.exists(name):
@@ -133,10 +132,12 @@ def resolve_agent(argv: list[str]) -> str:
         if os.path.isdir(name) or not os.access(name, os.X_OK):
             raise RelayError(f"{name}: permission denied", 126)
         return name
-    found = shutil.which(name)
-    if found is None:
-        raise RelayError(f"{name}: command not found", 127)
-    return found
+    # shutil.which, without importing shutil (and the compression modules it loads) first.
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(directory or os.curdir, name)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    raise RelayError(f"{name}: command not found", 127)
 
 
 def check_std_fds() -> None:
@@ -252,7 +253,7 @@ class Recording:
         self.finished = False
 
     def start(self, agent_pid: int | None, marker: str) -> None:
-        """Say what runs (the journal's first record), then start the recorder behind it."""
+        """Say what runs: the journal's first record."""
         options = self.options
         start: dict[str, Any] = {
             "started_ns": time.time_ns(),
@@ -272,8 +273,15 @@ class Recording:
             start["fault_spec"] = json.dumps(options.fault_plan.describe(), default=str)
             start["seed"] = options.fault_plan.seed
         self.journal.record(jr.START, 0, start["started_ns"], json.dumps(start).encode())
-        self.recorder = self._spawn_recorder(["--journal", str(self.journal.path)], wake=True)
-        self.journal.on_reader_gone = self._recorder_gone
+
+    def start_recorder(self) -> None:
+        """The recorder process that follows the journal. Started once the relay runs: its own
+        start-up (a Python process importing the decoder, the tracker and sqlite-utils) must not
+        compete with the agent's and the relay's for the cores, and the journal holds
+        everything until it reads it."""
+        if self.recorder is None:
+            self.recorder = self._spawn_recorder(["--journal", str(self.journal.path)], wake=True)
+            self.journal.on_reader_gone = self._recorder_gone
 
     def _spawn_recorder(self, args: list[str], *, wake: bool) -> subprocess.Popen[bytes] | None:
         import subprocess
@@ -548,6 +556,8 @@ class Relay:
                 stderr_done = trio.Event()
                 nursery.start_soon(self._pump_a2c, agent_out, client_out, a2c_done, nursery)
                 nursery.start_soon(self._pump_stderr, agent_err, err_out, stderr_done)
+                if self.recording is not None:
+                    self.recording.start_recorder()
                 returncode = await self._wait_agent()
                 self.agent_exited.set()
                 await self._drain_after_exit(a2c_done, stderr_done)
@@ -829,11 +839,14 @@ def run(options: RunOptions) -> ExitStatus:
             if recording is not None:
                 recording.start(None, marker)
                 recording.final(status)
+                recording.start_recorder()
             return status
         if recording is not None:
             recording.start(agent.pid, marker)
         if attached:
             early.restore()
+            if recording is not None:
+                recording.start_recorder()
             status = _run_attached(agent, early.pending)
         else:
             import trio
@@ -844,6 +857,8 @@ def run(options: RunOptions) -> ExitStatus:
             recording.final(status)
         return status
     finally:
+        if recording is not None:
+            recording.start_recorder()  # when the relay failed before it could: the journal gets recorded
         recorder_pid = recording.recorder.pid if recording is not None and recording.recorder is not None else None
         supervise.stop_marked(marker, options.grace, exclude=() if recorder_pid is None else (recorder_pid,))
         if recording is not None:

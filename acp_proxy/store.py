@@ -22,12 +22,14 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from .errors import AcpProxyError
 from .locations import default_db_path
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
 if TYPE_CHECKING:
+    from typing import Any
+
     import sqlite_utils
 
 __all__ = ["default_db_path"]
