@@ -201,12 +201,7 @@ def run(
             "strip_replayed_notices": strip_replayed_notices,
         },
     )
-    try:
-        status = relay.run(options)
-    except relay.RelayError as exc:
-        relay.say(str(exc))
-        raise SystemExit(exc.code) from None
-    relay.exit_like(status)
+    relay.run_and_exit(options)
 
 
 def build_fault_plan(rules: tuple[str, ...], path: Path | None, seed: int | None) -> Any:

@@ -120,11 +120,6 @@ def main() -> None:
 
         cli_main()
         return
-    from . import relay
+    from .relay import run_and_exit
 
-    try:
-        status = relay.run(options)
-    except relay.RelayError as exc:
-        relay.say(str(exc))
-        raise SystemExit(exc.code) from None
-    relay.exit_like(status)
+    run_and_exit(options)

@@ -360,7 +360,21 @@ def _trio_streams() -> tuple[type, type]:
     """The stream classes, defined once trio is imported (it is not, before the agent starts)."""
     import trio
 
-    class ThreadFdStream(trio.abc.HalfCloseableStream):
+    class CountingStream(trio.abc.HalfCloseableStream):
+        """A stream whose writes say how much got through (``send_counted``), so that the
+        journal can learn what a receiver that went away did not get."""
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            if await self.send_counted(data) < len(data):
+                raise trio.BrokenResourceError
+
+        async def send_counted(self, data: bytes | bytearray | memoryview) -> int:
+            raise NotImplementedError
+
+        async def send_eof(self) -> None:
+            await self.aclose()
+
+    class ThreadFdStream(CountingStream):
         """A stream over a file or character device, which epoll cannot watch (`< file`, /dev/null)."""
 
         def __init__(self, fd: int) -> None:
@@ -369,10 +383,6 @@ def _trio_streams() -> tuple[type, type]:
 
         async def receive_some(self, max_bytes: int | None = None) -> bytes:
             return await trio.to_thread.run_sync(os.read, self.fd, max_bytes or CHUNK, abandon_on_cancel=True)
-
-        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-            if await self.send_counted(data) < len(data):
-                raise trio.BrokenResourceError
 
         async def send_counted(self, data: bytes | bytearray | memoryview) -> int:
             view = memoryview(data)
@@ -387,15 +397,12 @@ def _trio_streams() -> tuple[type, type]:
         async def wait_send_all_might_not_block(self) -> None:
             return
 
-        async def send_eof(self) -> None:
-            await self.aclose()
-
         async def aclose(self) -> None:
             if not self.closed:
                 self.closed = True
                 os.close(self.fd)
 
-    class PipeStream(trio.abc.HalfCloseableStream):
+    class PipeStream(CountingStream):
         """A pipe or socket, with exactly one scheduler pass per ``receive_some`` and none per
         write that the pipe takes at once.
 
@@ -430,10 +437,6 @@ def _trio_streams() -> tuple[type, type]:
                     await trio.lowlevel.checkpoint()
                 return data
 
-        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-            if await self.send_counted(data) < len(data):
-                raise trio.BrokenResourceError
-
         async def send_counted(self, data: bytes | bytearray | memoryview) -> int:
             """Write all of ``data``; how much got through before the pipe broke or closed."""
             view = memoryview(data)
@@ -454,9 +457,6 @@ def _trio_streams() -> tuple[type, type]:
 
         async def wait_send_all_might_not_block(self) -> None:
             await trio.lowlevel.wait_writable(self.fd)
-
-        async def send_eof(self) -> None:
-            await self.aclose()
 
         async def aclose(self) -> None:
             if not self.closed:
@@ -891,6 +891,16 @@ def _run_attached(agent: Agent, pending: list[int]) -> ExitStatus:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return ExitStatus.from_returncode(returncode)
+
+
+def run_and_exit(options: RunOptions) -> None:
+    """``acp-proxy run``: run, then leave like the agent did (a RelayError: one line, its code)."""
+    try:
+        status = run(options)
+    except RelayError as exc:
+        say(str(exc))
+        raise SystemExit(exc.code) from None
+    exit_like(status)
 
 
 def exit_like(status: ExitStatus) -> None:

@@ -24,6 +24,7 @@ from acp_proxy import journal as jr
 from acp_proxy import store
 
 from .conftest import python_agent, run_proxy, start_proxy, watchdog
+from .test_relay_lifecycle import the_run as run_row
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds processes in /proc (Linux)")
 
@@ -125,16 +126,6 @@ class Client:
         return bytes(self.data)
 
 
-def run_row(db: Path) -> dict:
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        (row,) = conn.execute("select * from runs").fetchall()
-        return dict(row)
-    finally:
-        conn.close()
-
-
 def recorded_a2c(db: Path) -> list[bytes]:
     conn = sqlite3.connect(db)
     try:
@@ -181,26 +172,32 @@ def test_kill_9_of_the_proxy_mid_storm_loses_nothing_the_client_received(db_path
     assert not list((db_path.parent / (db_path.name + ".journal")).glob("*.journal"))
 
 
-def test_kill_9_of_the_recorder_mid_storm_the_proxy_records_the_journal_at_the_end(db_path: Path) -> None:
-    count = 300_000
-    proc = start_proxy(["run", "--db", str(db_path), "--", *storm_agent(count, "sys.stdin.read()\n")])
+def storm_with_a_death(db: Path, victim: Callable[[subprocess.Popen[bytes]], int], count: int) -> tuple[bytes, bytes]:
+    """The whole storm reaches the client although ``victim`` (a pid) is SIGKILLed early on;
+    (what the client got, what the proxy said)."""
+    proc = start_proxy(["run", "--db", str(db), "--", *storm_agent(count, "sys.stdin.read()\n")])
     timer = watchdog(proc, 180)
     try:
         client = Client(proc)
-        recorder = recorder_of(proc)
+        pid = victim(proc)
         wait_until(lambda: client.lines() > 20_000, 60, "frames at the client")
-        os.kill(recorder, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
         wait_until(lambda: client.lines() == count, 120, "the whole storm at the client")
-        assert proc.stdin is not None
+        assert proc.stdin is not None and proc.stderr is not None
         proc.stdin.close()
         delivered = client.finish(120)
         proc.wait(timeout=150)
-        assert proc.stderr is not None
         stderr = proc.stderr.read()
     finally:
         timer.cancel()
         proc.kill()
     assert proc.returncode == 0, stderr
+    return delivered, stderr
+
+
+def test_kill_9_of_the_recorder_mid_storm_the_proxy_records_the_journal_at_the_end(db_path: Path) -> None:
+    count = 300_000
+    delivered, stderr = storm_with_a_death(db_path, recorder_of, count)
     assert stderr.count(b"the recorder stopped") == 1
     assert delivered.count(b"\n") == count
     recorded = assert_nothing_delivered_is_lost(delivered, db_path)
@@ -213,24 +210,7 @@ def test_kill_9_of_the_recorder_mid_storm_the_proxy_records_the_journal_at_the_e
 
 def test_kill_9_of_the_writer_mid_storm_the_recorder_resumes_from_the_last_commit(db_path: Path) -> None:
     count = 300_000
-    proc = start_proxy(["run", "--db", str(db_path), "--", *storm_agent(count, "sys.stdin.read()\n")])
-    timer = watchdog(proc, 180)
-    try:
-        client = Client(proc)
-        writer = writer_of(recorder_of(proc))
-        wait_until(lambda: client.lines() > 20_000, 60, "frames at the client")
-        os.kill(writer, signal.SIGKILL)
-        wait_until(lambda: client.lines() == count, 120, "the whole storm at the client")
-        assert proc.stdin is not None
-        proc.stdin.close()
-        delivered = client.finish(120)
-        proc.wait(timeout=150)
-        assert proc.stderr is not None
-        stderr = proc.stderr.read()
-    finally:
-        timer.cancel()
-        proc.kill()
-    assert proc.returncode == 0, stderr
+    delivered, stderr = storm_with_a_death(db_path, lambda proc: writer_of(recorder_of(proc)), count)
     assert stderr.count(b"writer stopped") == 1, stderr
     recorded = assert_nothing_delivered_is_lost(delivered, db_path)
     assert len(recorded) == count
