@@ -1,4 +1,4 @@
-"""How fast the query commands answer on a big recording (DESIGN §8: < 1 s on 1,000,000 frames).
+"""How fast the query commands answer on a big recording (target: < 1 s on 1,000,000 frames).
 
 Builds (or reuses, with --db) a database of realistic ACP traffic recorded through acp-proxy's
 own recorder — many runs, each a session with prompts, streamed chunks, tool calls and the odd

@@ -1,4 +1,4 @@
-"""Relay benchmark: acp-proxy side by side with the relays DESIGN §8 measures it against.
+"""Relay benchmark: acp-proxy side by side with a direct pipe, a `cat` hop and two hand-rolled relays.
 
     python benchmarks/relay_bench.py            # the full run, best of 3 (~3 minutes on 2 cores)
     python benchmarks/relay_bench.py --quick    # reduced sizes, one round: a smoke test (< 1 min)
@@ -40,8 +40,17 @@ Workloads:
   direct pipe's.
 - **big frames**: COUNT single-line frames of SIZE bytes from agent to client (timed like the
   storm), in MB/s (10^6 bytes per second), and the relay's peak RSS.
+- **start-up**: from spawning the relay (and so the agent) to the first response to
+  ``initialize``, for an agent that answers at once and for one that first keeps a core busy
+  for 300 ms, as real agents loading their code do; the median of a few spawns each. An
+  editor waits for that answer: a proxy that starts its agent first only adds its own path to
+  the spawn (the interpreter's start-up is shown as the floor of any Python relay).
+- **locked database**: round trips through the recording proxy while another process holds
+  the database's write lock (25 s; 5 s with ``--quick``); the worst trip during the lock,
+  against the median trip before it. Afterwards every trip must be in the recording.
 - **SDK**: the official Python SDK: ``examples/sdk_client.py --summary`` driving
-  ``examples/sdk_agent.py --chunks N``, directly and through acp-proxy (both modes). The
+  ``examples/sdk_agent.py --chunks N``, directly, through the ``cat`` hop (the floor) and
+  through acp-proxy (both modes). The
   client flushes a ``prompt:`` line just before it sends its prompt and a ``stop:`` line when
   the response has come, after all N chunks: chunks/s over that prompt turn (no start-up, no
   handshake). Also shown: the same up to the client's exit (after the relay's, so after the
@@ -54,7 +63,7 @@ script exit with status 1.
 
 How to read the table
 ---------------------
-One row per figure, one column per relay; the ``target`` column names the DESIGN §8 target and
+One row per figure, one column per relay; the ``target`` column names the performance target and
 which columns it judges (``rec``: proxy recording, ``no-rec``: proxy --no-record, no prefix: both
 proxy columns); a judged cell ends in ``ok`` or ``MISS``. Targets in parentheses are aims,
 shown but not judged.
@@ -1299,7 +1308,7 @@ def main(argv: list[str] | None = None) -> int:
     footnotes = [
         f"* commit/line relay: {cfg.commit_storm_frames:,} frames (it commits each one).",
         "peak RSS: sum of each relay process's VmHWM (proxy + recorder for acp-proxy), the agent excluded.",
-        f"targets (DESIGN §8): {passed} of {len(judged)} met.",
+        f"targets: {passed} of {len(judged)} met.",
     ]
     if errors:
         footnotes += ["FAILED:", *(f"  {error}" for error in errors)]
