@@ -55,7 +55,8 @@ FLUSH_BYTES = 2 * 1024 * 1024  # a batch holds a few big frames at most: memory 
 FLUSH_SECONDS = 0.05
 POLL_SECONDS = 0.01  # while the journal grows, it is read this often (wake-ups in between are free)
 QUIET_SECONDS = 0.05  # after this long without growth, sleep until the relay's next wake-up byte
-LOCK_PATIENCE = 600.0  # seconds to wait for another process's write lock before leaving it to a recovery
+LOCK_PATIENCE = 600.0  # seconds to wait for the database at start-up before leaving the journal to a recovery
+WRITE_PATIENCE = float("inf")  # a commit waits out any write lock: the journal holds the frames meanwhile
 CHECKPOINT_BYTES = 16 * 1024 * 1024
 ROW_MARGIN = 64 * 1024  # room left for a row's other columns under SQLite's length limit
 CONTROL = 3  # the index slot of records that belong to no direction (START, META)
@@ -246,7 +247,7 @@ class Indexer:
         if skip:
             data = data[skip:]
         framer = self.framers[d]
-        had_line = framer.pending > 0 or self.gap_extra[d] > 0
+        had_line = framer.pending > 0
         lines = framer.feed(data)
         if framer.pending and (lines or not had_line):
             before = len(rec.payload) - framer.pending
@@ -260,9 +261,11 @@ class Indexer:
         for line in lines:
             self._emit(d, rec.ts_ns, line, track=True)
 
-    def _emit(self, d: int, ts_ns: int, line: Line, *, track: bool = False, note: str | None = None) -> None:
-        start = self.emitted[d]
-        end = start + line.size + line.terminated
+    def _emit(
+        self, d: int, ts_ns: int, line: Line, *, track: bool = False, note: str | None = None, newline_kept: bool = True
+    ) -> None:
+        start = self.emitted[d]  # positions count journaled bytes (not those a GAP lost)
+        end = start + line.size + (line.terminated and newline_kept)
         self.emitted[d] = end
         extra = self.gap_extra[d]
         if extra:
@@ -327,6 +330,8 @@ class Indexer:
         """Bytes of ``d`` the relay forwarded but could not journal (full disk, --db-limit)."""
         nbytes, newlines, head, tail, reason = jr.GAP_COUNTS.unpack(payload)
         self.gap_reasons.add(jr.GAP_REASONS.get(reason, "the journal could not be written"))
+        if self.undelivered[d] is None:
+            self.bytes[d] += nbytes  # relayed, only not journaled
         framer = self.framers[d]
         if not newlines:
             self.gap_extra[d] += nbytes
@@ -338,7 +343,8 @@ class Indexer:
             data = line.data if line is not None else b""
             size = line.size if line is not None else 0
             self.gap_extra[d] += head
-            self._emit(d, ts_ns, Line(data, size, True, True), note="the end of this line could not be journaled")
+            note = "the end of this line could not be journaled"
+            self._emit(d, ts_ns, Line(data, size, True, True), note=note, newline_kept=False)
             self.lost_lines += newlines - 1
         else:
             self.lost_lines += newlines
@@ -348,6 +354,7 @@ class Indexer:
         values = json.loads(payload)
         if values.pop("final", False):
             self.final = True
+        values.pop("status", None)  # the run's status is set when its recording is complete
         self.run_values.update(values)
 
     def _add(self, direction: int, ts_ns: int, line: Line, meta: dict[str, Any] | None) -> int:
@@ -475,10 +482,7 @@ class Indexer:
         message["state"] = json.dumps(state, separators=(",", ":"))
         end = {name: value for name, value in message["run"].items() if name != "lost"}
         end.setdefault("ended_ns", ts_ns)
-        if not self.final or self.resumed:
-            end["status"] = "crashed"
-        else:
-            end.setdefault("status", "ended")
+        end["status"] = "crashed" if not self.final or self.resumed else "ended"
         end["recovered_frames"] = state["recovered"]
         message["end"] = end
         return message
@@ -539,7 +543,7 @@ class RunWriter:
             self._count(message["count"], dropped)
             message["batches"] = []
         try:
-            store.wait_for_write_lock(lambda: self._commit(message), LOCK_PATIENCE, self._waiting)
+            store.wait_for_write_lock(lambda: self._commit(message), WRITE_PATIENCE, self._waiting)
         except sqlite3.Error as exc:
             self._count(message["count"], str(exc))
             self._say_once("recording failed", f"recording failed ({exc}); the conversation is still relayed")

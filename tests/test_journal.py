@@ -189,14 +189,25 @@ def _frames_from_message(message: dict) -> list[tuple[int, str, bytes]]:
     return sorted(rows)
 
 
+pieces = st.lists(st.sampled_from([b"a", b"bc", b"\n", b"{}\n", b"xyz\n\n"]), min_size=1, max_size=6).map(b"".join)
 chunks = st.lists(
-    st.tuples(
-        st.sampled_from([jr.C2A, jr.A2C, jr.STDERR]),
-        st.lists(st.sampled_from([b"a", b"bc", b"\n", b"{}\n", b"xyz\n\n"]), min_size=1, max_size=6).map(b"".join),
-    ),
+    st.tuples(st.sampled_from([jr.C2A, jr.A2C, jr.STDERR]), st.one_of(pieces, st.just(None))),
     min_size=1,
     max_size=25,
 )
+
+
+def write_chunks(journal: jr.JournalWriter, chunks: list[tuple[int, bytes | None]]) -> None:
+    """Append the chunks; None stands for one the journal could not take (a GAP follows)."""
+    fd = journal.fd
+    for i, (direction, data) in enumerate(chunks):
+        if data is None:
+            journal.fd = os.open(os.devnull, os.O_RDONLY)  # this append fails
+            journal.data(direction, i, b"lost\nhead and tail")
+            os.close(journal.fd)
+            journal.fd = fd
+        else:
+            journal.data(direction, i, data)
 
 
 @settings(max_examples=60, deadline=None)
@@ -205,8 +216,7 @@ def test_a_resume_from_any_commit_records_each_line_exactly_once(tmp_path_factor
     tmp = tmp_path_factory.mktemp("resume")
     journal = new_journal(tmp)
     journal.record(jr.START, 0, 0, b"{}")
-    for i, (direction, data) in enumerate(chunks):
-        journal.data(direction, i, data)
+    write_chunks(journal, chunks)
     for direction in (jr.C2A, jr.A2C, jr.STDERR):
         journal.record(jr.EOF, direction, 99)
     journal.close()
@@ -219,6 +229,8 @@ def test_a_resume_from_any_commit_records_each_line_exactly_once(tmp_path_factor
     rest, _, _ = _index(journal.path, state)
     assert [row[1:] for row in first + rest] == [row[1:] for row in whole]
     assert [row[0] for row in first + rest] == list(range(1, len(whole) + 1))
+    if any(data is None for _, data in chunks):
+        return
     # and the lines are what a framer makes of each direction's bytes
     for direction, name in ((jr.C2A, "c2a"), (jr.A2C, "a2c"), (jr.STDERR, "stderr")):
         framer = LineFramer()
@@ -227,3 +239,30 @@ def test_a_resume_from_any_commit_records_each_line_exactly_once(tmp_path_factor
         if last is not None:
             expected.append(last.data)
         assert [data for _, d, data in whole if d == name] == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(chunks=chunks)
+def test_every_line_is_a_frame_or_counted_as_lost(tmp_path_factory, chunks) -> None:
+    journal = new_journal(tmp_path_factory.mktemp("gaps"))
+    journal.record(jr.START, 0, 0, b"{}")
+    write_chunks(journal, chunks)
+    for direction in (jr.C2A, jr.A2C, jr.STDERR):
+        journal.record(jr.EOF, direction, 99)
+    journal.close()
+    fd = os.open(journal.path, os.O_RDONLY)
+    try:
+        reader = jr.JournalReader(fd)
+        indexer = Indexer(1, None)
+        for record in reader.records():
+            indexer.feed(record)
+        message = indexer.finish(reader.offset, 0)
+    finally:
+        os.close(fd)
+    stream = {
+        d: b"".join(data if data is not None else b"lost\nhead and tail" for dd, data in chunks if dd == d)
+        for d in range(3)
+    }
+    lines = sum(len(data.split(b"\n")) - (1 if data.endswith(b"\n") or not data else 0) for data in stream.values())
+    assert len(_frames_from_message(message)) + indexer.lost_lines == lines
+    assert indexer.counters()["bytes_a2c"] == len(stream[jr.A2C])
