@@ -70,6 +70,17 @@ DIRECTIONS = ("c2a", "a2c", "stderr")
 C2A, A2C, STDERR = 0, 1, 2
 
 LIMIT_CHECK_BYTES = 1 << 20  # how often (in bytes appended) the relay re-measures --db-limit
+# The relay writes a wake-up byte after an append only if it wrote none for this long (timed
+# after the append); the recorder, while it finds work, reads the journal every POLL_SECONDS
+# anyway, and it blocks on the pipe only when QUIET_SECONDS have passed, by a clock read before
+# it last looked, since it last found records or read a wake-up byte (timed after the read).
+# With QUIET_SECONDS > WAKE_INTERVAL no append is missed: one the recorder did not see when it
+# last looked ended after that look, so more than WAKE_INTERVAL after the last wake-up byte the
+# recorder read, and it was followed by a new byte. A wake-up per append would cost the relay a
+# syscall per chunk; this costs one per WAKE_INTERVAL.
+WAKE_INTERVAL = 0.02
+POLL_SECONDS = 0.01
+QUIET_SECONDS = 0.05
 READ_BYTES = 1 << 20  # how much a reader takes from the file at once
 MODE_FILE = 0o600
 MODE_DIR = 0o700
@@ -149,6 +160,7 @@ class JournalWriter:
         self.problem: str | None = None
         self.on_problem: Callable[[str], None] | None = None
         self.wake_fd: int | None = None
+        self._woken = -WAKE_INTERVAL  # when the last wake-up byte was written (monotonic seconds)
         self.on_reader_gone: Callable[[], None] | None = None
         if limit_bytes is not None:
             self._check_limit()
@@ -241,15 +253,17 @@ class JournalWriter:
         self.size += want
         if self.limit_bytes is not None and self.size - self._checked_at >= LIMIT_CHECK_BYTES:
             self._check_limit()
-        self._wake()
+        if self.wake_fd is not None:
+            now = time.monotonic()  # after the append: see WAKE_INTERVAL
+            if now - self._woken >= WAKE_INTERVAL:
+                self._woken = now
+                self._wake()
         return True
 
     def _wake(self) -> None:
         # One byte, never waited for: a full pipe means a wake-up is already pending.
-        if self.wake_fd is None:
-            return
         try:
-            os.write(self.wake_fd, b"\0")
+            os.write(self.wake_fd, b"\0")  # type: ignore[arg-type]
         except BlockingIOError:
             pass
         except OSError:

@@ -53,8 +53,6 @@ from .record import COLUMNS, FrameRecord
 FLUSH_ROWS = 4000
 FLUSH_BYTES = 2 * 1024 * 1024  # a batch holds a few big frames at most: memory stays bounded
 FLUSH_SECONDS = 0.05
-POLL_SECONDS = 0.01  # while the journal grows, it is read this often (wake-ups in between are free)
-QUIET_SECONDS = 0.05  # after this long without growth, sleep until the relay's next wake-up byte
 LOCK_PATIENCE = 600.0  # seconds to wait for the database at start-up before leaving the journal to a recovery
 WRITE_PATIENCE = float("inf")  # a commit waits out any write lock: the journal holds the frames meanwhile
 CHECKPOINT_BYTES = 16 * 1024 * 1024
@@ -958,14 +956,19 @@ class Session:
             relay_alive = True
             last_activity = time.monotonic()
             while relay_alive:
+                # The wake-up rule (journal.WAKE_INTERVAL) needs "now" taken before looking, and
+                # a wake-up byte's time taken after it was read.
+                looked = time.monotonic()
                 woken, relay_alive = _drain_wakes(self.wake_fd)
-                if self._drain(send) or woken:
+                if woken:
                     last_activity = time.monotonic()
+                if self._drain(send):
+                    last_activity = max(last_activity, looked)
                 if not relay_alive:
                     _restore_priority((0, link.pid))
                     break
-                if time.monotonic() - last_activity < QUIET_SECONDS:
-                    time.sleep(POLL_SECONDS)  # a wake-up byte written meanwhile is read next time
+                if looked - last_activity < jr.QUIET_SECONDS:
+                    time.sleep(jr.POLL_SECONDS)
                     continue
                 if self.indexer.pending.count or self.indexer.patches:
                     self._send(send)
