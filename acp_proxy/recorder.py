@@ -51,7 +51,7 @@ from .protocol.framing import Line, LineFramer
 from .record import COLUMNS, FrameRecord
 
 FLUSH_ROWS = 4000
-FLUSH_BYTES = 2 * 1024 * 1024  # a batch holds a few big frames at most: memory stays bounded
+FLUSH_BYTES = 1024 * 1024  # a batch holds a few big frames at most: memory stays bounded
 FLUSH_SECONDS = 0.05
 LOCK_PATIENCE = 600.0  # seconds to wait for the database at start-up before leaving the journal to a recovery
 WRITE_PATIENCE = float("inf")  # a commit waits out any write lock: the journal holds the frames meanwhile
@@ -256,8 +256,55 @@ class Indexer:
             self.line_start[d] = None
             self.done_after[d] = set()
         self.recent[d] = []
+        if not lines:
+            return
+        if d != STDERR and not self.gap_extra[d] and self.undelivered[d] is None:
+            self._emit_plain(d, rec.ts_ns, lines)
+            return
         for line in lines:
             self._emit(d, rec.ts_ns, line, track=True)
+
+    def _emit_plain(self, d: int, ts_ns: int, lines: list[Line]) -> None:
+        """``_emit`` for the lines of a storm: no gap, no hang-up, no gate meta. Spelled out in
+        one loop (one function call per line instead of three: ~3 µs of the ~15 a frame costs)."""
+        run_id = self.run_id
+        name = DIRECTIONS[d]
+        observe = self.tracker.observe
+        add = self.pending.add
+        decode = wire.decode
+        recent = self.recent[d]
+        start = self.emitted[d]
+        kept = 0
+        for line in lines:
+            data, size, terminated, cut = line
+            self.seq += 1
+            seq = self.seq
+            try:
+                text: str | None = data.decode()
+            except UnicodeDecodeError:
+                text = None
+            frame = decode(data, utf8_valid=text is not None) if not cut else _cut_frame(line)
+            rec = FrameRecord(run_id, seq, ts_ns, name, data, frame)
+            rec.raw = text
+            if text is None:
+                rec.raw_bytes = data
+            rec.size = size
+            if not terminated:
+                rec.terminated = 0
+            if cut:
+                rec.cut = 1
+            observe(rec)
+            add(rec)
+            if frame.elements:
+                self._add_batch_elements(rec, frame.elements)
+            end = start + size + terminated
+            recent.append((seq, start, end))
+            start = end
+            kept += len(data)
+        self.bytes[d] += start - self.emitted[d]
+        self.emitted[d] = start
+        self.frame_counts[d] += len(lines)
+        self.unflushed_bytes += kept
 
     def _emit(
         self, d: int, ts_ns: int, line: Line, *, track: bool = False, note: str | None = None, newline_kept: bool = True
@@ -1060,10 +1107,11 @@ def _lower_priority() -> None:
     """Leave the cores to the conversation's processes: recording may lag (the journal holds
     it), the conversation must not. On two cores, an official-SDK client and agent keep both
     busy during a turn: a recorder at the same priority took a third of the turn's pace, one
-    at the lowest catches up once the turn is over. Start-up (imports, opening the database)
-    happens before this, at the proxy's priority."""
+    at the lowest catches up once the turn is over. (The relay starts the recorder at this
+    priority already; a recorder started otherwise lowers it here.)"""
     try:
-        os.setpriority(os.PRIO_PROCESS, 0, NICENESS)
+        if os.getpriority(os.PRIO_PROCESS, 0) < NICENESS:
+            os.setpriority(os.PRIO_PROCESS, 0, NICENESS)
     except OSError:
         pass
 

@@ -275,10 +275,10 @@ class Recording:
         self.journal.record(jr.START, 0, start["started_ns"], json.dumps(start).encode())
 
     def start_recorder(self) -> None:
-        """The recorder process that follows the journal. Started once the relay runs: its own
-        start-up (a Python process importing the decoder, the tracker and sqlite-utils) must not
-        compete with the agent's and the relay's for the cores, and the journal holds
-        everything until it reads it."""
+        """The recorder process that follows the journal, at the lowest CPU priority from its
+        first instruction: its start-up (a Python process importing the decoder, the tracker
+        and sqlite-utils, ~0.3 s of CPU) must not compete with the agent's and the relay's, and
+        the journal holds everything until it reads it."""
         if self.recorder is None:
             self.recorder = self._spawn_recorder(["--journal", str(self.journal.path)], wake=True)
             self.journal.on_reader_gone = self._recorder_gone
@@ -300,6 +300,7 @@ class Recording:
                 stdout=subprocess.DEVNULL,
                 pass_fds=pass_fds,
                 start_new_session=True,  # a signal to our group must not cut the recording short
+                preexec_fn=_lowest_priority if wake else None,
             )
         except OSError as exc:
             say(f"cannot start the recorder ({exc}); the journal will be recorded by the next acp-proxy command")
@@ -351,6 +352,16 @@ class Recording:
                 recovery.wait(timeout=RECORDER_FINISH_TIMEOUT)
             except subprocess.TimeoutExpired:
                 say("the recording is still being recovered; it will finish on its own")
+
+
+RECORDER_NICENESS = 19
+
+
+def _lowest_priority() -> None:
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, RECORDER_NICENESS)
+    except OSError:
+        pass
 
 
 # -- streams over inherited fds ------------------------------------------------------------
@@ -556,8 +567,6 @@ class Relay:
                 stderr_done = trio.Event()
                 nursery.start_soon(self._pump_a2c, agent_out, client_out, a2c_done, nursery)
                 nursery.start_soon(self._pump_stderr, agent_err, err_out, stderr_done)
-                if self.recording is not None:
-                    self.recording.start_recorder()
                 returncode = await self._wait_agent()
                 self.agent_exited.set()
                 await self._drain_after_exit(a2c_done, stderr_done)
@@ -843,10 +852,9 @@ def run(options: RunOptions) -> ExitStatus:
             return status
         if recording is not None:
             recording.start(agent.pid, marker)
+            recording.start_recorder()
         if attached:
             early.restore()
-            if recording is not None:
-                recording.start_recorder()
             status = _run_attached(agent, early.pending)
         else:
             import trio
