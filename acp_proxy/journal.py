@@ -37,6 +37,7 @@ import errno
 import fcntl
 import os
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -145,6 +146,7 @@ class JournalWriter:
 
     def __init__(self, fd: int, path: Path, limit_bytes: int | None = None, db_path: Path | None = None) -> None:
         self.fd = fd
+        self._lock = threading.Lock()  # the relay's directions append from threads of their own
         self.path = path
         self.size = os.fstat(fd).st_size
         self.journaled = [0, 0, 0]  # DATA bytes appended, per direction: UNDELIVERED positions
@@ -201,32 +203,35 @@ class JournalWriter:
     def data(self, direction: int, ts_ns: int, data: bytes | memoryview) -> int:
         """One chunk of a direction, about to be forwarded; its position in the direction's
         journaled bytes (for ``undelivered``)."""
-        start = self.journaled[direction]
-        if self.lost[direction][0] and not self._report_gap(direction, ts_ns):
-            self._lose(direction, data)
-        elif self._append(DATA, direction, ts_ns, data):
-            self.journaled[direction] += len(data)
-        else:
-            self._lose(direction, data)
-        return start
+        with self._lock:
+            start = self.journaled[direction]
+            if self.lost[direction][0] and not self._report_gap(direction, ts_ns):
+                self._lose(direction, data)
+            elif self._append(DATA, direction, ts_ns, data):
+                self.journaled[direction] += len(data)
+            else:
+                self._lose(direction, data)
+            return start
 
     def undelivered(self, direction: int, chunk_start: int, delivered: int) -> None:
         """The receiver of ``direction`` got only the first ``delivered`` bytes of the chunk
         journaled at ``chunk_start``, and will get nothing after them."""
-        position = min(chunk_start + delivered, self.journaled[direction])
-        self._append(UNDELIVERED, direction, time.time_ns(), POSITION.pack(position))
+        with self._lock:
+            position = min(chunk_start + delivered, self.journaled[direction])
+            self._append(UNDELIVERED, direction, time.time_ns(), POSITION.pack(position))
 
     def record(self, kind: int, direction: int, ts_ns: int, payload: bytes = b"") -> bool:
         """Any other record (EOF, META, LINE, START)."""
-        if kind in (EOF, LINE) and self.lost[direction][0] and not self._report_gap(direction, ts_ns):
+        with self._lock:
+            if kind in (EOF, LINE) and self.lost[direction][0] and not self._report_gap(direction, ts_ns):
+                if kind == LINE:
+                    self._lose(direction, b"\n")  # the gate's lines are whole: one more lost line
+                return False
+            if self._append(kind, direction, ts_ns, payload):
+                return True
             if kind == LINE:
-                self._lose(direction, b"\n")  # the gate's lines are whole: one more lost line
+                self._lose(direction, b"\n")
             return False
-        if self._append(kind, direction, ts_ns, payload):
-            return True
-        if kind == LINE:
-            self._lose(direction, b"\n")
-        return False
 
     def _append(self, kind: int, direction: int, ts_ns: int, payload: bytes | memoryview) -> bool:
         if self.over_limit and kind in (DATA, LINE):  # the small records still say what happened
@@ -319,13 +324,15 @@ class JournalWriter:
 
     def close(self) -> None:
         """Release the journal (and its lock): the recorder finishes it, or a recovery will."""
-        for fd in (self.wake_fd, self.fd):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self.wake_fd = None
+        with self._lock:
+            for fd in (self.wake_fd, self.fd):
+                if fd is not None and fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            self.wake_fd = None
+            self.fd = -1  # an append after this fails (and is counted), never reaches a reused fd
 
 
 def _write_all(fd: int, data: bytes) -> None:
