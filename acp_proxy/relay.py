@@ -17,6 +17,10 @@ journal (one ``writev``) and then forwarded; the recorder reads the journal at i
 so the conversation never waits for the recorder, its writer or a database lock. When the
 agent closes its stdout, the client's stdout is closed at once.
 
+Shape: without a gate, each direction is a ``Pump`` thread (poll, read, journal, write) and
+trio only waits for the agent, forwards signals and runs the shutdown; with a gate (faults,
+notice stripping), the directions are trio tasks that carry out the gate's steps.
+
 Start-up order (an editor waits for the agent's first answer): check that the database can be
 recorded into (a cheap read-only look), create the journal, spawn the agent, and only then
 start the recorder and import trio — both overlap with the agent's own start-up.
@@ -25,7 +29,6 @@ start the recorder and import trio — both overlap with the agent's own start-u
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import stat
@@ -269,6 +272,8 @@ class Recording:
             "db": str(self.db_path),
             "marker": marker,
         }
+        import json  # after the agent's spawn: nothing before it that can wait
+
         if options.fault_plan:
             start["fault_spec"] = json.dumps(options.fault_plan.describe(), default=str)
             start["seed"] = options.fault_plan.seed
@@ -315,6 +320,8 @@ class Recording:
             say("the recorder stopped; the conversation is still relayed, and recorded from the journal at the end")
 
     def meta(self, values: dict[str, Any]) -> None:
+        import json
+
         self.journal.record(jr.META, 0, time.time_ns(), json.dumps(values).encode())
 
     def final(self, status: ExitStatus) -> None:
@@ -963,6 +970,8 @@ class Relay:
 
 def encode_line(line: Any, meta: dict[str, Any]) -> bytes:
     """A LINE record's payload: the gate's verdict on one line, and the line."""
+    import json
+
     blob = json.dumps({**meta, "size": line.size, "terminated": line.terminated, "cut": line.cut}).encode()
     return jr.LINE_META.pack(len(blob)) + blob + line.data
 
