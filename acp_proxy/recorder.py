@@ -973,14 +973,16 @@ class Session:
 
     # -- recovery: to the journal's end, here -------------------------------------------------
 
-    def recover(self) -> None:
+    def recover(self, *, rescue: bool = True) -> None:
+        """Record the journal to its end here; a ``rescue`` (the run's own recorder is gone)
+        ends the run ``crashed``. Without, it is recording a finished journal in-process."""
         writer = RunWriter(self.db, self.run_id, self.journal_path, self.journal_fd)
         if self.done:
             writer._finished()
             return
         if self.learned:
             writer.facts.learn(self.learned)
-        self.indexer.resumed = True
+        self.indexer.resumed = self.indexer.resumed or rescue
         self._drain(writer.apply)
         if self.marker:
             supervise.stop_marked(self.marker, 1.0)

@@ -252,19 +252,21 @@ _recovering = False
 
 def recover_dead_runs(path: Path) -> int:
     """Record the journals of runs into ``path`` whose processes are all gone (and mark those
-    runs ``crashed``); how many were recovered. Cheap when there are none: one ``stat``."""
+    runs ``crashed``); how many were recovered. Cheap when there are none: a ``stat``, a directory
+    listing and a lock attempt per live journal; the recorder is imported only to recover one."""
     global _recovering
     directory = Path(f"{path}.journal")
     if _recovering or not directory.is_dir():
         return 0
     from .journal import dead_journals
-    from .recorder import recover_journal  # only now: it needs the decoder and the tracker
 
     _recovering = True
     count = 0
     try:
         for journal_path, fd in dead_journals(directory):
             try:
+                from .recorder import recover_journal  # only now: it needs the decoder and the tracker
+
                 recover_journal(path, journal_path, fd)
                 count += 1
             except (OSError, sqlite3.Error, StoreError) as exc:
