@@ -183,7 +183,6 @@ class Indexer:
         self.unflushed_bytes = 0
         self.last_flush = time.monotonic()
         st = state or {}
-        self.offset: int | None = st.get("offset")
         self.idx: list[int] = list(st.get("idx", [0, 0, 0, 0]))
         self.pos: list[int] = list(st.get("pos", [0, 0, 0]))
         # Per slot, the first record a resume indexes, and how many of its bytes it skips.
@@ -944,7 +943,7 @@ class Session:
         self.indexer = Indexer(self.run_id, max_keep, state, resumed=existed)
         if state is not None:
             self.reader.offset = state["offset"]
-            self.learned = _replay(self.indexer, db.conn, self.run_id)
+            self.learned = [] if self.done else _replay(self.indexer, db.conn, self.run_id)
         else:
             self.learned = []
             self.indexer.feed(start_record)

@@ -280,10 +280,12 @@ class Recording:
         self.journal.record(jr.START, 0, start["started_ns"], json.dumps(start).encode())
 
     def start_recorder(self) -> None:
-        """The recorder process that follows the journal, at the lowest CPU priority from its
-        first instruction: its start-up (a Python process importing the decoder, the tracker
-        and sqlite-utils, ~0.3 s of CPU) must not compete with the agent's and the relay's, and
-        the journal holds everything until it reads it."""
+        """The recorder process that follows the journal, started once the relay runs and at
+        the lowest CPU priority from its first instruction: its start-up (a Python process
+        importing the decoder, the tracker and sqlite-utils, ~0.3 s of CPU) must not compete
+        with the agent's and the relay's, and the journal holds everything until it reads it.
+        (Started with the agent, even at the lowest priority, it took a free core from the
+        relay's own start-up: +120 ms to the first response of an instant agent.)"""
         if self.recorder is None:
             self.recorder = self._spawn_recorder(["--journal", str(self.journal.path)], wake=True)
             self.journal.on_reader_gone = self._recorder_gone
@@ -681,6 +683,8 @@ class Relay:
                 stderr_done = trio.Event()
                 nursery.start_soon(self._pump_a2c, agent_out, client_out, a2c_done, nursery)
                 nursery.start_soon(self._pump_stderr, agent_err, err_out, stderr_done)
+                if self.recording is not None:
+                    self.recording.start_recorder()
                 returncode = await self._wait_agent()
                 self.agent_exited.set()
                 await self._drain_after_exit(a2c_done, stderr_done)
@@ -738,6 +742,8 @@ class Relay:
                 nursery.start_soon(client_side, nursery)
                 nursery.start_soon(pump, a2c, a2c_done)
                 nursery.start_soon(pump, err, err_done)
+                if self.recording is not None:
+                    self.recording.start_recorder()
                 returncode = await self._wait_agent()
                 self.agent_exited.set()
                 c2a.stop()  # nobody will read what the client sends now
@@ -1054,9 +1060,10 @@ def run(options: RunOptions) -> ExitStatus:
             return status
         if recording is not None:
             recording.start(agent.pid, marker)
-            recording.start_recorder()
         if attached:
             early.restore()
+            if recording is not None:
+                recording.start_recorder()
             status = _run_attached(agent, early.pending)
         else:
             import trio
