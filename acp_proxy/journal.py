@@ -44,6 +44,7 @@ from pathlib import Path
 
 MAGIC = b"acp-proxy journal 1\n"
 HEADER = struct.Struct("<BBBIq")  # marker, kind, direction, payload length, ts_ns
+_pack = HEADER.pack
 MARK = 0xA5
 SUFFIX = ".journal"
 PARTIAL_SUFFIX = ".new"  # a journal whose creator does not hold its lock yet: never recovered
@@ -205,6 +206,24 @@ class JournalWriter:
         journaled bytes (for ``undelivered``)."""
         with self._lock:
             start = self.journaled[direction]
+            if not self.over_limit and self.problem is None:  # the common case, spelled out: every chunk
+                size = len(data)
+                try:
+                    written = os.writev(self.fd, (_pack(MARK, DATA, direction, size, ts_ns), data))
+                except OSError:
+                    written = -1
+                if written == HEADER.size + size:
+                    self.size += written
+                    self.journaled[direction] = start + size
+                    if self.limit_bytes is not None and self.size - self._checked_at >= LIMIT_CHECK_BYTES:
+                        self._check_limit()
+                    if self.wake_fd is not None:
+                        now = time.monotonic()
+                        if now - self._woken >= WAKE_INTERVAL:
+                            self._woken = now
+                            self._wake()
+                    return start
+                self._undo(written)  # then the slow path says why, and counts the loss
             if self.lost[direction][0] and not self._report_gap(direction, ts_ns):
                 self._lose(direction, data)
             elif self._append(DATA, direction, ts_ns, data):
@@ -212,6 +231,13 @@ class JournalWriter:
             else:
                 self._lose(direction, data)
             return start
+
+    def _undo(self, written: int) -> None:
+        if written > 0:
+            try:
+                os.ftruncate(self.fd, self.size)
+            except OSError:
+                pass
 
     def undelivered(self, direction: int, chunk_start: int, delivered: int) -> None:
         """The receiver of ``direction`` got only the first ``delivered`` bytes of the chunk
