@@ -157,6 +157,7 @@ class JournalWriter:
         self._failure = WRITE_FAILED
         self.limit_bytes = limit_bytes
         self.db_path = db_path
+        self.max_size = _largest_file() - RESERVE_BYTES  # room kept for the records that say what was lost
         self.over_limit = False
         self._checked_at = 0
         self._refused = 0  # bytes refused since the last measurement, while over the limit
@@ -206,7 +207,8 @@ class JournalWriter:
         journaled bytes (for ``undelivered``)."""
         with self._lock:
             start = self.journaled[direction]
-            if not self.over_limit and self.problem is None:  # the common case, spelled out: every chunk
+            if not self.over_limit and self.problem is None and self.size + len(data) < self.max_size:
+                # the common case, spelled out: every chunk relayed goes through here
                 size = len(data)
                 try:
                     written = os.writev(self.fd, (_pack(MARK, DATA, direction, size, ts_ns), data))
@@ -260,10 +262,15 @@ class JournalWriter:
             return False
 
     def _append(self, kind: int, direction: int, ts_ns: int, payload: bytes | memoryview) -> bool:
-        if self.over_limit and kind in (DATA, LINE):  # the small records still say what happened
-            self._maybe_recheck(len(payload))
+        if kind in (DATA, LINE):  # the small records still say what happened
             if self.over_limit:
-                self._failure = LIMIT_REACHED
+                self._maybe_recheck(len(payload))
+                if self.over_limit:
+                    self._failure = LIMIT_REACHED
+                    return False
+            if self.size + HEADER.size + len(payload) > self.max_size:
+                self._failure = WRITE_FAILED
+                self._trouble("the journal reached the largest file this process may write (RLIMIT_FSIZE)")
                 return False
         header = HEADER.pack(MARK, kind, direction, len(payload), ts_ns)
         want = HEADER.size + len(payload)
@@ -315,6 +322,10 @@ class JournalWriter:
         self.lost_total[0] += len(chunk)
         self.lost_total[1] += newlines
 
+    def unreported(self) -> int:
+        """Newlines lost and not yet told in a GAP record (the relay's last word carries them)."""
+        return sum(entry[1] for entry in self.lost)
+
     def _report_gap(self, direction: int, ts_ns: int) -> bool:
         if not self._append(GAP, direction, ts_ns, GAP_COUNTS.pack(*self.lost[direction])):
             return False
@@ -359,6 +370,20 @@ class JournalWriter:
                         pass
             self.wake_fd = None
             self.fd = -1  # an append after this fails (and is counted), never reaches a reused fd
+
+
+RESERVE_BYTES = 64 * 1024
+
+
+def _largest_file() -> int:
+    """RLIMIT_FSIZE: past it a write fails (EFBIG) like on a full disk, for the last records too."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return 1 << 62
+    return soft if soft != resource.RLIM_INFINITY and soft > 0 else 1 << 62
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -399,6 +399,7 @@ class Indexer:
         if values.pop("final", False):
             self.final = True
         values.pop("status", None)  # the run's status is set when its recording is complete
+        self.lost_lines += values.pop("lost_lines", 0) or 0
         self.run_values.update(values)
 
     def _add(self, direction: int, ts_ns: int, line: Line, meta: dict[str, Any] | None) -> int:

@@ -327,15 +327,21 @@ class Recording:
         self.journal.record(jr.META, 0, time.time_ns(), json.dumps(values).encode())
 
     def final(self, status: ExitStatus) -> None:
+        journal = self.journal
         values: dict[str, Any] = {
             "final": True,
             "ended_ns": time.time_ns(),
             "status": "ended",
             "exit_code": status.code,
             "exit_signal": status.signal,
+            "lost_lines": journal.unreported(),  # lost after the last GAP record that could be written
         }
         self.meta(values)
         self.finished = True
+        if journal.lost_total[0]:
+            # If the disk is full, the run row may never learn this: say it where it is seen.
+            nbytes, newlines = journal.lost_total
+            say(f"{newlines:,} lines ({nbytes:,} bytes) were relayed but could not be journaled; they are not recorded")
 
     def close(self) -> None:
         """Let the recorder finish (it has the journal's end now), bounded; if it died, record

@@ -470,3 +470,36 @@ def test_when_the_agent_closes_its_stdout_the_client_gets_eof_at_once(db_path: P
         timer.cancel()
         proc.kill()
     assert waited < 20, f"the client waited {waited:.1f} s for EOF; the agent sleeps for 60"
+
+
+def test_a_full_disk_is_counted_and_the_conversation_goes_on(db_path: Path) -> None:
+    import resource
+
+    line = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"x":"' + b"y" * 400
+    data = (line + b'"}}}\n') * 8000  # 3.4 MB each way; no file of the run may pass 1 MB
+    limit = 1024 * 1024
+
+    def small_disk() -> None:  # what a full disk looks like to the proxy and its recorder: EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run(
+        [*PROXY, "run", "--db", str(db_path), "--", "cat"],
+        input=data,
+        capture_output=True,
+        timeout=120,
+        env=proxy_env(),
+        preexec_fn=small_disk,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == data
+    assert b"Traceback" not in result.stderr
+    assert b"were relayed but could not be journaled" in result.stderr
+    # The database could not be written either: the next command that opens it (with room
+    # again) records what the journal holds, and the run says what the journal could not.
+    listed = run_proxy(["runs", "--db", str(db_path)])
+    assert listed.returncode == 0, listed.stderr
+    run = the_run(db_path)
+    (recorded,) = rows(db_path, "select count(*) from frames")[0]
+    assert run["not_recorded"] > 0 and run["not_recorded_reason"]
+    assert recorded + run["not_recorded"] == 16_000
+    assert run["status"] in ("ended", "crashed")
