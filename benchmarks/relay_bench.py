@@ -282,8 +282,24 @@ def role(argv: list[str]) -> str:
     return Path(argv[0]).name if argv else "?"
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of ``pid`` so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 class RssSampler:
-    """Peak RSS (VmHWM) of every process in a run's tree except the agent and its children."""
+    """Peak RSS (VmHWM) and CPU time of every process in a run's tree except the agent and its
+    children. CPU time is the last sample of each process (every 10 ms, so the last few
+    milliseconds of a process may be missed): on a shared machine, CPU per frame moves far
+    less with the load than a rate does."""
 
     def __init__(self, root: int, agent_markers: tuple[str, ...], interval: float = 0.01) -> None:
         self.root = root
@@ -292,6 +308,7 @@ class RssSampler:
         self.latest: dict[int, tuple[str, int]] = {}  # pid -> (role, peak) under its current argv
         self._argv: dict[int, list[str]] = {}
         self._samples: dict[int, int] = {}  # pid -> samples taken under its current argv
+        self.cpu: dict[int, float] = {}  # pid -> CPU seconds at its last sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
         self._thread.start()
@@ -318,6 +335,9 @@ class RssSampler:
                 # the relay's argv: forget what it showed then.
                 self.latest.pop(pid, None)
                 continue
+            used = cpu_seconds(pid)
+            if used is not None:
+                self.cpu[pid] = used
             hwm = vm_hwm_bytes(pid)
             if hwm is not None:
                 if self._argv.get(pid) != argv:  # a fork that has just exec'd: a new process image
@@ -370,6 +390,7 @@ class Spawned:
         self.timer.start()
         self.sampler = RssSampler(self.proc.pid, agent_markers) if sample_rss else None
         self.rss: dict[str, int] = {}
+        self.cpu = 0.0  # CPU seconds of the relay's own processes (with sample_rss)
 
     @property
     def stdin_fd(self) -> int:
@@ -394,6 +415,7 @@ class Spawned:
         self.timer.cancel()
         if self.sampler is not None:
             self.rss = self.sampler.stop()
+            self.cpu = sum(self.sampler.cpu.values())
             self.sampler = None
         if self.expired:
             raise BenchError(f"timed out after {self.timeout:.0f} s{self.stderr_tail()}")
@@ -521,6 +543,7 @@ def one_way(relay: Relay, agent: list[str], lines: int, line_bytes: int, cfg: Co
         run.finish()
         elapsed = (time.perf_counter_ns() - t0) / 1e9
         rss = run.rss
+        cpu = run.cpu
         extra = drain(run.stdout_fd)  # the relay has exited: anything more is an error
         got = (got[0] + extra[0], got[1] + extra[1])
     check_arrival(got, lines * line_bytes, lines)
@@ -528,6 +551,7 @@ def one_way(relay: Relay, agent: list[str], lines: int, line_bytes: int, cfg: Co
     if rss:
         result["peak_rss"] = rss
         result["peak_rss_sum"] = sum(rss.values())
+        result["cpu_seconds"] = cpu  # start-up included
     if relay.records_db:
         want = {
             "c2a": (2, len(HELLO) - 1 + len(GO) - 1),
@@ -544,12 +568,16 @@ def storm(relay: Relay, cfg: Config, scratch: Path) -> dict:
     result = one_way(relay, [PY, AGENT, "storm", str(frames)], frames, CHUNK_LINE_BYTES, cfg, scratch)
     result["frames_per_s"] = frames / result["seconds"]
     result["delivered_frames_per_s"] = frames / result["delivered_seconds"]
+    if "cpu_seconds" in result:
+        result["cpu_us_per_frame"] = result["cpu_seconds"] / frames * 1e6
     return result
 
 
 def big_frames(relay: Relay, count: int, size: int, cfg: Config, scratch: Path) -> dict:
     result = one_way(relay, [PY, AGENT, "big", str(count), str(size)], count, size, cfg, scratch)
     result["mb_per_s"] = result["bytes"] / result["seconds"] / 1e6
+    if "cpu_seconds" in result:
+        result["cpu_ms_per_mb"] = result["cpu_seconds"] / (result["bytes"] / 1e6) * 1e3
     return result
 
 
@@ -1039,6 +1067,8 @@ def build_rows(cfg: Config, cells: dict, sdk_note: str | None) -> tuple[list[Row
     )
     storm_rss = {k: v / MiB for k, v in series("storm", "peak_rss_sum", "max").items()}
     row("peak RSS MiB", "storm", storm_rss, lambda v: f"{v:,.1f}")
+    cpu = series("storm", "cpu_us_per_frame", "min")
+    row("relay CPU us/frame", "storm", cpu, lambda v: f"{v:,.1f}", "(all its processes, start-up included)")
 
     # (b) round trips
     rows.append(Row(f"round trips: {cfg.trips:,} sequential request -> response", {}, section=True))
@@ -1103,6 +1133,8 @@ def build_rows(cfg: Config, cells: dict, sdk_note: str | None) -> tuple[list[Row
         row("MB/s", name, mbs, fmt_int, "rec >= 300", {"proxy_rec": lambda v: v >= 300})
         row("x direct", name, ratios(mbs, "direct"), fmt_ratio)
         row("x cat hop", name, ratios(mbs, "cat"), fmt_ratio)
+        cpu = series(name, "cpu_ms_per_mb", "min")
+        row("relay CPU ms/MB", name, cpu, lambda v: f"{v:,.2f}", "(all its processes, start-up included)")
         rss = {k: v / MiB for k, v in series(name, "peak_rss_sum", "max").items()}
         bound = {k: storm_rss[k] + 4 * size / MiB for k in proxies if k in storm_rss}
         row(
