@@ -31,10 +31,7 @@ from .cli_support import (
     seconds,
 )
 from .errors import UsageError
-from .limits import GRACE_MAX_S, SEED_RANGE
-
-MAX_RECORD_BYTES = 1_000_000_000  # SQLite's longest TEXT or BLOB value
-MAX_DB_LIMIT = 2**48  # SQLite's largest database is 281 TB
+from .limits import GRACE_MAX_S, MAX_DB_LIMIT, MAX_RECORD_BYTES, SEED_RANGE
 
 
 def db_option(func: Any) -> Any:
@@ -108,7 +105,9 @@ def cli() -> None:
     "--db-limit",
     type=ByteSize(MAX_DB_LIMIT, low=1),
     default=None,
-    help="Stop recording when the database file reaches this size; relaying goes on.",
+    help="Stop recording when the files acp-proxy writes (the database, its -wal and -shm files, the run "
+    "journals) reach this size; relaying goes on, one line says 'limit reached', and the run row counts what "
+    "was not recorded.",
 )
 @click.option(
     "--strip-replayed-notices",
@@ -225,12 +224,7 @@ def run(
     )
     if otlp_to is not None:
         otel.start_live(options.db_path, otlp_to, otlp_content)  # type: ignore[arg-type]
-    try:
-        status = relay.run(options)
-    except relay.RelayError as exc:
-        say(str(exc))
-        raise SystemExit(exc.code) from None
-    relay.exit_like(status)
+    relay.run_and_exit(options)
 
 
 def _redirect_stderr(path: Path) -> None:

@@ -122,11 +122,11 @@ class Gate:
         lines = state.framer.feed(data)
         if not state.judged:
             for line in lines:
-                self._observe(direction, line, now)
+                self._observe_safely(direction, line, now)
             return [Forward(direction, data)]
         steps: list[Step] = []
         for line in lines:
-            steps.extend(self._judge(direction, line, now))
+            steps.extend(self._judge_safely(direction, line, now))
         return _coalesce(steps)
 
     def end(self, direction: str) -> list[Step]:
@@ -135,14 +135,32 @@ class Gate:
         line = state.framer.finish()
         if not state.judged:
             if line is not None:
-                self._observe(direction, line, self.clock())
+                self._observe_safely(direction, line, self.clock())
             return []
-        steps = self._judge(direction, line, self.clock()) if line is not None else []
+        steps = self._judge_safely(direction, line, self.clock()) if line is not None else []
         steps.extend(state.held)
         state.held = []
         return steps
 
     # -- internals -------------------------------------------------------------------------
+
+    # Belt and braces: decoding is total, but a verdict is computed from peer bytes by a tracker
+    # and fault selectors. Should any of it raise, the line goes through untouched (and is
+    # recorded as such): the gate may fail to judge a frame, never to forward it.
+
+    def _observe_safely(self, direction: str, line: Line, ts_ns: int) -> None:
+        try:
+            self._observe(direction, line, ts_ns)
+        except Exception:
+            pass
+
+    def _judge_safely(self, direction: str, line: Line, ts_ns: int) -> list[Step]:
+        try:
+            return self._judge(direction, line, ts_ns)
+        except Exception as exc:
+            state = self.directions[direction]
+            note = Note(direction, line, {"forwarded": 1, "note": f"not judged ({type(exc).__name__}); forwarded"})
+            return self._release(state, [Send(direction, line.wire_bytes()), note])
 
     def _observe(self, direction: str, line: Line, ts_ns: int) -> FrameRecord:
         self.seq += 1

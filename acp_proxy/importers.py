@@ -52,6 +52,7 @@ import base64
 import binascii
 import datetime as dt
 import itertools
+import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -588,9 +589,12 @@ def write_run(db_path: Path, records: Iterable[Record], provenance: dict[str, An
     first); a run without times starts at 0. Raises ``store.StoreError`` when the database
     cannot be used.
     """
-    from . import link
+    import tempfile
+
+    from . import journal as jr
+    from . import store
     from .protocol.framing import Line
-    from .recorder import Recorder
+    from .recorder import Session
 
     records = iter(records)
     first = next(records, None)
@@ -605,33 +609,50 @@ def write_run(db_path: Path, records: Iterable[Record], provenance: dict[str, An
         "options": provenance.get("options") or {},
         "fault_spec": provenance.get("fault_spec"),
         "seed": provenance.get("seed"),
-        "max_record_bytes": None,
+        "db": str(db_path),
     }
-    recorder = Recorder(db_path, start)
-    codes = {"c2a": link.C2A, "a2c": link.A2C, "stderr": link.STDERR}
-    for record in itertools.chain([first] if first is not None else [], records):
-        if record.ts_ns is not None:
-            ts = record.ts_ns
-        code = codes[record.direction]
-        if record.meta is None and b"\n" not in record.line:
-            # A plain line: bytes, as the relay hands them over (the recorder frames them).
-            recorder.handle(link.DATA, code, ts, record.line + b"\n")
-            continue
-        meta = dict(record.meta or {})
-        size = meta.pop("size", len(record.line))
-        line = Line(record.line, size, bool(meta.pop("terminated", True)), bool(meta.pop("cut", False)))
-        message = link.encode_line(code, ts, line, meta)
-        recorder.handle(link.LINE, code, ts, message[link.HEADER.size :])
-    end = {
-        "ended_ns": provenance.get("ended_ns", ts),
-        "status": provenance.get("status") if provenance.get("status") in ("ended", "crashed") else "ended",
-        "source": provenance.get("source"),
-        "source_format": provenance.get("source_format"),
-        "source_unknown": _encode(list(provenance.get("source_unknown") or [])).decode(),
-    }
-    for name in ("agent_pid", "exit_code", "exit_signal"):
-        if provenance.get(name) is not None:
-            end[name] = provenance[name]
-    recorder.end.update(end)
-    recorder.finish(crashed=False)
-    return recorder.run_id
+    store.open_for_writing(db_path).conn.close()  # a refused database is refused before any journal
+    codes = {"c2a": jr.C2A, "a2c": jr.A2C, "stderr": jr.STDERR}
+    # The log is journaled as a live run is, then recorded from its journal: one path into the
+    # database. The journal lives in a directory no recovery looks into, so no other acp-proxy
+    # command can take it for a dead run's while it is being recorded.
+    with tempfile.TemporaryDirectory(dir=db_path.parent, prefix=".acp-proxy-import-") as scratch:
+        writer = jr.JournalWriter.create(Path(scratch))
+        try:
+            writer.record(jr.START, 0, ts, _encode(start))
+            for record in itertools.chain([first] if first is not None else [], records):
+                if record.ts_ns is not None:
+                    ts = record.ts_ns
+                code = codes[record.direction]
+                if record.meta is None and b"\n" not in record.line:
+                    # A plain line: bytes, as the relay hands them over (the recorder frames them).
+                    writer.data(code, ts, record.line + b"\n")
+                    continue
+                meta = dict(record.meta or {})
+                size = meta.pop("size", len(record.line))
+                line = Line(record.line, size, bool(meta.pop("terminated", True)), bool(meta.pop("cut", False)))
+                writer.record(jr.LINE, code, ts, jr.line_payload(line, meta))
+            end: dict[str, Any] = {
+                "ended_ns": provenance.get("ended_ns", ts),
+                "source": provenance.get("source"),
+                "source_format": provenance.get("source_format"),
+                "source_unknown": _encode(list(provenance.get("source_unknown") or [])).decode(),
+                # Without "final" the recorder ends the run crashed: what the log says happened.
+                "final": provenance.get("status") != "crashed",
+            }
+            for name in ("agent_pid", "exit_code", "exit_signal"):
+                if provenance.get(name) is not None:
+                    end[name] = provenance[name]
+            writer.record(jr.META, 0, ts, _encode(end))
+            if writer.problem is not None:
+                raise store.StoreError(f"cannot import into {db_path}: {writer.problem}")
+        finally:
+            writer.close()
+        fd = jr.open_journal(writer.path)
+        try:
+            session = Session(writer.path, fd, db_path=db_path)
+            run_id = session.run_id
+            session.recover(rescue=False)
+        finally:
+            os.close(fd)
+    return run_id

@@ -14,3 +14,9 @@ SEED_RANGE = (-(2**63), 2**63 - 1)
 
 GRACE_MAX_S = 3600
 """run --grace: longer than an hour for an agent to exit is surely a mistake."""
+
+MAX_RECORD_BYTES = 1_000_000_000
+"""run --max-record-bytes: SQLite's longest TEXT or BLOB value."""
+
+MAX_DB_LIMIT = 2**48
+"""run --db-limit: SQLite's largest database is 281 TB."""

@@ -1,23 +1,32 @@
-"""The recorder: a separate process that turns the relay's raw chunks into rows in SQLite.
+"""The recorder: a process of its own that reads a run's journal and records it into SQLite.
 
-Owns: the link format between the relay and this process, and everything after a chunk leaves
-the relay — framing, decoding, protocol tracking and batched inserts — so that none of that
-Python work competes for the relay's GIL (DESIGN §8: a writer thread inside the relay added
-50–90 µs to every round trip; a process adds none). It runs in its own session, so a signal
-sent to the proxy's process group cannot cut a recording short: it exits only when the link
-reaches its end, after flushing everything it was given.
+Owns: everything after a chunk is journaled — framing, decoding, protocol tracking and batched
+inserts — and the bookkeeping that makes recording exactly-once across crashes: with every
+batch, the writer commits the journal position the batch's frames came from (``journal_state``
+on the run row), so whoever resumes a journal (the same recorder after its writer died, the
+proxy after its recorder died, or any later command that opens the database) starts where the
+last commit left off, and no frame is recorded twice or lost.
 
-Must not know: trio, the agent process, stdout of the proxy. It speaks to the relay only through
-its stdin (messages, below) and one status line on its stdout (``ready RUN_ID`` or
-``error MESSAGE``), and to a person only through stderr, prefixed ``acp-proxy:``.
+Processes: the recorder frames, decodes and tracks; it forks a writer that owns SQLite (a thread
+would share the GIL, and sqlite3 takes the GIL back after every row, so decoding and inserting
+would run one after the other instead of side by side on two cores). Both run in a session of
+their own, so a signal sent to the proxy's process group cannot cut a recording short. The
+recorder learns that the journal has grown from a wake-up byte the relay writes to a pipe after
+each append, and that the relay is gone from that pipe's end of file. It reads at its own pace:
+the relay never waits for it, for the writer, or for a database lock (another process may hold
+the write lock for minutes: the journal grows meanwhile, and recording catches up).
 
-The link's message format is in ``link.py``.
+Must not know: trio, the agent's pipes, the proxy's stdout. It speaks to a person only through
+stderr, prefixed ``acp-proxy:``.
+
+The journal's record format is in ``journal.py``; the frames' columns in ``store.py``.
 """
 
 from __future__ import annotations
 
 import fcntl
 import gc
+import json
 import os
 import select
 import signal
@@ -26,27 +35,41 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from . import store
-from .link import A2C, C2A, DATA, DIRECTIONS, EOF, HEADER, LINE, LINE_META, META, START, STDERR
+from . import journal as jr
+from . import store, supervise
+from .journal import A2C, C2A, CONTROL_KINDS, DIRECTIONS, STDERR, Record
 from .live_check import LiveCheck
 from .protocol import wire
 from .protocol.framing import Line, LineFramer
 from .record import COLUMNS, FrameRecord
 
 FLUSH_ROWS = 4000
-FLUSH_BYTES = 8 * 1024 * 1024  # big frames: a batch holds a few of them, not thousands
+FLUSH_BYTES = 1024 * 1024  # a batch holds a few big frames at most: memory stays bounded
 FLUSH_SECONDS = 0.05
+LOCK_PATIENCE = 600.0  # seconds to wait for the database at start-up before leaving the journal to a recovery
+WRITE_PATIENCE = float("inf")  # a commit waits out any write lock: the journal holds the frames meanwhile
 CHECKPOINT_BYTES = 16 * 1024 * 1024
-
+ROW_MARGIN = 64 * 1024  # room left for a row's other columns under SQLite's length limit
+CONTROL = 3  # the index slot of records that belong to no direction (START, META)
+RESUMED_EXIT = 3  # the recorder could not lock the journal: someone else is recording it
+NICENESS = 19  # the recorder and writer yield the cores to the conversation (see _lower_priority)
 
 _INSERT_FAULT = "INSERT INTO faults (run_id, seq, ts_ns, rule, action, detail) VALUES (?, ?, ?, ?, ?, ?)"
+_LENGTH = struct.Struct("<I")
+
+
+def _say(message: str) -> None:
+    try:
+        os.write(2, f"acp-proxy: {message}\n".encode())
+    except OSError:
+        pass
 
 
 class _SparseInserts:
@@ -86,140 +109,319 @@ class _SparseInserts:
         return plan
 
 
-def read_messages(fd: int, idle: float) -> Iterator[tuple[int, int, int, bytes] | None]:
-    """Yield link messages from ``fd``; yield None when nothing arrived for ``idle`` seconds."""
-    buf = bytearray()
-    pos = 0
-    while True:
-        ready, _, _ = select.select([fd], [], [], idle)
-        if not ready:
-            yield None
-            continue
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return
-        if pos:
-            del buf[:pos]
-            pos = 0
-        buf += chunk
-        while len(buf) - pos >= HEADER.size:
-            kind, direction, ts_ns, length = HEADER.unpack_from(buf, pos)
-            end = pos + HEADER.size + length
-            if end > len(buf):
-                break
-            yield kind, direction, ts_ns, bytes(buf[pos + HEADER.size : end])
-            pos = end
+def make_record(
+    run_id: int, seq: int, ts_ns: int, direction: int, line: Line, meta: dict[str, Any] | None = None
+) -> FrameRecord:
+    """One frames row for ``line`` with its wire facts (what the tracker then annotates)."""
+    data = line.data
+    try:
+        text: str | None = data.decode()
+    except UnicodeDecodeError:
+        text = None
+    if direction == STDERR:
+        rec = FrameRecord(run_id, seq, ts_ns, "stderr", data, None)
+        rec.kind = "stderr"
+    else:
+        frame = wire.decode(data, utf8_valid=text is not None) if not line.cut else _cut_frame(line)
+        rec = FrameRecord(run_id, seq, ts_ns, DIRECTIONS[direction], data, frame)
+    rec.raw = text
+    if text is None:
+        rec.raw_bytes = data
+    rec.size = line.size
+    if not line.terminated:
+        rec.terminated = 0
+    if line.cut:
+        rec.cut = 1
+    if meta:
+        rec.forwarded = int(meta.get("forwarded", 1))
+        rec.note = meta.get("note")
+        rec.fault = meta.get("fault")
+        rec.origin = meta.get("origin")
+    return rec
 
 
-class Recorder:
-    """The decoding half of the recorder process: link messages in, row batches out.
+def _cut_frame(line: Line) -> wire.Frame:
+    return wire.invalid(f"recorded prefix only: {len(line.data)} of {line.size} bytes (--max-record-bytes)")
 
-    SQLite work happens in a child process (``_writer_main``): a thread would share this
-    process's GIL, and sqlite3 takes the GIL back after every row, so decoding and inserting
-    would run one after the other. Two processes run them side by side on two cores.
+
+def _undelivered_note(delivered: int) -> str:
+    if not delivered:
+        return "never reached its receiver (the pipe was closed)"
+    return f"reached its receiver cut, {delivered:,} bytes (the pipe was closed)"
+
+
+def _join_note(first: str | None, second: str) -> str:
+    return f"{first}; {second}" if first else second
+
+
+# -- journal records -> rows ---------------------------------------------------------------
+
+
+class Indexer:
+    """Journal records in, row batches out, with the state a resume needs.
+
+    Positions: every record has an index in its slot (c2a, a2c, stderr, control), and the DATA
+    bytes of each direction a running position. A frame is emitted when its line is complete;
+    the state committed with a batch names, per direction, the first record not wholly emitted
+    and how many of its bytes were (a line may span many records), and the journal offset from
+    which a resume must read again to rebuild the unfinished lines.
     """
 
-    def __init__(self, db_path: Path, start: dict[str, Any]) -> None:
+    def __init__(
+        self, run_id: int, max_keep: int | None, state: dict[str, Any] | None = None, *, resumed: bool = False
+    ) -> None:
         from .tracker import Tracker  # imported late: the tracker pulls in the schema tables
 
-        self.max_keep: int | None = start.get("max_record_bytes")
-        db = store.open_for_writing(db_path, limit_bytes=start.get("db_limit"))
-        run = {
-            "started_ns": start["started_ns"],
-            "status": "running",
-            "argv": msgspec.json.encode(start["argv"]).decode(),
-            "cwd": start.get("cwd"),
-            "proxy_pid": start.get("proxy_pid"),
-            "interactive": int(bool(start.get("interactive"))),
-            "options": msgspec.json.encode(start.get("options", {})).decode(),
-            "fault_spec": start.get("fault_spec"),
-            "seed": start.get("seed"),
-        }
-        with db.conn:
-            self.run_id: int = db["runs"].insert(run).last_pk  # type: ignore[assignment]
-        db.conn.close()  # from here on, only the writer process touches the database
-        # Live checks run in a process of their own that follows the database (live_check.py):
-        # checking is slower than recording, and must hold up neither this process nor the relay.
-        self.writer = _WriterLink(db_path, start.get("db_limit"), self.run_id, start.get("check"))
-        self.tracker = Tracker(self.run_id)
-        self.framers = [LineFramer(self.max_keep) for _ in DIRECTIONS]
-        self.seq = 0
+        self.run_id = run_id
+        self.max_keep = max_keep
+        self.tracker = Tracker(run_id)
+        self.framers = [LineFramer(max_keep) for _ in DIRECTIONS]
         self.pending = _SparseInserts()
-        self.last_flush = time.monotonic()
-        self.frame_counts = [0, 0, 0]
-        self.bytes = [0, 0, 0]
-        self.unflushed_bytes = 0
         self.fault_rows: list[tuple] = []
-        self.end: dict[str, Any] = {}
+        self.patches: list[dict[str, Any]] = []  # frames rows to correct (forwarded=0 after a hang-up)
+        self.run_values: dict[str, Any] = {}  # run-row columns the next batch sets (META records)
+        self.unflushed_bytes = 0
+        self.last_flush = time.monotonic()
+        st = state or {}
+        self.idx: list[int] = list(st.get("idx", [0, 0, 0, 0]))
+        self.pos: list[int] = list(st.get("pos", [0, 0, 0]))
+        # Per slot, the first record a resume indexes, and how many of its bytes it skips.
+        self.resume: list[list[int]] = [list(r) for r in st.get("resume", [[0, 0], [0, 0], [0, 0], [0, 0]])]
+        self.done_after: list[set[int]] = [set(d) for d in st.get("done_after", [[], [], []])]
+        self.seq: int = st.get("seq", 0)
+        self.frame_counts: list[int] = list(st.get("frames", [0, 0, 0]))
+        self.bytes: list[int] = list(st.get("bytes", [0, 0, 0]))
+        self.emitted: list[int] = list(st.get("emitted", [0, 0, 0]))
+        self.undelivered: list[int | None] = list(st.get("undelivered", [None, None, None]))
+        self.gap_extra: list[int] = list(st.get("gap_extra", [0, 0, 0]))
+        self.lost_lines: int = st.get("lost", 0)
+        self.final: bool = st.get("final", False)
+        self.recovered: int = st.get("recovered", 0)
+        self.gap_reasons: set[str] = set()
+        # Per direction, while a line is unfinished: where it began (journal offset, every
+        # slot's index and every direction's position at that record, the record's index and
+        # the bytes of it before the line).
+        self.line_start: list[tuple[int, list[int], list[int], int, int] | None] = [None, None, None]
+        self.recent: list[list[tuple[int, int, int]]] = [[], [], []]  # (seq, start, end) of the last chunk's lines
+        self.resumed = resumed or state is not None  # another process recorded this run before
+        self.first_seq = self.seq
 
     # -- input -----------------------------------------------------------------------------
 
-    def handle(self, kind: int, direction: int, ts_ns: int, payload: bytes) -> None:
-        if kind == DATA:
-            self.bytes[direction] += len(payload)
-            for line in self.framers[direction].feed(payload):
-                self._add(direction, ts_ns, line, None)
-        elif kind == EOF:
-            line = self.framers[direction].finish()
-            if line is not None:
-                self._add(direction, ts_ns, line, None)
-        elif kind == LINE:
-            (meta_len,) = LINE_META.unpack_from(payload)
-            meta = msgspec.json.decode(payload[LINE_META.size : LINE_META.size + meta_len])
-            data = payload[LINE_META.size + meta_len :]
-            line = Line(data, meta.pop("size"), meta.pop("terminated"), meta.pop("cut"))
-            if meta.get("forwarded", 1):
-                self.bytes[direction] += line.size + line.terminated
-            self._add(direction, ts_ns, line, meta)
-        elif kind == META:
-            self.end.update(msgspec.json.decode(payload))
-        if (
-            self.pending.count >= FLUSH_ROWS
-            or self.unflushed_bytes >= FLUSH_BYTES
-            or time.monotonic() - self.last_flush > FLUSH_SECONDS
-        ):
-            self.flush()
+    def feed(self, rec: Record) -> None:
+        kind = rec.kind
+        slot = CONTROL if kind in CONTROL_KINDS else rec.direction
+        index = self.idx[slot]
+        self.idx[slot] = index + 1
+        skip = 0
+        first, skip_bytes = self.resume[slot]
+        if index < first or (slot != CONTROL and index in self.done_after[slot]):
+            if kind == jr.DATA:  # indexed before a resume
+                self.pos[slot] += len(rec.payload)
+            return
+        if index == first and skip_bytes:
+            skip = skip_bytes  # the first record of a line a resume rebuilds: its head was emitted
+        if kind == jr.DATA:
+            self._data(rec, index, skip)
+        elif kind == jr.META:
+            self._meta(rec.payload)
+        elif kind == jr.LINE:
+            self._line(rec)
+        elif kind == jr.EOF:
+            self._end_of(rec.direction, rec.ts_ns)
+        elif kind == jr.UNDELIVERED:
+            self._undelivered(rec.direction, jr.POSITION.unpack(rec.payload)[0])
+        elif kind == jr.GAP:
+            self._gap(rec.direction, rec.ts_ns, rec.payload)
+        if slot != CONTROL and self.line_start[slot] is not None and kind != jr.DATA:
+            self.done_after[slot].add(index)
 
-    def _add(self, direction: int, ts_ns: int, line: Line, meta: dict[str, Any] | None) -> None:
-        self.seq += 1
-        self.frame_counts[direction] += 1
-        data = line.data
-        self.unflushed_bytes += len(data)
-        try:
-            text: str | None = data.decode()
-        except UnicodeDecodeError:
-            text = None
-        if direction == STDERR:
-            rec = FrameRecord(self.run_id, self.seq, ts_ns, "stderr", data, None)
-            rec.kind = "stderr"
+    def _data(self, rec: Record, index: int, skip: int) -> None:
+        d = rec.direction
+        data = rec.payload
+        position = self.pos[d]
+        self.pos[d] = position + len(data)
+        if skip:
+            data = data[skip:]
+        framer = self.framers[d]
+        had_line = framer.pending > 0
+        lines = framer.feed(data)
+        if framer.pending and (lines or not had_line):
+            before = len(rec.payload) - framer.pending
+            idx = list(self.idx)
+            idx[d] = index
+            self.line_start[d] = (rec.offset, idx, [*self.pos[:d], position, *self.pos[d + 1 :]], index, before)
+        elif not framer.pending:
+            self.line_start[d] = None
+            self.done_after[d] = set()
+        self.recent[d] = []
+        if not lines:
+            return
+        if d != STDERR and not self.gap_extra[d] and self.undelivered[d] is None:
+            self._emit_plain(d, rec.ts_ns, lines)
+            return
+        for line in lines:
+            self._emit(d, rec.ts_ns, line, track=True)
+
+    def _emit_plain(self, d: int, ts_ns: int, lines: list[Line]) -> None:
+        """``_emit`` for the lines of a storm: no gap, no hang-up, no gate meta. Spelled out in
+        one loop (one function call per line instead of three: ~3 µs of the ~15 a frame costs)."""
+        run_id = self.run_id
+        name = DIRECTIONS[d]
+        observe = self.tracker.observe
+        add = self.pending.add
+        decode = wire.decode
+        recent = self.recent[d]
+        start = self.emitted[d]
+        kept = 0
+        for line in lines:
+            data, size, terminated, cut = line
+            self.seq += 1
+            seq = self.seq
+            try:
+                text: str | None = data.decode()
+            except UnicodeDecodeError:
+                text = None
+            frame = decode(data, utf8_valid=text is not None) if not cut else _cut_frame(line)
+            rec = FrameRecord(run_id, seq, ts_ns, name, data, frame)
+            rec.raw = text
+            if text is None:
+                rec.raw_bytes = data
+            rec.size = size
+            if not terminated:
+                rec.terminated = 0
+            if cut:
+                rec.cut = 1
+            observe(rec)
+            add(rec)
+            if frame.elements:
+                self._add_batch_elements(rec, frame.elements)
+            end = start + size + terminated
+            recent.append((seq, start, end))
+            start = end
+            kept += len(data)
+        self.bytes[d] += start - self.emitted[d]
+        self.emitted[d] = start
+        self.frame_counts[d] += len(lines)
+        self.unflushed_bytes += kept
+
+    def _emit(
+        self, d: int, ts_ns: int, line: Line, *, track: bool = False, note: str | None = None, newline_kept: bool = True
+    ) -> None:
+        start = self.emitted[d]  # positions count journaled bytes (not those a GAP lost)
+        end = start + line.size + (line.terminated and newline_kept)
+        self.emitted[d] = end
+        extra = self.gap_extra[d]
+        if extra:
+            self.gap_extra[d] = 0
+            line = Line(line.data, line.size + extra, line.terminated, True)
+            note = _join_note(note, f"{extra:,} bytes of this line could not be journaled")
+        limit = self.undelivered[d]
+        meta: dict[str, Any] | None = None
+        delivered = end - start
+        if limit is not None and end > limit:
+            delivered = max(0, limit - start)
+            meta = {"forwarded": 0, "note": _join_note(note, _undelivered_note(delivered))}
+        elif note is not None:
+            meta = {"note": note}
+        self.bytes[d] += delivered
+        seq = self._add(d, ts_ns, line, meta)
+        if track:
+            self.recent[d].append((seq, start, end))
+
+    def _line(self, rec: Record) -> None:
+        """A line the gate framed and judged itself, with what it did to it."""
+        payload = rec.payload
+        (meta_len,) = jr.LINE_META.unpack_from(payload)
+        meta = msgspec.json.decode(payload[jr.LINE_META.size : jr.LINE_META.size + meta_len])
+        data = payload[jr.LINE_META.size + meta_len :]
+        line = Line(data, meta.pop("size"), meta.pop("terminated"), meta.pop("cut"))
+        if self.max_keep is not None and len(line.data) > self.max_keep:
+            line = Line(line.data[: self.max_keep], line.size, line.terminated, True)
+        if meta.get("forwarded", 1):
+            self.bytes[rec.direction] += line.size + line.terminated
+        self._add(rec.direction, rec.ts_ns, line, meta)
+
+    def _end_of(self, d: int, ts_ns: int) -> None:
+        line = self.framers[d].finish()
+        self.line_start[d] = None
+        self.done_after[d] = set()
+        if line is not None:
+            self._emit(d, ts_ns, line)
+        elif self.gap_extra[d]:  # a last line whose bytes could all not be journaled
+            self.gap_extra[d] = 0
+            self.lost_lines += 1
+
+    def _undelivered(self, d: int, position: int) -> None:
+        """From ``position`` on, the receiver of ``d`` got nothing: correct the lines already
+        emitted from the last chunk that reach past it."""
+        current = self.undelivered[d]
+        if current is not None and current <= position:
+            return
+        self.undelivered[d] = position
+        for seq, start, end in self.recent[d]:
+            if end > position:
+                delivered = max(0, position - start)
+                self.bytes[d] -= (end - start) - delivered
+                what = (
+                    "never reached its receiver" if not delivered else f"reached its receiver cut ({delivered:,} bytes)"
+                )
+                key = {"run_id": self.run_id, "seq": seq}
+                values = {"forwarded": 0, "note": f"{what}: the pipe was closed"}
+                self.patches.append({"table": "frames", "key": key, "values": values})
+
+    def _gap(self, d: int, ts_ns: int, payload: bytes) -> None:
+        """Bytes of ``d`` the relay forwarded but could not journal (full disk, --db-limit)."""
+        nbytes, newlines, head, tail, reason = jr.GAP_COUNTS.unpack(payload)
+        self.gap_reasons.add(jr.GAP_REASONS.get(reason, "the journal could not be written"))
+        if self.undelivered[d] is None:
+            self.bytes[d] += nbytes  # relayed, only not journaled
+        framer = self.framers[d]
+        if not newlines:
+            self.gap_extra[d] += nbytes
+            return
+        line = framer.finish()
+        self.line_start[d] = None
+        self.done_after[d] = set()
+        if line is not None or self.gap_extra[d]:
+            data = line.data if line is not None else b""
+            size = line.size if line is not None else 0
+            self.gap_extra[d] += head
+            note = "the end of this line could not be journaled"
+            self._emit(d, ts_ns, Line(data, size, True, True), note=note, newline_kept=False)
+            self.lost_lines += newlines - 1
         else:
-            frame = wire.decode(data, utf8_valid=text is not None) if not line.cut else _cut_frame(line)
-            rec = FrameRecord(self.run_id, self.seq, ts_ns, DIRECTIONS[direction], data, frame)
-        rec.raw = text
-        if text is None:
-            rec.raw_bytes = data
-        rec.size = line.size
-        if not line.terminated:
-            rec.terminated = 0
-        if line.cut:
-            rec.cut = 1
+            self.lost_lines += newlines
+        self.gap_extra[d] = tail
+
+    def _meta(self, payload: bytes) -> None:
+        values = json.loads(payload)
+        if values.pop("final", False):
+            self.final = True
+        values.pop("status", None)  # the run's status is set when its recording is complete
+        self.lost_lines += values.pop("lost_lines", 0) or 0
+        self.run_values.update(values)
+
+    def _add(self, direction: int, ts_ns: int, line: Line, meta: dict[str, Any] | None) -> int:
+        self.seq += 1
+        seq = self.seq
+        self.frame_counts[direction] += 1
+        self.unflushed_bytes += len(line.data)
+        rec = make_record(self.run_id, seq, ts_ns, direction, line, meta)
         if meta:
-            rec.forwarded = int(meta.get("forwarded", 1))
-            rec.note = meta.get("note")
-            rec.fault = meta.get("fault")
-            rec.origin = meta.get("origin")
             for applied in meta.get("faults", ()):
                 self.fault_rows.append(
-                    (self.run_id, self.seq, ts_ns, applied["rule"], applied["action"], applied.get("detail"))
+                    (self.run_id, seq, ts_ns, applied["rule"], applied["action"], applied.get("detail"))
                 )
         if direction == STDERR:
             self.pending.add(rec)
-            return
+            return seq
         self.tracker.observe(rec)
         self.pending.add(rec)
         elements = rec.frame.elements if rec.frame is not None else None
         if elements:
             self._add_batch_elements(rec, elements)
+        return seq
 
     def _add_batch_elements(self, batch: FrameRecord, elements: list[tuple[bytes, wire.Frame]]) -> None:
         for index, (raw, frame) in enumerate(elements):
@@ -234,48 +436,101 @@ class Recorder:
 
     # -- output ----------------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """Hand everything pending to the writer process as one transaction."""
+    def due(self) -> bool:
+        return (
+            self.pending.count >= FLUSH_ROWS
+            or self.unflushed_bytes >= FLUSH_BYTES
+            or (bool(self.pending.count) and time.monotonic() - self.last_flush > FLUSH_SECONDS)
+        )
+
+    def message(self, offset: int) -> dict[str, Any]:
+        """Everything pending as one transaction for the writer, with the state to resume from
+        once it is committed (``offset``: where the journal has been read up to)."""
         count = self.pending.count
-        changes = self.tracker.drain()
-        self.last_flush = time.monotonic()
-        if not count and not changes:
-            return
+        changes = [_change_as_dict(c) for c in self.tracker.drain()]
+        changes.extend(self.patches)
+        self.patches = []
         batches = self.pending.take()
         if self.fault_rows:
             batches.append((_INSERT_FAULT, self.fault_rows))
             self.fault_rows = []
-        self.writer.send(
-            {
-                "count": count,
-                "batches": batches,
-                "changes": [_change_as_dict(c) for c in changes],
-                "nbytes": self.unflushed_bytes,
-            }
-        )
+        run = {**self.run_values, **self.counters(), "lost": self.lost_lines}
+        self.run_values = {}
+        message = {
+            "count": count,
+            "batches": batches,
+            "changes": changes,
+            "nbytes": self.unflushed_bytes,
+            "run": run,
+            "state": json.dumps(self.state(offset), separators=(",", ":")),
+            "offset": self.resume_offset(offset),
+        }
         self.unflushed_bytes = 0
+        self.last_flush = time.monotonic()
+        return message
 
-    def finish(self, crashed: bool) -> None:
-        ts = time.time_ns()
-        for direction, framer in enumerate(self.framers):
-            line = framer.finish()
-            if line is not None:
-                self._add(direction, ts, line, None)
-        self.tracker.finish(ts)
-        self.flush()
-        values: dict[str, Any] = {
-            "ended_ns": self.end.pop("ended_ns", ts),
-            "status": "crashed" if crashed else self.end.pop("status", "ended"),
+    def counters(self) -> dict[str, Any]:
+        return {
             "frames": sum(self.frame_counts),
             "frames_c2a": self.frame_counts[C2A],
             "frames_a2c": self.frame_counts[A2C],
             "stderr_lines": self.frame_counts[STDERR],
             "bytes_c2a": self.bytes[C2A],
             "bytes_a2c": self.bytes[A2C],
-            **self.end,
         }
-        self.writer.send({"end": values})
-        self.writer.close()
+
+    def resume_offset(self, offset: int) -> int:
+        starts = [start[0] for start in self.line_start if start is not None]
+        return min([offset, *starts])
+
+    def state(self, offset: int) -> dict[str, Any]:
+        """Where a resume starts reading, and what it skips there (see the class docstring)."""
+        resume_at = self.resume_offset(offset)
+        idx, pos = list(self.idx), list(self.pos)
+        for start in self.line_start:
+            if start is not None and start[0] == resume_at:
+                idx, pos = list(start[1]), list(start[2])
+                break
+        resume = [[self.idx[slot], 0] for slot in range(4)]
+        for d, start in enumerate(self.line_start):
+            # Every record of d before the unfinished line's is done; of that one, its first bytes.
+            if start is not None:
+                resume[d] = [start[3], start[4]]
+        return {
+            "offset": resume_at,
+            "idx": idx,
+            "pos": pos,
+            "resume": resume,
+            "done_after": [sorted(d) for d in self.done_after],
+            "seq": self.seq,
+            "frames": self.frame_counts,
+            "bytes": self.bytes,
+            "emitted": self.emitted,
+            "undelivered": self.undelivered,
+            "gap_extra": self.gap_extra,
+            "lost": self.lost_lines,
+            "final": self.final,
+            "recovered": self.recovered + (self.seq - self.first_seq if self.resumed else 0),
+        }
+
+    def finish(self, offset: int, ts_ns: int) -> dict[str, Any]:
+        """The last message: the unfinished lines, the tracker's end of run, the run row."""
+        for d, framer in enumerate(self.framers):
+            line = framer.finish()
+            self.line_start[d] = None
+            if line is not None:
+                self._emit(d, ts_ns, line)
+        self.tracker.finish(ts_ns)
+        message = self.message(offset)
+        state = self.state(offset)
+        state["done"] = True
+        message["state"] = json.dumps(state, separators=(",", ":"))
+        end = {name: value for name, value in message["run"].items() if name != "lost"}
+        end.setdefault("ended_ns", ts_ns)
+        end["status"] = "crashed" if not self.final or self.resumed else "ended"
+        end["recovered_frames"] = state["recovered"]
+        message["end"] = end
+        return message
 
 
 def _change_as_dict(change: Any) -> dict[str, Any]:
@@ -284,120 +539,162 @@ def _change_as_dict(change: Any) -> dict[str, Any]:
     return {"table": change.table, "key": dict(change.key), "values": dict(change.values)}
 
 
-class _WriterLink:
-    """The recorder's end of the pipe to its writer process (forked, so it starts at once)."""
+# -- rows -> SQLite ------------------------------------------------------------------------
 
-    def __init__(self, db_path: Path, limit_bytes: int | None, run_id: int, check: str | None) -> None:
-        read_fd, write_fd = os.pipe()
-        try:  # a deeper pipe lets decoding run ahead of a briefly slow disk
-            fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+
+class RunWriter:
+    """Applies the recorder's messages to SQLite: one transaction per batch, holding the frames,
+    the protocol facts, the run row's counters and the journal state they bring it to.
+
+    A batch that cannot be inserted whole is inserted row by row, so one bad row costs one row
+    (counted in ``not_recorded``, with the reason). Another process's write lock is waited out
+    (up to LOCK_PATIENCE); the journal holds everything meanwhile.
+    """
+
+    def __init__(
+        self,
+        db: Any,
+        run_id: int,
+        journal_path: Path,
+        journal_fd: int | None,
+        *,
+        checkpointer: _Checkpointer | None = None,
+        live: LiveCheck | None = None,
+    ) -> None:
+        self.db = db
+        self.conn: sqlite3.Connection = db.conn
+        self.run_id = run_id
+        self.journal_path = journal_path
+        self.freer = jr.SpaceFreer(journal_fd) if journal_fd is not None else None
+        self.checkpointer = checkpointer
+        self.live = live
+        self.facts = FactsApplier(db, run_id)
+        row = self.conn.execute(
+            "select not_recorded, not_recorded_reason, journal_state from runs where id = ?", [run_id]
+        ).fetchone()
+        # What this side could not store (the recorder counts lines lost to journal gaps).
+        lost_before = json.loads(row[2]).get("lost", 0) if row and row[2] else 0
+        self.not_recorded = max(0, (row[0] or 0) - lost_before) if row else 0
+        self.reason: str | None = row[1] if row else None
+        self.facts_failed = False
+        self.said: set[str] = set()
+
+    def apply(self, message: dict[str, Any]) -> None:
+        if "learn" in message:
+            self.facts.learn(message["learn"])
+            return
+        dropped = message.get("dropped")
+        if dropped:
+            self._count(message["count"], dropped)
+            message["batches"] = []
+        try:
+            store.wait_for_write_lock(lambda: self._commit(message), WRITE_PATIENCE, self._waiting)
+        except sqlite3.Error as exc:
+            self._count(message["count"], str(exc))
+            self._say_once("recording failed", f"recording failed ({exc}); the conversation is still relayed")
+            return
+        if self.freer is not None and "offset" in message:
+            self.freer.free_to(message["offset"])
+        if self.checkpointer is not None:
+            self.checkpointer.wrote(message["nbytes"])
+        if "end" in message:
+            self._finished()
+        elif self.live is not None:
+            self.live.committed()
+
+    def _waiting(self) -> None:
+        self._say_once("locked", "the database is locked by another process; recording waits (nothing is lost)")
+
+    def _count(self, count: int, reason: str) -> None:
+        self.not_recorded += count
+        if self.reason is None:
+            self.reason = reason
+
+    def _say_once(self, key: str, text: str) -> None:
+        if key not in self.said:
+            self.said.add(key)
+            _say(text)
+
+    def _commit(self, message: dict[str, Any]) -> None:
+        conn = self.conn
+        failed = 0
+        reasons: list[str] = []
+        with conn:  # one transaction per batch; rolled back whole if it cannot commit
+            conn.execute("BEGIN")
+            for sql, rows in message["batches"]:
+                failed += self._insert(sql, rows, reasons)
+            if message["changes"]:
+                conn.execute("SAVEPOINT facts")
+                try:
+                    self.facts.apply(message["changes"])
+                except Exception as exc:
+                    # Protocol facts are derived; the frames they come from must not be lost with them.
+                    conn.execute("ROLLBACK TO facts")
+                    if not self.facts_failed:
+                        _say(f"could not record protocol facts ({type(exc).__name__}: {exc})")
+                    self.facts_failed = True
+                conn.execute("RELEASE facts")
+            not_recorded = self.not_recorded + failed
+            reason = self.reason or (reasons[0] if reasons else None)
+            values = {name: value for name, value in message["run"].items() if name != "lost"}
+            lost = message["run"].get("lost", 0)
+            if lost and reason is None:
+                reason = message.get("gap_reason") or "the journal could not be written"
+            if "end" in message:
+                values.update(message["end"])
+            values["not_recorded"] = not_recorded + lost
+            values["not_recorded_reason"] = reason
+            values["journal_state"] = message["state"]
+            sets = ", ".join(f"{name} = ?" for name in values)
+            conn.execute(f"UPDATE runs SET {sets} WHERE id = ?", [*_storable(values).values(), self.run_id])
+        self.not_recorded = not_recorded
+        self.reason = reason
+
+    def _insert(self, sql: str, rows: list[tuple], reasons: list[str]) -> int:
+        """Insert ``rows``; when the statement fails, row by row. How many could not be."""
+        conn = self.conn
+        conn.execute("SAVEPOINT rows")
+        try:
+            conn.executemany(sql, rows)
+            conn.execute("RELEASE rows")
+            return 0
+        except (sqlite3.Error, OverflowError, ValueError, TypeError) as exc:
+            if isinstance(exc, sqlite3.OperationalError) and store._is_busy(exc):
+                raise
+            conn.execute("ROLLBACK TO rows")
+            conn.execute("RELEASE rows")
+        failed = 0
+        for row in rows:
+            conn.execute("SAVEPOINT row")
+            try:
+                conn.execute(sql, row)
+            except (sqlite3.Error, OverflowError, ValueError, TypeError) as exc:
+                if isinstance(exc, sqlite3.OperationalError) and store._is_busy(exc):
+                    raise
+                conn.execute("ROLLBACK TO row")
+                failed += 1
+                if not reasons:
+                    reasons.append(f"a frame could not be stored ({type(exc).__name__}: {exc})")
+            conn.execute("RELEASE row")
+        if failed:
+            self._say_once("row", f"{failed} frame(s) could not be stored: {reasons[0]}")
+        return failed
+
+    def _finished(self) -> None:
+        """The run is recorded: its journal goes (committed first: a crash here only leaves a
+        journal that a recovery sees is done)."""
+        try:
+            os.unlink(self.journal_path)
         except OSError:
             pass
-        self.pid = os.fork()
-        if self.pid == 0:  # the writer
-            os.close(write_fd)
-            status = 1
-            try:
-                status = _writer_main(read_fd, db_path, limit_bytes, run_id, check)
-            except BaseException as exc:  # never let a bug here pass silently
-                _say(f"the database writer failed: {type(exc).__name__}: {exc}")
-            finally:
-                os._exit(status)
-        os.close(read_fd)
-        self.fd = write_fd
-        self.encoder = msgspec.msgpack.Encoder()
-        self.alive = True
-
-    def send(self, message: dict[str, Any]) -> None:
-        if not self.alive:
-            return
-        payload = self.encoder.encode(message)
-        data = memoryview(_LENGTH.pack(len(payload)) + payload)
-        try:
-            while data:
-                data = data[os.write(self.fd, data) :]
-        except OSError as exc:
-            self.alive = False
-            _say(f"the database writer stopped ({exc}); frames are no longer recorded")
-
-    def close(self) -> None:
-        os.close(self.fd)
-        os.waitpid(self.pid, 0)
 
 
-_LENGTH = struct.Struct("<I")
-
-
-def _writer_main(fd: int, db_path: Path, limit_bytes: int | None, run_id: int, check: str | None) -> int:
-    """The writer process: length-prefixed msgpack transactions in, SQLite rows out.
-
-    With ``check`` ("full" or "lifecycle") it forks the live checker first (before any thread or
-    connection exists here) and tells it about each commit."""
-    live: LiveCheck | None = None
-    if check:
-        live = LiveCheck(db_path, run_id, schema=check != "lifecycle", close_fds=(fd,))
-    db = store.open_for_writing(db_path, limit_bytes=limit_bytes)
-    conn = db.conn
-    # Checkpoints happen in their own thread (see _Checkpointer), never inside a COMMIT.
-    conn.execute("PRAGMA wal_autocheckpoint = 0")
-    checkpointer = _Checkpointer(db_path)
-    decoder = msgspec.msgpack.Decoder()
-    not_recorded = 0
-    failure: str | None = None
-    facts_failed = False
-    facts = FactsApplier(db, run_id)
-    reader = os.fdopen(fd, "rb", buffering=1 << 20)
-    while True:
-        header = reader.read(_LENGTH.size)
-        if len(header) < _LENGTH.size:
-            break
-        message = decoder.decode(reader.read(_LENGTH.unpack(header)[0]))
-        if "end" in message:
-            values = message["end"]
-            values["not_recorded"] = not_recorded
-            values["not_recorded_reason"] = failure
-            try:
-                with conn:
-                    db["runs"].update(run_id, values)
-            except sqlite3.Error as exc:
-                _say(f"could not finish the run row ({exc})")
-            if live is not None:
-                live.committed()
-            continue
-        try:
-            with conn:  # one transaction per batch; a failure loses only this batch
-                conn.execute("BEGIN")
-                for sql, rows in message["batches"]:
-                    conn.executemany(sql, rows)
-                if message["changes"]:
-                    conn.execute("SAVEPOINT facts")
-                    try:
-                        facts.apply(message["changes"])
-                    except Exception as exc:
-                        # Protocol facts are derived; the frames they come from must not be lost
-                        # with them.
-                        conn.execute("ROLLBACK TO facts")
-                        if not facts_failed:
-                            _say(f"could not record protocol facts ({type(exc).__name__}: {exc})")
-                        facts_failed = True
-                    conn.execute("RELEASE facts")
-        except sqlite3.Error as exc:
-            not_recorded += message["count"]
-            if failure is None:
-                failure = str(exc)
-                _say(f"recording failed ({exc}); the conversation is still relayed, frames are not recorded")
-            continue
-        checkpointer.wrote(message["nbytes"])
-        if live is not None:
-            live.committed()
-    checkpointer.stop()
-    try:
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-    except sqlite3.Error:
-        pass
-    if live is not None:
-        live.finish()  # the proxy waits for the recorder, so a check is complete when it exits
-    return 0
+def _storable(values: dict[str, Any]) -> dict[str, Any]:
+    """Values SQLite can hold: an integer outside 64 bits (a peer's protocolVersion, say) is NULL."""
+    for name, value in values.items():
+        if isinstance(value, int) and not wire.INT64_MIN <= value <= wire.INT64_MAX:
+            values[name] = None
+    return values
 
 
 class FactsApplier:
@@ -414,7 +711,7 @@ class FactsApplier:
     def apply(self, changes: list[dict[str, Any]]) -> None:
         db = self.db
         for change in changes:
-            table, key, values = change["table"], change["key"], dict(change["values"])
+            table, key, values = change["table"], change["key"], _storable(dict(change["values"]))
             if table == "runs":
                 db["runs"].update(key["id"], values)
             elif table == "frames":
@@ -439,6 +736,23 @@ class FactsApplier:
                 else:
                     self.turn_rows[key["turn_key"]] = db["turns"].insert(values).last_pk
 
+    def learn(self, changes: list[dict[str, Any]]) -> None:
+        """Rebuild the key -> row maps from Changes a resume replayed (already applied once)."""
+        conn = self.db.conn
+        for change in changes:
+            table, key, values = change["table"], change["key"], change["values"]
+            if table == "sessions" and "session_id" in values:
+                row = conn.execute("select max(id) from sessions where session_id = ?", [values["session_id"]])
+                found = row.fetchone()[0]
+                if found is not None:
+                    self.session_rows[key["session_key"]] = found
+            elif table == "turns" and values.get("prompt_seq") is not None:
+                row = conn.execute(
+                    "select id from turns where run_id = ? and prompt_seq = ?", [self.run_id, values["prompt_seq"]]
+                ).fetchone()
+                if row is not None:
+                    self.turn_rows[key["turn_key"]] = row[0]
+
     def _session(self, session_key: int, values: dict[str, Any]) -> None:
         db = self.db
         row = self.session_rows.get(session_key)
@@ -458,15 +772,12 @@ class FactsApplier:
 _SESSION_SET_ONCE = ("created_run_id", "created_by", "parent_session_id", "first_seen_ns")
 
 
-def _cut_frame(line: Line) -> wire.Frame:
-    return wire.invalid(f"recorded prefix only: {len(line.data)} of {line.size} bytes (--max-record-bytes)")
-
-
 class _Checkpointer:
     """PASSIVE WAL checkpoints from a thread of their own, so inserts never wait for one."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, every_bytes: int = CHECKPOINT_BYTES) -> None:
         self.path = path
+        self.every_bytes = every_bytes
         self.written = 0
         self.wake = threading.Event()
         self.stopping = False
@@ -475,7 +786,7 @@ class _Checkpointer:
 
     def wrote(self, nbytes: int) -> None:
         self.written += nbytes
-        if self.written >= CHECKPOINT_BYTES:
+        if self.written >= self.every_bytes:
             self.written = 0
             self.wake.set()
 
@@ -499,60 +810,428 @@ class _Checkpointer:
         self.thread.join(timeout=5)
 
 
-def _say(message: str) -> None:
+# -- the writer process --------------------------------------------------------------------
+
+
+class _WriterLink:
+    """The recorder's end of the pipe to its writer process (forked, so it starts at once)."""
+
+    def __init__(self, session: Session) -> None:
+        read_fd, write_fd = os.pipe()
+        try:  # a deeper pipe lets decoding run ahead of a briefly slow disk
+            fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+        except OSError:
+            pass
+        self.pid = os.fork()
+        if self.pid == 0:  # the writer
+            os.close(write_fd)
+            if session.wake_fd is not None:
+                os.close(session.wake_fd)  # the relay must see the recorder's end go with the recorder
+            status = 1
+            try:
+                status = _writer_main(read_fd, session)
+            except BaseException as exc:  # never let a bug here pass silently
+                _say(f"the database writer failed: {type(exc).__name__}: {exc}")
+            finally:
+                os._exit(status)
+        os.close(read_fd)
+        self.fd = write_fd
+        self.encoder = msgspec.msgpack.Encoder()
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Raises OSError once the writer is gone."""
+        payload = self.encoder.encode(message)
+        header = _LENGTH.pack(len(payload))
+        written = os.writev(self.fd, (header, payload))  # no copy of a big batch to prefix it
+        if written < len(header):
+            _write_all(self.fd, header[written:])
+            written = len(header)
+        _write_all(self.fd, memoryview(payload)[written - len(header) :])
+
+    def close(self) -> int:
+        """End the link; the writer's exit status."""
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        _, status = os.waitpid(self.pid, 0)
+        return status
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _writer_main(fd: int, session: Session) -> int:
+    """The writer process: length-prefixed msgpack transactions in, SQLite rows out.
+
+    With a live check it forks the checker first (before any thread or connection exists here)
+    and tells it about each commit."""
+    live: LiveCheck | None = None
+    if session.check:
+        live = LiveCheck(
+            session.db_path,
+            session.run_id,
+            schema=session.check != "lifecycle",
+            close_fds=(fd, session.journal_fd),
+        )
+    db = _open(session.db_path, session.limit)
+    conn = db.conn
+    # Checkpoints happen in their own thread (see _Checkpointer), never inside a COMMIT.
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    every = CHECKPOINT_BYTES if session.limit is None else max(256 * 1024, min(CHECKPOINT_BYTES, session.limit // 8))
+    checkpointer = _Checkpointer(session.db_path, every)
+    writer = RunWriter(
+        db, session.run_id, session.journal_path, session.journal_fd, checkpointer=checkpointer, live=live
+    )
+    decoder = msgspec.msgpack.Decoder()
+    reader = os.fdopen(fd, "rb", buffering=1 << 20)
+    ended = False
+    while True:
+        header = reader.read(_LENGTH.size)
+        if len(header) < _LENGTH.size:
+            break
+        message = decoder.decode(reader.read(_LENGTH.unpack(header)[0]))
+        writer.apply(message)
+        ended = ended or "end" in message
+    checkpointer.stop()
     try:
-        os.write(2, f"acp-proxy: {message}\n".encode())
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    except sqlite3.Error:
+        pass
+    if live is not None:
+        live.finish()  # the proxy waits for the recorder, so a check is complete when it exits
+    return 0 if ended else 1
+
+
+def _open(db_path: Path, limit: int | None) -> Any:
+    """The database for writing, waiting out another process's lock; no recovery of others."""
+    return store.wait_for_write_lock(
+        lambda: store.open_for_writing(db_path, limit_bytes=limit, recover=False), LOCK_PATIENCE
+    )
+
+
+# -- a recording session: one journal, live or recovered ------------------------------------
+
+
+class Session:
+    """Records one journal into its run row: live (following the relay through the wake-up
+    pipe, with a writer process) or as a recovery (to the journal's end, in this process)."""
+
+    def __init__(self, journal_path: Path, fd: int, *, db_path: Path | None = None, wake_fd: int | None = None) -> None:
+        self.journal_path = journal_path
+        self.journal_fd = fd
+        self.wake_fd = wake_fd
+        self.reader = jr.JournalReader(fd)
+        start_record = next(iter(self.reader.records()), None)
+        if start_record is None or start_record.kind != jr.START:
+            raise jr.JournalDamaged("no START record")
+        self.start: dict[str, Any] = json.loads(start_record.payload)
+        self.db_path = db_path or Path(self.start["db"])
+        self.limit: int | None = self.start.get("db_limit")
+        self.check: str | None = self.start.get("check")
+        self.marker: str | None = self.start.get("marker")
+        db = _open(self.db_path, self.limit)
+        self.run_id, state, existed = store.wait_for_write_lock(
+            lambda: _ensure_run(db, self.start, journal_path), LOCK_PATIENCE
+        )
+        self.done = bool(state and state.get("done"))
+        max_keep = self.start.get("max_record_bytes")
+        room = max(1024, store.max_value_bytes(db.conn) - ROW_MARGIN)
+        max_keep = room if max_keep is None else min(max_keep, room)
+        self.indexer = Indexer(self.run_id, max_keep, state, resumed=existed)
+        if state is not None:
+            self.reader.offset = state["offset"]
+            self.learned = [] if self.done else _replay(self.indexer, db.conn, self.run_id)
+        else:
+            self.learned = []
+            self.indexer.feed(start_record)
+        self.db = db
+        self.limit_said = False
+        self.damaged = False
+
+    # -- the limit --------------------------------------------------------------------------
+
+    def _over_limit(self, message: dict[str, Any]) -> None:
+        if self.limit is None or not message["count"]:
+            return
+        used = jr.files_size(jr.limited_files(self.db_path), self.journal_path.parent)
+        estimate = 2 * message["nbytes"] + 200 * message["count"]
+        if used + estimate > self.limit:
+            message["dropped"] = f"--db-limit reached ({self.limit:,} bytes)"
+            if not self.limit_said:
+                self.limit_said = True
+                _say(f"--db-limit reached ({self.limit:,} bytes): frames are relayed but no longer recorded")
+
+    def _gap_said(self) -> None:
+        reasons = self.indexer.gap_reasons
+        if reasons and not self.limit_said:
+            self.limit_said = True
+            _say(f"{sorted(reasons)[0]}: frames are relayed but no longer recorded")
+
+    # -- recovery: to the journal's end, here -------------------------------------------------
+
+    def recover(self, *, rescue: bool = True) -> None:
+        """Record the journal to its end here; a ``rescue`` (the run's own recorder is gone)
+        ends the run ``crashed``. Without, it is recording a finished journal in-process."""
+        writer = RunWriter(self.db, self.run_id, self.journal_path, self.journal_fd)
+        if self.done:
+            writer._finished()
+            return
+        if self.learned:
+            writer.facts.learn(self.learned)
+        self.indexer.resumed = self.indexer.resumed or rescue
+        self._drain(writer.apply)
+        if self.marker:
+            supervise.stop_marked(self.marker, 1.0)
+        self._finish(writer.apply)
+        self.db.conn.close()
+
+    # -- live: following the relay ------------------------------------------------------------
+
+    def follow(self) -> int:
+        if self.done:
+            RunWriter(self.db, self.run_id, self.journal_path, self.journal_fd)._finished()
+            return 0
+        self.db.conn.close()  # from here on, only the writer process touches the database
+        _lower_priority()
+        link = _WriterLink(self)
+        send = link.send
+        try:
+            if self.learned:
+                send({"learn": self.learned})
+            relay_alive = True
+            last_activity = time.monotonic()
+            while relay_alive:
+                # The wake-up rule (journal.WAKE_INTERVAL) needs "now" taken before looking, and
+                # a wake-up byte's time taken after it was read.
+                looked = time.monotonic()
+                woken, relay_alive = _drain_wakes(self.wake_fd)
+                if woken:
+                    last_activity = time.monotonic()
+                if self._drain(send):
+                    last_activity = max(last_activity, looked)
+                if not relay_alive:
+                    _restore_priority((0, link.pid))
+                    break
+                if looked - last_activity < jr.QUIET_SECONDS:
+                    time.sleep(jr.POLL_SECONDS)
+                    continue
+                if self.indexer.pending.count or self.indexer.patches:
+                    self._send(send)
+                _wait_readable(self.wake_fd, None)
+            self._drain(send)
+            if self.reader.pending:
+                _say(f"the journal ends in a torn record ({self.reader.pending} bytes): the proxy was killed")
+            if not self.indexer.final and self.marker:
+                supervise.stop_marked(self.marker, 1.0)  # the proxy died: its agent's descendants go too
+            self._finish(send)
+        except OSError as exc:
+            _say(f"the database writer stopped ({exc.strerror or exc}); recording resumes from the journal")
+            link.close()
+            self._resume_after_writer_died()
+        status = link.close()
+        return 0 if status == 0 else 1
+
+    def _resume_after_writer_died(self) -> None:
+        # A new process image resumes from what the writer committed; the wake-up pipe is kept.
+        args = [sys.executable, "-m", "acp_proxy.recorder", "--journal", str(self.journal_path)]
+        if self.wake_fd is not None:
+            os.set_inheritable(self.wake_fd, True)
+            args += ["--wake-fd", str(self.wake_fd)]
+        os.execv(sys.executable, args)
+
+    # -- shared -------------------------------------------------------------------------------
+
+    def _drain(self, send: Callable[[dict[str, Any]], None]) -> bool:
+        """Index every complete record the journal holds now; True if there were any."""
+        found = False
+        indexer = self.indexer
+        if self.damaged:
+            return False
+        try:
+            for record in self.reader.records():
+                found = True
+                indexer.feed(record)
+                if indexer.due():
+                    self._send(send)
+        except jr.JournalDamaged as exc:
+            self.damaged = True
+            _say(f"the journal {self.journal_path.name} is damaged ({exc}); what follows is not recorded")
+        if found and indexer.pending.count and time.monotonic() - indexer.last_flush > FLUSH_SECONDS:
+            self._send(send)
+        return found
+
+    def _send(self, send: Callable[[dict[str, Any]], None]) -> None:
+        self._deliver(self.indexer.message(self.reader.offset), send)
+
+    def _finish(self, send: Callable[[dict[str, Any]], None]) -> None:
+        self._deliver(self.indexer.finish(self.reader.offset, time.time_ns()), send)
+
+    def _deliver(self, message: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
+        reasons = self.indexer.gap_reasons
+        if reasons:
+            message["gap_reason"] = sorted(reasons)[0]
+            self._gap_said()
+        self._over_limit(message)
+        send(message)
+
+
+def _drain_wakes(fd: int | None) -> tuple[bool, bool]:
+    """Read the wake-up bytes waiting; (any were there, the relay still holds its end)."""
+    if fd is None:
+        return False, False
+    woken = False
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return woken, True
+        except OSError:
+            return woken, False
+        if not chunk:
+            return woken, False
+        woken = True
+
+
+def _wait_readable(fd: int | None, timeout: float | None) -> None:
+    if fd is None:
+        return
+    try:
+        select.select([fd], [], [], timeout)
+    except (OSError, ValueError):
+        pass
+
+
+def _lower_priority() -> None:
+    """Leave the cores to the conversation's processes: recording may lag (the journal holds
+    it), the conversation must not. On two cores, an official-SDK client and agent keep both
+    busy during a turn: a recorder at the same priority took a third of the turn's pace, one
+    at the lowest catches up once the turn is over. (The relay starts the recorder at this
+    priority already; a recorder started otherwise lowers it here.)"""
+    try:
+        if os.getpriority(os.PRIO_PROCESS, 0) < NICENESS:
+            os.setpriority(os.PRIO_PROCESS, 0, NICENESS)
     except OSError:
         pass
 
 
-def _status(line: str) -> None:
-    os.write(1, (line.replace("\n", " ") + "\n").encode())
+def _restore_priority(pids: tuple[int, ...]) -> None:
+    """The conversation is over: catch up at the proxy's priority, where that is allowed (a
+    process may lower its own priority, but only a privileged one, or one whose RLIMIT_NICE
+    permits, may raise it again). Otherwise recording finishes at the lowest priority."""
+    for pid in pids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, 0)
+        except OSError:
+            pass
+
+
+def _ensure_run(db: Any, start: dict[str, Any], journal_path: Path) -> tuple[int, dict[str, Any] | None, bool]:
+    """The journal's run row (created from its START record if no recorder made it yet), its
+    committed journal state, and whether it existed."""
+    name = journal_path.name
+    conn = db.conn
+    row = conn.execute("select id, journal_state from runs where journal = ?", [name]).fetchone()
+    if row is not None:
+        return row[0], (json.loads(row[1]) if row[1] else None), True
+    run = {
+        "started_ns": start["started_ns"],
+        "status": "running",
+        "argv": json.dumps(start["argv"]),
+        "cwd": start.get("cwd"),
+        "proxy_pid": start.get("proxy_pid"),
+        "agent_pid": start.get("agent_pid"),
+        "interactive": int(bool(start.get("interactive"))),
+        "options": json.dumps(start.get("options", {})),
+        "fault_spec": start.get("fault_spec"),
+        "seed": start.get("seed"),
+        "journal": name,
+    }
+    with conn:
+        conn.execute("BEGIN IMMEDIATE")
+        run_id = db["runs"].insert(_storable(run)).last_pk
+    return run_id, None, False
+
+
+def _replay(indexer: Indexer, conn: sqlite3.Connection, run_id: int) -> list[dict[str, Any]]:
+    """Rebuild the tracker's state from the frames already committed (a resume continues a run
+    mid-conversation: pairing and turns need what came before); the Changes this produces were
+    applied the first time, and only teach the writer which rows the tracker's keys name."""
+    cursor = conn.execute(
+        "select seq, ts_ns, dir, raw, raw_bytes, size, terminated, cut, forwarded from frames "
+        "where run_id = ? and dir != 'stderr' order by seq",
+        [run_id],
+    )
+    tracker = indexer.tracker
+    for seq, ts_ns, direction, raw, raw_bytes, size, terminated, cut, forwarded in cursor:
+        data = raw_bytes if raw is None else raw.encode()
+        line = Line(data or b"", size or 0, bool(terminated), bool(cut))
+        rec = make_record(run_id, seq, ts_ns, DIRECTIONS.index(direction), line)
+        rec.forwarded = forwarded if forwarded is not None else 1
+        try:
+            tracker.observe(rec)
+        except Exception:
+            pass
+    return [_change_as_dict(c) for c in tracker.drain()]
+
+
+def recover_journal(db_path: Path, journal_path: Path, fd: int) -> None:
+    """Record a dead run's journal into ``db_path`` (``fd`` is exclusively locked): the run
+    ends ``crashed`` with what was recovered, and the journal goes."""
+    try:
+        session = Session(journal_path, fd, db_path=db_path)
+    except jr.JournalDamaged:
+        # No START record: the proxy died before it said what it ran; there is no run to record.
+        try:
+            os.unlink(journal_path)
+        except OSError:
+            pass
+        return
+    session.recover()
+
+
+# -- the process ---------------------------------------------------------------------------
 
 
 def main(argv: list[str]) -> int:
+    """``python -m acp_proxy.recorder --journal PATH [--wake-fd N] | --recover PATH``."""
     # A terminal's ^C or a hang-up reaches the whole foreground group; the relay decides what
-    # they mean. The recorder stops only when its input ends, so nothing given to it is lost.
+    # they mean. The recorder stops only when its journal is recorded.
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     # Frames and rows are short-lived and acyclic: a full collection every few hundred
     # allocations cost ~12% of the decoder's time (profiled). Collect far less often.
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
-    db_path = Path(argv[0])
-    messages = read_messages(0, FLUSH_SECONDS)
-    recorder: Recorder | None = None
-    crashed = True
-    for message in messages:
-        if message is None:
-            if recorder is not None and recorder.pending.count:
-                recorder.flush()
-            continue
-        kind, direction, ts_ns, payload = message
-        if recorder is None:
-            if kind != START:
-                _status("error link protocol: START expected")
-                return 2
-            try:
-                recorder = Recorder(db_path, msgspec.json.decode(payload))
-            except store.StoreError as exc:
-                _status(f"error {exc}")
-                return 2
-            except sqlite3.Error as exc:
-                _status(f"error cannot record into {db_path}: {exc}")
-                return 2
-            _status(f"ready {recorder.run_id}")
-            continue
-        if kind == META and msgspec.json.decode(payload).get("final"):
-            crashed = False
-            recorder.end.update(msgspec.json.decode(payload))
-            recorder.end.pop("final", None)
-            continue
-        recorder.handle(kind, direction, ts_ns, payload)
-    if recorder is None:
+    args = dict(zip(argv[::2], argv[1::2], strict=False))
+    recovering = "--recover" in args
+    path = Path(args.get("--recover") or args["--journal"])
+    wake_fd = int(args["--wake-fd"]) if "--wake-fd" in args else None
+    if wake_fd is not None:
+        os.set_blocking(wake_fd, False)
+        os.set_inheritable(wake_fd, False)
+    try:
+        fd = jr.open_journal(path)
+    except OSError:
+        return 0  # recorded and removed already
+    # Live: share the lock with the relay. A recovery the proxy asked for after its recorder
+    # died: wait until that recorder's writer is gone too.
+    if not jr.lock(fd, exclusive=recovering, timeout=LOCK_PATIENCE if recovering else 0.0):
+        return RESUMED_EXIT
+    try:
+        session = Session(path, fd, wake_fd=wake_fd)
+    except (store.StoreError, sqlite3.Error) as exc:
+        _say(f"cannot record: {exc} (the journal {path.name} is kept for the next acp-proxy command)")
         return 2
-    recorder.finish(crashed)
-    return 0
+    except (OSError, jr.JournalDamaged):
+        return 2
+    if recovering:
+        session.recover()
+        return 0
+    return session.follow()
 
 
 if __name__ == "__main__":

@@ -1,52 +1,61 @@
 """The relay: the only code that touches trio, processes, pipes and signals.
 
-Owns: spawning the agent in a process group of its own, moving bytes client -> agent and
-agent -> client as soon as they are read, passing the agent's stderr through, handing every
-chunk to the recorder process after it has been forwarded, the shutdown sequence (client EOF ->
-close agent stdin -> grace -> SIGTERM the group -> grace -> SIGKILL), forwarding SIGINT/SIGTERM/
+Owns: starting the agent before anything heavy is loaded (in a process group of its own, with
+a parent-death signal, an environment marker for its descendants), moving bytes client -> agent
+and agent -> client as soon as they are read, passing the agent's stderr through, journaling
+every chunk just before it is forwarded, starting the recorder that follows the journal, the
+shutdown sequence (client EOF -> close agent stdin -> grace -> SIGTERM -> grace -> SIGKILL, to
+the agent's group and to every process carrying the run's marker), forwarding SIGINT/SIGTERM/
 SIGHUP to the agent's group, and reporting the agent's exit status so the proxy can reproduce it.
 
 Must not know: SQL, JSON-RPC, ACP. Without an option that needs a decision per frame, it never
 looks inside the bytes: forwarding does not wait for a newline, and nothing but agent bytes is
-ever written to stdout (DESIGN §2, invariants 1 and 2).
+ever written to stdout.
 
-Rule: forward first, record second. A chunk goes to the other peer before it is handed to the
-recorder, and the relay only waits for the recorder when ``BACKLOG_BYTES`` are already waiting
-for it (backpressure, never loss).
+Rule: journal, forward, and never wait for the recording. A chunk is appended to the run's
+journal (one ``writev``) and then forwarded; the recorder reads the journal at its own pace,
+so the conversation never waits for the recorder, its writer or a database lock. When the
+agent closes its stdout, the client's stdout is closed at once.
+
+Shape: without a gate, each direction is a ``Pump`` thread (poll, read, journal, write) and
+trio only waits for the agent, forwards signals and runs the shutdown; with a gate (faults,
+notice stripping), the directions are trio tasks that carry out the gate's steps.
+
+Start-up order (an editor waits for the agent's first answer): check that the database can be
+recorded into (a cheap read-only look), create the journal, spawn the agent, and only then
+start the recorder and import trio — both overlap with the agent's own start-up.
 """
 
 from __future__ import annotations
 
-import collections
+import errno
 import os
-import shutil
 import signal
 import stat
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-import msgspec
-import trio
-
-from . import link as link_format
+from . import journal as jr
+from . import supervise
 from .errors import AcpProxyError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
 if TYPE_CHECKING:
+    import subprocess
+    from typing import Any
+
+    import trio
+
     from .faults import FaultPlan
     from .gate import Gate, Step
 
 CHUNK = 65536
-_DIRECTION_CODE = {"c2a": link_format.C2A, "a2c": link_format.A2C}
-BACKLOG_BYTES = 16 * 1024 * 1024  # the most the relay holds for a recorder that is behind
-COALESCE_BYTES = 1024 * 1024
-RECORDER_START_TIMEOUT = 30.0
-RECORDER_FINISH_TIMEOUT = 120.0
+RECORDER_FINISH_TIMEOUT = 120.0  # how long the proxy waits, after the agent, for the recording
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _CORE_DUMPING = (signal.SIGQUIT, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
+_DIRECTION_CODE = {"c2a": jr.C2A, "a2c": jr.A2C}
+_RECORDER_LOCKED_OUT = 3  # the recorder found the journal taken by a recovery: not a failure
 
 
 def say(message: str) -> None:
@@ -65,31 +74,56 @@ class RelayError(AcpProxyError):
         self.code = self.exit_code = code
 
 
-@dataclass
 class RunOptions:
-    argv: list[str]
-    db_path: Path | None  # None: --no-record
-    grace: float = 2.0
-    max_record_bytes: int | None = 16 * 1024 * 1024
-    db_limit: int | None = None
-    strip_replayed_notices: bool = False
-    check: str | None = None  # None | "full" | "lifecycle": live conformance checks (live_check.py)
-    fault_plan: FaultPlan | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    """What ``acp-proxy run`` was asked to do (a plain class: ``dataclasses`` costs start-up)."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        db_path: Path | None,  # None: --no-record
+        grace: float = 2.0,
+        max_record_bytes: int | None = 16 * 1024 * 1024,
+        db_limit: int | None = None,
+        strip_replayed_notices: bool = False,
+        check: str | None = None,  # None | "full" | "lifecycle": live conformance checks (live_check.py)
+        fault_plan: FaultPlan | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self.argv = argv
+        self.db_path = db_path
+        self.grace = grace
+        self.max_record_bytes = max_record_bytes
+        self.db_limit = db_limit
+        self.strip_replayed_notices = strip_replayed_notices
+        self.check = check
+        self.fault_plan = fault_plan
+        self.options = options if options is not None else {}
 
     def needs_gate(self) -> bool:
         """True when some frames need a verdict before they are forwarded."""
         return self.strip_replayed_notices or bool(self.fault_plan)
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunOptions) and vars(self) == vars(other)
 
-@dataclass
+    def __repr__(self) -> str:
+        return f"RunOptions({vars(self)!r})"
+
+
 class ExitStatus:
-    code: int | None = None
-    signal: int | None = None
+    def __init__(self, code: int | None = None, signal: int | None = None) -> None:
+        self.code = code
+        self.signal = signal
 
     @classmethod
     def from_returncode(cls, returncode: int) -> ExitStatus:
         return cls(signal=-returncode) if returncode < 0 else cls(code=returncode)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ExitStatus) and (self.code, self.signal) == (other.code, other.signal)
+
+    def __repr__(self) -> str:
+        return f"ExitStatus(code={self.code}, signal={self.signal})"
 
 
 def resolve_agent(argv: list[str]) -> str:
@@ -101,318 +135,514 @@ def resolve_agent(argv: list[str]) -> str:
         if os.path.isdir(name) or not os.access(name, os.X_OK):
             raise RelayError(f"{name}: permission denied", 126)
         return name
-    found = shutil.which(name)
-    if found is None:
-        raise RelayError(f"{name}: command not found", 127)
-    return found
+    # shutil.which, without importing shutil (and the compression modules it loads) first.
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(directory or os.curdir, name)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    raise RelayError(f"{name}: command not found", 127)
 
 
-# -- the recorder link ---------------------------------------------------------------------
+def check_std_fds() -> None:
+    """A closed fd 0, 1 or 2 gets /dev/null, so that no file opened later takes its number (the
+    database on fd 2 would receive the proxy's messages). A closed stdout is an error: there
+    would be nowhere to relay the agent's output. A closed stderr only silences the proxy."""
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+    for fd in closed:
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+    if 1 in closed:
+        raise RelayError("stdout (fd 1) is closed: there is nowhere to relay the agent's output", 2)
 
 
-class RecorderProcess:
-    """The recorder subprocess and its handshake (synchronous: it happens before the agent)."""
+# -- the agent -----------------------------------------------------------------------------
 
-    def __init__(self, options: RunOptions, interactive: bool) -> None:
-        assert options.db_path is not None
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "acp_proxy.recorder", str(options.db_path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            start_new_session=True,  # a signal to our group must not cut the recording short
-            close_fds=True,
+
+class Agent:
+    """The spawned agent: its Popen, and (unless attached to a terminal) our ends of its pipes."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], fds: tuple[int, int, int] | None) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.stdin_fd, self.stdout_fd, self.stderr_fd = fds if fds is not None else (-1, -1, -1)
+
+
+def spawn_agent(executable: str, argv: list[str], marker: str, *, attached: bool) -> Agent:
+    """Start the agent from this (the main) thread: its parent-death signal fires when the
+    thread that forked it ends. OSError when exec fails (errno as the shell would see it)."""
+    import subprocess
+
+    env = dict(os.environ)
+    env[supervise.MARKER_VAR] = marker
+    preexec = supervise.die_with_parent(os.getpid())
+    command = [executable, *argv[1:]]
+    if attached:  # in our process group: it stays the terminal's foreground job
+        return Agent(subprocess.Popen(command, env=env, preexec_fn=preexec), None)
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        popen = subprocess.Popen(
+            command, stdin=in_r, stdout=out_w, stderr=err_w, env=env, process_group=0, preexec_fn=preexec
         )
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        start = {
+    except BaseException:
+        for fd in (in_w, out_r, err_r):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+    return Agent(popen, (in_w, out_r, err_r))
+
+
+def exec_failure(name: str, executable: str, exc: OSError) -> ExitStatus:
+    """Exit like a shell would when exec fails: 127 for a missing file or interpreter, else 126."""
+    if exc.errno == errno.ENOENT:
+        interpreter = _interpreter(executable)
+        if interpreter is not None:
+            say(f"{name}: bad interpreter {interpreter}: no such file or directory")
+        else:
+            say(f"{name}: no such file or directory")
+        return ExitStatus(code=127)
+    say(f"{name}: {(exc.strerror or str(exc)).lower()}")
+    return ExitStatus(code=126)
+
+
+def _interpreter(executable: str) -> str | None:
+    try:
+        with open(executable, "rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].split()
+    return words[0].decode(errors="replace") if words else None
+
+
+# -- the recording: journal and recorder ----------------------------------------------------
+
+
+class Recording:
+    """The run's journal (created before the agent starts) and its recorder process."""
+
+    def __init__(self, options: RunOptions, attached: bool) -> None:
+        from . import store
+
+        assert options.db_path is not None
+        self.options = options
+        self.db_path = Path(os.path.abspath(options.db_path))
+        try:
+            store.prepare(self.db_path)
+            self.journal = jr.JournalWriter.create(
+                jr.journal_dir(self.db_path), limit_bytes=options.db_limit, db_path=self.db_path
+            )
+        except store.StoreError as exc:
+            raise RelayError(str(exc), 2) from None
+        except OSError as exc:
+            raise RelayError(
+                f"cannot open database {options.db_path}: {(exc.strerror or str(exc)).lower()}", 2
+            ) from None
+        self.attached = attached
+        self.recorder: subprocess.Popen[bytes] | None = None
+        self.recorder_gone = False
+        self.finished = False
+
+    def start(self, agent_pid: int | None, marker: str) -> None:
+        """Say what runs: the journal's first record."""
+        options = self.options
+        start: dict[str, Any] = {
             "started_ns": time.time_ns(),
             "argv": options.argv,
             "cwd": os.getcwd(),
             "proxy_pid": os.getpid(),
-            "interactive": interactive,
+            "agent_pid": agent_pid,
+            "interactive": self.attached,
             "max_record_bytes": options.max_record_bytes,
             "db_limit": options.db_limit,
             "options": options.options,
             "check": options.check,
+            "db": str(self.db_path),
+            "marker": marker,
         }
+        import json  # after the agent's spawn: nothing before it that can wait
+
         if options.fault_plan:
-            start["fault_spec"] = msgspec.json.encode(options.fault_plan.describe()).decode()
+            start["fault_spec"] = json.dumps(options.fault_plan.describe(), default=str)
             start["seed"] = options.fault_plan.seed
-        payload = msgspec.json.encode(start)
+        self.journal.record(jr.START, 0, start["started_ns"], json.dumps(start).encode())
+
+    def start_recorder(self) -> None:
+        """The recorder process that follows the journal, started once the relay runs and at
+        the lowest CPU priority from its first instruction: its start-up (a Python process
+        importing the decoder, the tracker and sqlite-utils, ~0.3 s of CPU) must not compete
+        with the agent's and the relay's, and the journal holds everything until it reads it.
+        (Started with the agent, even at the lowest priority, it took a free core from the
+        relay's own start-up: +120 ms to the first response of an instant agent.)"""
+        if self.recorder is None:
+            self.recorder = self._spawn_recorder(["--journal", str(self.journal.path)], wake=True)
+            self.journal.on_reader_gone = self._recorder_gone
+
+    def _spawn_recorder(self, args: list[str], *, wake: bool) -> subprocess.Popen[bytes] | None:
+        import subprocess
+
+        read_fd = -1
+        pass_fds: tuple[int, ...] = ()
+        if wake:
+            read_fd, write_fd = os.pipe()
+            self.journal.attach_wake(write_fd)
+            args = [*args, "--wake-fd", str(read_fd)]
+            pass_fds = (read_fd,)
         try:
-            self.proc.stdin.write(link_format.encode(link_format.START, 0, start["started_ns"], payload))
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            pass
-        status = self._read_status()
-        if not status.startswith("ready "):
-            self.proc.kill()
-            self.proc.wait()
-            message = status.removeprefix("error ").strip() or "the recorder did not start"
-            raise RelayError(message, 2)
-        self.run_id = int(status.split()[1])
-
-    def _read_status(self) -> str:
-        import select
-
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        data = b""
-        deadline = time.monotonic() + RECORDER_START_TIMEOUT
-        while b"\n" not in data:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return "error the recorder did not answer in time"
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            data += chunk
-        return data.decode(errors="replace").strip()
-
-    def stdin_fd(self) -> int:
-        assert self.proc.stdin is not None
-        return self.proc.stdin.fileno()
-
-    def send_blocking(self, message: bytes) -> None:
-        """For the attached (terminal) mode, which has no event loop."""
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(message)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            pass
-
-    def finish(self) -> None:
-        """Close the link and wait for the recorder to flush everything it was given."""
-        if self.proc.stdin is not None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=RECORDER_FINISH_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            say("the recorder is still writing; it will finish on its own")
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-
-class RecorderLink:
-    """Hands link messages to the recorder process without making the relay wait for it.
-
-    A message is written straight to the recorder's pipe when the pipe has room and nothing is
-    queued (the common case: one non-blocking write, no task switch — that switch cost ~70 µs per
-    round trip when every message went through a queue and a writer task). When the pipe is full
-    the message joins a backlog that ``run`` drains as the pipe empties; past ``BACKLOG_BYTES``
-    the relay waits (backpressure), so memory stays bounded and nothing is dropped.
-    """
-
-    def __init__(self, fd: int) -> None:
-        self.fd = os.dup(fd)
-        os.set_blocking(self.fd, False)
-        self.backlog: collections.deque[bytes | memoryview] = collections.deque()
-        self.backlog_bytes = 0
-        self.has_work = trio.Event()
-        self.has_room = trio.Event()
-        self.closing = False
-        self.broken = False
-        self.lost_messages = 0
-
-    async def submit(self, message: bytes) -> None:
-        if self.broken:
-            self.lost_messages += 1
-            return
-        pending: bytes | memoryview = message
-        if not self.backlog:
-            written = self._write(message)
-            if written is None or written == len(message):
-                return
-            pending = memoryview(message)[written:]  # a view: a 64 MiB frame is never copied
-        self.backlog.append(pending)
-        self.backlog_bytes += len(pending)
-        self.has_work.set()
-        while self.backlog_bytes > BACKLOG_BYTES and not self.broken:
-            # Several pumps may wait here at once: they share one event, renewed only once set.
-            if self.has_room.is_set():
-                self.has_room = trio.Event()
-            await self.has_room.wait()
-
-    def _write(self, data: bytes | memoryview) -> int | None:
-        """Bytes written (0 when the pipe is full); None once the recorder is gone."""
-        try:
-            return os.write(self.fd, data)
-        except BlockingIOError:
-            return 0
-        except OSError:
-            self.broken = True
-            self.lost_messages += 1 + len(self.backlog)
-            self.backlog.clear()
-            self.backlog_bytes = 0
-            self.has_room.set()
-            say("the recorder stopped; the conversation is still relayed but no longer recorded")
+            return subprocess.Popen(
+                [sys.executable, "-m", "acp_proxy.recorder", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=pass_fds,
+                start_new_session=True,  # a signal to our group must not cut the recording short
+                preexec_fn=_lowest_priority if wake else None,
+            )
+        except OSError as exc:
+            say(f"cannot start the recorder ({exc}); the journal will be recorded by the next acp-proxy command")
             return None
-
-    async def run(self) -> None:
-        try:
-            while True:
-                if not self.backlog:
-                    if self.closing or self.broken:
-                        return
-                    self.has_work = trio.Event()
-                    await self.has_work.wait()
-                    continue
-                await trio.lowlevel.wait_writable(self.fd)
-                head = self.backlog[0]
-                if len(head) < COALESCE_BYTES and len(self.backlog) > 1:
-                    # Many small messages: join them into one write (fewer syscalls while the
-                    # recorder catches up). Big ones are written from a view, never re-joined.
-                    parts = [self.backlog.popleft()]
-                    size = len(parts[0])
-                    while self.backlog and size + len(self.backlog[0]) <= COALESCE_BYTES:
-                        part = self.backlog.popleft()
-                        parts.append(part)
-                        size += len(part)
-                    head = b"".join(parts)
-                    self.backlog.appendleft(head)
-                written = self._write(head)
-                if written is None:
-                    return
-                self.backlog_bytes -= written
-                if written == len(head):
-                    self.backlog.popleft()
-                elif written:
-                    self.backlog[0] = memoryview(head)[written:]
-                if self.backlog_bytes <= BACKLOG_BYTES:
-                    self.has_room.set()
         finally:
-            os.close(self.fd)
+            if read_fd >= 0:
+                os.close(read_fd)
 
-    async def close(self) -> None:
-        self.closing = True
-        self.has_work.set()
+    def _recorder_gone(self) -> None:
+        if not self.recorder_gone:
+            self.recorder_gone = True
+            say("the recorder stopped; the conversation is still relayed, and recorded from the journal at the end")
+
+    def meta(self, values: dict[str, Any]) -> None:
+        import json
+
+        self.journal.record(jr.META, 0, time.time_ns(), json.dumps(values).encode())
+
+    def final(self, status: ExitStatus) -> None:
+        journal = self.journal
+        values: dict[str, Any] = {
+            "final": True,
+            "ended_ns": time.time_ns(),
+            "status": "ended",
+            "exit_code": status.code,
+            "exit_signal": status.signal,
+            "lost_lines": journal.unreported(),  # lost after the last GAP record that could be written
+        }
+        self.meta(values)
+        self.finished = True
+        if journal.lost_total[0]:
+            # If the disk is full, the run row may never learn this: say it where it is seen.
+            nbytes, newlines = journal.lost_total
+            say(f"{newlines:,} lines ({nbytes:,} bytes) were relayed but could not be journaled; they are not recorded")
+
+    def close(self) -> None:
+        """Let the recorder finish (it has the journal's end now), bounded; if it died, record
+        what it left in the journal here and now."""
+        import subprocess
+
+        self.journal.close()
+        recorder = self.recorder
+        returncode = None
+        if recorder is not None:
+            try:
+                returncode = recorder.wait(timeout=RECORDER_FINISH_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                say("the recorder is still writing; it will finish on its own")
+                return
+        if returncode in (0, _RECORDER_LOCKED_OUT, 2) or not self.journal.path.exists():
+            return
+        # The recorder (or its writer) died: a recovery resumes from the last commit, once the
+        # dead recorder's writer has let go of the journal too.
+        recovery = self._spawn_recorder(["--recover", str(self.journal.path)], wake=False)
+        if recovery is not None:
+            try:
+                recovery.wait(timeout=RECORDER_FINISH_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                say("the recording is still being recovered; it will finish on its own")
+
+
+RECORDER_NICENESS = 19
+
+
+def _lowest_priority() -> None:
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, RECORDER_NICENESS)
+    except OSError:
+        pass
 
 
 # -- streams over inherited fds ------------------------------------------------------------
 
 
-class _ThreadFdStream(trio.abc.HalfCloseableStream):
-    """A stream over a file or character device, which epoll cannot watch (`< file`, /dev/null)."""
+def _trio_streams() -> tuple[type, type]:
+    """The stream classes, defined once trio is imported (it is not, before the agent starts)."""
+    import trio
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.closed = False
+    class CountingStream(trio.abc.HalfCloseableStream):
+        """A stream whose writes say how much got through (``send_counted``), so that the
+        journal can learn what a receiver that went away did not get."""
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        return await trio.to_thread.run_sync(os.read, self.fd, max_bytes or CHUNK, abandon_on_cancel=True)
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            if await self.send_counted(data) < len(data):
+                raise trio.BrokenResourceError
 
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        view = memoryview(data)
-        while view:
-            try:
-                written = await trio.to_thread.run_sync(os.write, self.fd, view)
-            except BrokenPipeError as exc:
-                raise trio.BrokenResourceError from exc
-            view = view[written:]
+        async def send_counted(self, data: bytes | bytearray | memoryview) -> int:
+            raise NotImplementedError
 
-    async def wait_send_all_might_not_block(self) -> None:
-        return
+        async def send_eof(self) -> None:
+            await self.aclose()
 
-    async def send_eof(self) -> None:
-        await self.aclose()
+    class ThreadFdStream(CountingStream):
+        """A stream over a file or character device, which epoll cannot watch (`< file`, /dev/null)."""
 
-    async def aclose(self) -> None:
-        if not self.closed:
-            self.closed = True
-            os.close(self.fd)
+        def __init__(self, fd: int) -> None:
+            self.fd = fd
+            self.closed = False
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            return await trio.to_thread.run_sync(os.read, self.fd, max_bytes or CHUNK, abandon_on_cancel=True)
+
+        async def send_counted(self, data: bytes | bytearray | memoryview) -> int:
+            view = memoryview(data)
+            sent = 0
+            while sent < len(view):
+                try:
+                    sent += await trio.to_thread.run_sync(os.write, self.fd, view[sent:])
+                except OSError:
+                    break
+            return sent
+
+        async def wait_send_all_might_not_block(self) -> None:
+            return
+
+        async def aclose(self) -> None:
+            if not self.closed:
+                self.closed = True
+                os.close(self.fd)
+
+    class PipeStream(CountingStream):
+        """A pipe or socket, with exactly one scheduler pass per ``receive_some`` and none per
+        write that the pipe takes at once.
+
+        trio's ``FdStream`` passes through the scheduler before and after every read and
+        write, even when the bytes are already there; for a relay that is most of its cost per
+        hop. Measured with a minimal relay on a 2-core VM, a request/response round trip added
+        115 µs at p50 through ``FdStream`` and 62 µs through this (a two-thread blocking relay:
+        52 µs). A read that did not have to wait still passes the scheduler once, so a peer that
+        never stops sending cannot starve the other tasks, and every read remains a
+        cancellation point.
+        """
+
+        def __init__(self, fd: int) -> None:
+            self.fd = fd
+            os.set_blocking(fd, False)
+            self.closed = False
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            waited = False
+            while True:
+                if self.closed:
+                    raise trio.ClosedResourceError
+                try:
+                    data = os.read(self.fd, max_bytes or CHUNK)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(self.fd)
+                    waited = True
+                    continue
+                except OSError as exc:
+                    raise trio.BrokenResourceError from exc
+                if not waited:
+                    await trio.lowlevel.checkpoint()
+                return data
+
+        async def send_counted(self, data: bytes | bytearray | memoryview) -> int:
+            """Write all of ``data``; how much got through before the pipe broke or closed."""
+            view = memoryview(data)
+            sent = 0
+            while sent < len(view):
+                if self.closed:
+                    break
+                try:
+                    sent += os.write(self.fd, view[sent:])
+                except BlockingIOError:
+                    try:
+                        await trio.lowlevel.wait_writable(self.fd)
+                    except (trio.ClosedResourceError, OSError):
+                        break
+                except OSError:
+                    break
+            return sent
+
+        async def wait_send_all_might_not_block(self) -> None:
+            await trio.lowlevel.wait_writable(self.fd)
+
+        async def aclose(self) -> None:
+            if not self.closed:
+                self.closed = True
+                trio.lowlevel.notify_closing(self.fd)  # wakes a task waiting on it, with ClosedResourceError
+                os.close(self.fd)
+            await trio.lowlevel.checkpoint()
+
+    return ThreadFdStream, PipeStream
 
 
-class PipeStream(trio.abc.HalfCloseableStream):
-    """A pipe or socket, with exactly one scheduler pass per ``receive_some`` and none per write
-    that the pipe takes at once.
-
-    trio's ``FdStream`` passes through the scheduler before and after every read and write, even
-    when the bytes are already there; for a relay that is most of its cost per hop. Measured with
-    a minimal relay on a 2-core VM, a request/response round trip added 115 µs at p50 through
-    ``FdStream`` and 62 µs through this (a two-thread blocking relay: 52 µs). A read that did not
-    have to wait still passes the scheduler once, so a peer that never stops sending cannot
-    starve the other tasks, and every read remains a cancellation point.
-    """
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        os.set_blocking(fd, False)
-        self.closed = False
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        waited = False
-        while True:
-            if self.closed:
-                raise trio.ClosedResourceError
-            try:
-                data = os.read(self.fd, max_bytes or CHUNK)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(self.fd)
-                waited = True
-                continue
-            except OSError as exc:
-                raise trio.BrokenResourceError from exc
-            if not waited:
-                await trio.lowlevel.checkpoint()
-            return data
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        view = memoryview(data)
-        while view:
-            if self.closed:
-                raise trio.ClosedResourceError
-            try:
-                view = view[os.write(self.fd, view) :]
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(self.fd)
-            except OSError as exc:
-                raise trio.BrokenResourceError from exc
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.wait_writable(self.fd)
-
-    async def send_eof(self) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        if not self.closed:
-            self.closed = True
-            trio.lowlevel.notify_closing(self.fd)  # wakes a task waiting on it, with ClosedResourceError
-            os.close(self.fd)
-        await trio.lowlevel.checkpoint()
-
-
-def open_stream(fd: int, writing: bool = False) -> trio.abc.HalfCloseableStream:
+def open_stream(fd: int, streams: tuple[type, type]) -> Any:
     mode = os.fstat(fd).st_mode
     if stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return _ThreadFdStream(fd)
-    return PipeStream(fd)
-
-
-async def take_over(stream: Any) -> PipeStream:
-    """A PipeStream on the pipe behind one of trio's process streams, which is closed: the pipe
-    must have a single owner, so that closing it really closes it."""
-    fd = os.dup(stream.fileno())
-    await stream.aclose()  # this puts the pipe back in blocking mode: only then is it ours
-    return PipeStream(fd)
+        return streams[0](fd)
+    return streams[1](fd)
 
 
 # -- the relay -----------------------------------------------------------------------------
 
 
+class Pump:
+    """One direction, moved by a thread of its own: wait (``poll``), read, journal, write.
+
+    Used when no option needs a verdict per frame (then a gate decides, in trio tasks). A thread
+    blocked in ``poll`` costs nothing, and a chunk costs two or three syscalls and a few
+    microseconds of Python, against ~2x that for a trio task (a scheduler pass, epoll
+    registrations and a failed read per wait). It waits only in ``poll``, on its pipes and on
+    its stop pipe, so ``stop`` ends it at once wherever it is; the descriptors stay open until
+    the relay knows it is done.
+    """
+
+    def __init__(self, src: int, dst: int, code: int, journal: jr.JournalWriter | None) -> None:
+        import threading
+
+        self.src = src
+        self.dst = dst
+        self.code = code
+        self.journal = journal
+        self.stop_r, self.stop_w = os.pipe()
+        self.finished = threading.Event()
+        self.dst_open = True
+        self.delivered = 0  # bytes the receiver took
+        self.on_broken: Any = None  # called (in the pump's thread) when the receiver went away
+        self.on_end: Any = None  # called (in the pump's thread) at EOF, before the pump returns
+
+    def run(self) -> None:
+        import select
+
+        src, journal, code = self.src, self.journal, self.code
+        try:
+            for fd in (src, self.dst):
+                os.set_blocking(fd, False)
+        except OSError:
+            pass
+        reading = select.poll()
+        reading.register(src, select.POLLIN)
+        reading.register(self.stop_r, select.POLLIN)
+        stop = self.stop_r
+        try:
+            while True:
+                events = reading.poll()
+                if any(fd == stop for fd, _ in events):
+                    return
+                try:
+                    data = os.read(src, CHUNK)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    if journal is not None:
+                        journal.record(jr.EOF, code, time.time_ns())
+                    if self.on_end is not None:
+                        self.on_end()
+                    return
+                ts = time.time_ns()
+                start = journal.data(code, ts, data) if journal is not None else 0
+                if self.dst_open:
+                    sent = self._write(data)
+                    self.delivered += sent
+                    if sent == len(data):
+                        continue
+                    self.dst_open = False
+                    if journal is not None:
+                        journal.undelivered(code, start, sent)
+                    if self.on_broken is not None:
+                        self.on_broken()
+        finally:
+            self.finished.set()
+
+    def _write(self, data: bytes) -> int:
+        import select
+
+        view = memoryview(data)
+        sent = 0
+        waiting = None
+        while sent < len(view):
+            try:
+                sent += os.write(self.dst, view[sent:])
+            except BlockingIOError:
+                if waiting is None:
+                    waiting = select.poll()
+                    waiting.register(self.dst, select.POLLOUT)
+                    waiting.register(self.stop_r, select.POLLIN)
+                events = waiting.poll()
+                if any(fd == self.stop_r for fd, _ in events):
+                    break
+            except OSError:
+                break
+        return sent
+
+    def stop(self) -> None:
+        try:
+            os.write(self.stop_w, b"\0")
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for fd in (self.stop_r, self.stop_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class EarlySignals:
+    """Signals that arrive between the agent's spawn and the relay's start are kept, then
+    forwarded: none may slip by, and none may kill the proxy before its agent."""
+
+    def __init__(self) -> None:
+        self.pending: list[int] = []
+        self.previous = {sig: signal.signal(sig, self._keep) for sig in FORWARDED_SIGNALS}
+
+    def _keep(self, sig: int, _frame: Any) -> None:
+        self.pending.append(sig)
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
 class Relay:
-    def __init__(self, options: RunOptions, executable: str, recorder: RecorderProcess | None) -> None:
+    def __init__(
+        self,
+        options: RunOptions,
+        agent: Agent,
+        recording: Recording | None,
+        marker: str,
+        early: EarlySignals | None = None,
+    ) -> None:
+        import trio
+
         self.options = options
-        self.executable = executable
-        self.recorder = recorder
-        self.link: RecorderLink | None = None
-        self.proc: trio.Process | None = None
+        self.agent = agent
+        self.recording = recording
+        self.journal = recording.journal if recording is not None else None
+        self.marker = marker
+        self.early = early
+        self.streams = _trio_streams()
         self.shutdown_started = False
         self.agent_exited = trio.Event()
         self.gate: Gate | None = None
@@ -426,44 +656,31 @@ class Relay:
         # keeps each write whole. Without one, each pipe has a single writer and no lock.
         self.write_locks = {"c2a": trio.StrictFIFOLock(), "a2c": trio.StrictFIFOLock()}
         self.pipe_open = {"c2a": True, "a2c": True}
+        self.undelivered_told = {"c2a": False, "a2c": False}
 
-    async def record(self, kind: int, direction: int, ts_ns: int, payload: bytes = b"") -> None:
-        if self.link is not None:
-            await self.link.submit(link_format.encode(kind, direction, ts_ns, payload))
+    def _journal(self, kind: int, direction: int, payload: bytes = b"") -> None:
+        if self.journal is not None:
+            self.journal.record(kind, direction, time.time_ns(), payload)
 
     async def main(self) -> ExitStatus:
-        async with trio.open_nursery() as outer:
-            if self.recorder is not None:
-                self.link = RecorderLink(self.recorder.stdin_fd())
-                outer.start_soon(self.link.run)
-            try:
-                return await self._run_agent()
-            finally:
-                if self.link is not None:
-                    await self.link.close()
+        import trio
 
-    async def _run_agent(self) -> ExitStatus:
-        # Signals are caught before the agent exists, so none can slip between spawn and watch.
+        # Signals are caught before the agent exists (EarlySignals), so none can slip between
+        # spawn and watch.
         with trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
-            try:
-                self.proc = await trio.lowlevel.open_process(
-                    [self.executable, *self.options.argv[1:]],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    process_group=0,
-                )
-            except OSError as exc:
-                say(f"{self.options.argv[0]}: {exc.strerror or exc}")
-                return ExitStatus(code=126 if isinstance(exc, PermissionError) else 127)
-            await self._meta({"agent_pid": self.proc.pid})
-            assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None
-            self.agent_in = await take_over(self.proc.stdin)
-            agent_out = await take_over(self.proc.stdout)
-            agent_err = await take_over(self.proc.stderr)
-            client_in = open_stream(os.dup(0))
-            client_out = open_stream(os.dup(1), writing=True)
-            err_out = open_stream(os.dup(2), writing=True)
+            if self.early is not None:
+                for sig in self.early.pending:
+                    self._signal_group(sig)
+            if self.gate is None:
+                return await self._relay_with_threads(signals)
+            streams = self.streams
+            PipeStream = streams[1]
+            self.agent_in = PipeStream(self.agent.stdin_fd)
+            agent_out = PipeStream(self.agent.stdout_fd)
+            agent_err = PipeStream(self.agent.stderr_fd)
+            client_in = open_stream(os.dup(0), streams)
+            client_out = open_stream(os.dup(1), streams)
+            err_out = open_stream(os.dup(2), streams)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._forward_signals, signals)
                 c2a_scope = trio.CancelScope()
@@ -472,7 +689,9 @@ class Relay:
                 stderr_done = trio.Event()
                 nursery.start_soon(self._pump_a2c, agent_out, client_out, a2c_done, nursery)
                 nursery.start_soon(self._pump_stderr, agent_err, err_out, stderr_done)
-                returncode = await self.proc.wait()
+                if self.recording is not None:
+                    self.recording.start_recorder()
+                returncode = await self._wait_agent()
                 self.agent_exited.set()
                 await self._drain_after_exit(a2c_done, stderr_done)
                 c2a_scope.cancel()
@@ -480,23 +699,96 @@ class Relay:
             for stream in (client_in, client_out, err_out, self.agent_in, agent_out, agent_err):
                 await _close_quietly(stream)
             _restore_blocking()
-            status = ExitStatus.from_returncode(returncode)
-            await self._meta(
-                {
-                    "final": True,
-                    "ended_ns": time.time_ns(),
-                    "status": "ended",
-                    "exit_code": status.code,
-                    "exit_signal": status.signal,
-                }
-            )
-            return status
+            return ExitStatus.from_returncode(returncode)
 
-    async def _meta(self, values: dict[str, Any]) -> None:
-        await self.record(link_format.META, 0, time.time_ns(), msgspec.json.encode(values))
+    async def _relay_with_threads(self, signals: Any) -> ExitStatus:
+        """The relay without a gate: a thread per direction (``Pump``), trio for the rest."""
+        import trio
+
+        token = trio.lowlevel.current_trio_token()
+        journal = self.journal
+        close = _CloseOnce()  # threads close what they are done with: each fd once, never a reused one
+        client_out = os.dup(1)
+        c2a = Pump(os.dup(0), self.agent.stdin_fd, jr.C2A, journal)
+        a2c = Pump(self.agent.stdout_fd, client_out, jr.A2C, journal)
+        err = Pump(self.agent.stderr_fd, os.dup(2), jr.STDERR, journal)
+        pumps = (c2a, a2c, err)
+        shutdown: dict[str, Any] = {}
+
+        def client_hung_up() -> None:
+            say("the client closed the agent's output; stopping the agent")
+            token.run_sync_soon(lambda: self._start_shutdown(shutdown["nursery"]))
+
+        def agent_output_ended() -> None:
+            # The agent closed its stdout (it may still run): the client hears the end now.
+            a2c.dst_open = False
+            close(client_out)
+            _detach_stdout()
+
+        a2c.on_broken = client_hung_up
+        a2c.on_end = agent_output_ended
+        c2a.on_end = lambda: close(self.agent.stdin_fd)
+        c2a_done, a2c_done, err_done = trio.Event(), trio.Event(), trio.Event()
+
+        async def pump(p: Pump, done: trio.Event) -> None:
+            try:
+                await trio.to_thread.run_sync(p.run, abandon_on_cancel=True)
+            finally:
+                done.set()
+
+        async def client_side(nursery: trio.Nursery) -> None:
+            await pump(c2a, c2a_done)
+            if not self.agent_exited.is_set():
+                self._start_shutdown(nursery)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                shutdown["nursery"] = nursery
+                nursery.start_soon(self._forward_signals, signals)
+                nursery.start_soon(client_side, nursery)
+                nursery.start_soon(pump, a2c, a2c_done)
+                nursery.start_soon(pump, err, err_done)
+                if self.recording is not None:
+                    self.recording.start_recorder()
+                returncode = await self._wait_agent()
+                self.agent_exited.set()
+                c2a.stop()  # nobody will read what the client sends now
+                await self._drain_after_exit(a2c_done, err_done)
+                nursery.cancel_scope.cancel()
+        finally:
+            for p in pumps:
+                p.stop()
+            for p in pumps:
+                # A pump waits only in poll, with its stop pipe: it ends at once.
+                await trio.to_thread.run_sync(p.finished.wait, 5.0)
+            for p in pumps:
+                p.close()
+            for fd in (c2a.src, self.agent.stdin_fd, self.agent.stdout_fd, client_out, self.agent.stderr_fd, err.dst):
+                close(fd)
+            _restore_blocking()
+        return ExitStatus.from_returncode(returncode)
+
+    async def _wait_agent(self) -> int:
+        import trio
+
+        popen = self.agent.popen
+        try:
+            pidfd = os.pidfd_open(popen.pid)
+        except (AttributeError, OSError):
+            pidfd = -1
+        if pidfd >= 0:
+            try:
+                await trio.lowlevel.wait_readable(pidfd)
+            finally:
+                os.close(pidfd)
+            return popen.wait()
+        return await trio.to_thread.run_sync(popen.wait, abandon_on_cancel=True)
 
     async def _pump_c2a(self, client_in: Any, scope: trio.CancelScope, nursery: trio.Nursery) -> None:
+        import trio
+
         gate = self.gate
+        journal = self.journal
         with scope:
             try:
                 while True:
@@ -508,21 +800,21 @@ class Relay:
                         break
                     ts = time.time_ns()
                     if gate is None:
-                        await self._send("c2a", data, nursery)
-                        await self.record(link_format.DATA, link_format.C2A, ts, data)
+                        start = journal.data(jr.C2A, ts, data) if journal is not None else 0
+                        await self._send("c2a", data, nursery, start)
                     else:
                         await self._carry_out(gate.chunk("c2a", data), ts, nursery)
                 if gate is not None:
                     await self._carry_out(gate.end("c2a"), time.time_ns(), nursery)
             finally:
-                with trio.CancelScope(shield=True):
-                    await self.record(link_format.EOF, link_format.C2A, time.time_ns())
+                self._journal(jr.EOF, jr.C2A)
         await self._close_pipe("agent-stdin")
         self._start_shutdown(nursery)
 
     async def _pump_a2c(self, agent_out: Any, client_out: Any, done: trio.Event, nursery: trio.Nursery) -> None:
         self.client_out = client_out
         gate = self.gate
+        journal = self.journal
         try:
             while True:
                 data = await agent_out.receive_some(CHUNK)
@@ -530,49 +822,68 @@ class Relay:
                     break
                 ts = time.time_ns()
                 if gate is None:
-                    await self._send("a2c", data, nursery)
-                    await self.record(link_format.DATA, link_format.A2C, ts, data)
+                    start = journal.data(jr.A2C, ts, data) if journal is not None else 0
+                    await self._send("a2c", data, nursery, start)
                 else:
                     await self._carry_out(gate.chunk("a2c", data), ts, nursery)
             if gate is not None:
                 await self._carry_out(gate.end("a2c"), time.time_ns(), nursery)
         finally:
+            import trio
+
+            self._journal(jr.EOF, jr.A2C)
+            # The agent closed its stdout (it may still run): the client hears the end now.
             with trio.CancelScope(shield=True):
-                await self.record(link_format.EOF, link_format.A2C, time.time_ns())
+                await self._close_pipe("client-stdout")
             done.set()
 
-    async def _send(self, direction: str, data: bytes, nursery: trio.Nursery) -> None:
-        """Write towards ``direction``'s receiver; a peer that went away ends the run cleanly."""
-        if not self.pipe_open[direction]:
-            return
-        stream = self.agent_in if direction == "c2a" else self.client_out
-        try:
+    async def _send(self, direction: str, data: bytes, nursery: trio.Nursery, start: int = 0) -> bool:
+        """Write towards ``direction``'s receiver; True if all of it got there. A receiver that
+        went away ends the run cleanly, and the journal learns what it did not get."""
+        if self.pipe_open[direction]:
+            stream = self.agent_in if direction == "c2a" else self.client_out
             if self.gate is None:
-                await stream.send_all(data)
+                sent = await stream.send_counted(data)
             else:
                 async with self.write_locks[direction]:
-                    await stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    sent = await stream.send_counted(data)
+            if sent == len(data):
+                return True
             self.pipe_open[direction] = False
             if direction == "a2c":
                 # The client stopped reading: nobody will hear the agent again, so end the run
                 # as if the client had closed its end, but keep recording what the agent says.
                 say("the client closed the agent's output; stopping the agent")
                 self._start_shutdown(nursery)
+        else:
+            sent = 0
+        if self.journal is not None and not self.undelivered_told[direction]:
+            self.undelivered_told[direction] = True
+            self.journal.undelivered(_DIRECTION_CODE[direction], start, sent)
+        return False
 
     async def _carry_out(self, steps: list[Step], ts: int, nursery: trio.Nursery) -> None:
+        import trio
+
         from .gate import ClosePipe, Forward, Note, Pause, Send, Signal
 
+        journal = self.journal
         for step in steps:
             if isinstance(step, Forward):
-                await self._send(step.direction, step.data, nursery)
-                await self.record(link_format.DATA, _DIRECTION_CODE[step.direction], ts, step.data)
+                code = _DIRECTION_CODE[step.direction]
+                start = journal.data(code, ts, step.data) if journal is not None else 0
+                await self._send(step.direction, step.data, nursery, start)
             elif isinstance(step, Send):
                 await self._send(step.direction, step.data, nursery)
             elif isinstance(step, Note):
-                if self.link is not None:
-                    code = _DIRECTION_CODE[step.direction]
-                    await self.link.submit(link_format.encode_line(code, ts, step.line, step.meta))
+                if journal is not None:
+                    meta = step.meta
+                    if meta.get("forwarded", 1) and not self.pipe_open[step.direction]:
+                        # Its write found the pipe closed.
+                        why = "never reached its receiver (the pipe was closed)"
+                        note = f"{meta['note']}; {why}" if meta.get("note") else why
+                        meta = {**meta, "forwarded": 0, "note": note}
+                    journal.record(jr.LINE, _DIRECTION_CODE[step.direction], ts, jr.line_payload(step.line, meta))
             elif isinstance(step, Pause):
                 await trio.sleep(step.seconds)
             elif isinstance(step, Signal):
@@ -593,6 +904,7 @@ class Relay:
             _detach_stdout()
 
     async def _pump_stderr(self, agent_err: Any, err_out: Any, done: trio.Event) -> None:
+        journal = self.journal
         err_open = True
         try:
             while True:
@@ -600,15 +912,12 @@ class Relay:
                 if not data:
                     break
                 ts = time.time_ns()
-                if err_open:
-                    try:
-                        await err_out.send_all(data)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                        err_open = False
-                await self.record(link_format.DATA, link_format.STDERR, ts, data)
+                if journal is not None:
+                    journal.data(jr.STDERR, ts, data)
+                if err_open and await err_out.send_counted(data) < len(data):
+                    err_open = False  # nobody reads our stderr: the agent's lines are still recorded
         finally:
-            with trio.CancelScope(shield=True):
-                await self.record(link_format.EOF, link_format.STDERR, time.time_ns())
+            self._journal(jr.EOF, jr.STDERR)
             done.set()
 
     def _start_shutdown(self, nursery: trio.Nursery) -> None:
@@ -618,6 +927,8 @@ class Relay:
 
     async def _terminate_after_grace(self) -> None:
         """Client is gone: give the agent ``grace`` to exit on EOF, then TERM, then KILL."""
+        import trio
+
         grace = self.options.grace
         with trio.move_on_after(grace):
             await self.agent_exited.wait()
@@ -632,11 +943,14 @@ class Relay:
     async def _drain_after_exit(self, a2c_done: trio.Event, stderr_done: trio.Event) -> None:
         """The agent is gone; whatever it left in the pipes still goes to the client.
 
-        Its children may hold the pipes open after it dies: they are part of its run, so they
-        get TERM (then KILL) — an agent's exit never leaves orphans behind the proxy.
+        Its descendants may hold the pipes open after it dies: they are part of its run, so
+        they get TERM (then KILL) — its process group, and the ones that left it (``setsid``)
+        by the run's marker in their environment.
         """
+        import trio
+
         grace = self.options.grace
-        self._signal_group(signal.SIGTERM)
+        self._signal_run(signal.SIGTERM)
         for sig in (signal.SIGKILL, None):
             with trio.move_on_after(grace):
                 await a2c_done.wait()
@@ -644,23 +958,52 @@ class Relay:
             if a2c_done.is_set() and stderr_done.is_set():
                 return
             if sig is not None:
-                self._signal_group(sig)
+                self._signal_run(sig)
         say("the agent's output pipes stayed open after it exited; stopped waiting")
 
     def _signal_group(self, sig: int) -> None:
-        if self.proc is None:
-            return
         try:
-            os.killpg(self.proc.pid, sig)
+            os.killpg(self.agent.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def _signal_run(self, sig: int) -> None:
+        self._signal_group(sig)
+        for pid in supervise.marked(self.marker):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     async def _forward_signals(self, signals: Any) -> None:
         async for sig in signals:
             self._signal_group(sig)
 
 
+class _CloseOnce:
+    """Closes each descriptor at most once, from any thread (a second close could hit a
+    descriptor another thread has opened since under the same number)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.closed: set[int] = set()
+
+    def __call__(self, fd: int) -> None:
+        with self.lock:
+            if fd in self.closed:
+                return
+            self.closed.add(fd)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 async def _close_quietly(stream: Any) -> None:
+    import trio
+
     try:
         await stream.aclose()
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -695,27 +1038,56 @@ def _restore_blocking() -> None:
 
 def run(options: RunOptions) -> ExitStatus:
     """Run the agent behind the proxy and return its exit status. Raises RelayError early."""
+    check_std_fds()
     executable = resolve_agent(options.argv)
-    interactive = os.isatty(0)
-    recorder = RecorderProcess(options, interactive) if options.db_path is not None else None
+    attached = os.isatty(0)
+    recording = Recording(options, attached) if options.db_path is not None else None
+    marker = supervise.new_marker()
+    supervise.become_subreaper()
+    early = EarlySignals()
     try:
-        if interactive:
-            return _run_attached(options, executable, recorder)
-        relay = Relay(options, executable, recorder)
-        return trio.run(relay.main)
+        try:
+            agent = spawn_agent(executable, options.argv, marker, attached=attached)
+        except OSError as exc:
+            early.restore()
+            status = exec_failure(options.argv[0], executable, exc)
+            if recording is not None:
+                recording.start(None, marker)
+                recording.final(status)
+                recording.start_recorder()
+            return status
+        if recording is not None:
+            recording.start(agent.pid, marker)
+        if attached:
+            early.restore()
+            if recording is not None:
+                recording.start_recorder()
+            status = _run_attached(agent, early.pending)
+        else:
+            import trio
+
+            status = trio.run(Relay(options, agent, recording, marker, early).main)
+            early.restore()
+        if recording is not None:
+            recording.final(status)
+        return status
     finally:
-        if recorder is not None:
-            recorder.finish()
+        if recording is not None:
+            recording.start_recorder()  # when the relay failed before it could: the journal gets recorded
+        recorder_pid = recording.recorder.pid if recording is not None and recording.recorder is not None else None
+        supervise.stop_marked(marker, options.grace, exclude=() if recorder_pid is None else (recorder_pid,))
+        if recording is not None:
+            recording.close()
 
 
-def _run_attached(options: RunOptions, executable: str, recorder: RecorderProcess | None) -> ExitStatus:
+def _run_attached(agent: Agent, pending: list[int]) -> ExitStatus:
     """stdin is a terminal (an editor's terminal-auth relaunch): the agent owns the terminal.
 
     It stays in our process group so it remains the terminal's foreground job; ^C reaches it
     from the terminal directly, TERM and HUP sent to the proxy are passed on. Only the run row
     is recorded: there is no protocol on a terminal.
     """
-    proc = subprocess.Popen([executable, *options.argv[1:]])
+    proc = agent.popen
 
     def forward(sig: int, _frame: Any) -> None:
         try:
@@ -725,32 +1097,35 @@ def _run_attached(options: RunOptions, executable: str, recorder: RecorderProces
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
     previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in pending:
+        if sig != signal.SIGINT:
+            forward(sig, None)
     try:
-        if recorder is not None:
-            pid_meta = msgspec.json.encode({"agent_pid": proc.pid})
-            recorder.send_blocking(link_format.encode(link_format.META, 0, time.time_ns(), pid_meta))
         returncode = proc.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    status = ExitStatus.from_returncode(returncode)
-    if recorder is not None:
-        final = {
-            "final": True,
-            "ended_ns": time.time_ns(),
-            "status": "ended",
-            "exit_code": status.code,
-            "exit_signal": status.signal,
-        }
-        message = link_format.encode(link_format.META, 0, time.time_ns(), msgspec.json.encode(final))
-        recorder.send_blocking(message)
-    return status
+    return ExitStatus.from_returncode(returncode)
+
+
+def run_and_exit(options: RunOptions) -> None:
+    """``acp-proxy run``: run, then leave like the agent did (a RelayError: one line, its code)."""
+    try:
+        status = run(options)
+    except RelayError as exc:
+        say(str(exc))
+        raise SystemExit(exc.code) from None
+    exit_like(status)
 
 
 def exit_like(status: ExitStatus) -> None:
     """Leave the process the way the agent left: same code, or death by the same signal."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
     if status.signal is not None:
         sig = status.signal
         if sig not in (signal.SIGKILL, signal.SIGSTOP):

@@ -1,8 +1,15 @@
 """The recording's database: location, schema, migrations, views.
 
-Owns: where the database lives by default, opening it safely (mode 0600, WAL, busy timeout),
-the table layout and its forward migrations keyed on ``PRAGMA user_version``, and
-the views that make it pleasant in ``sqlite-utils`` and Datasette.
+Owns: where the database lives by default, opening it safely (mode 0600, WAL, busy timeout), the table layout and its
+forward migrations keyed on ``PRAGMA user_version``, and the views that make it pleasant in
+``sqlite-utils`` and Datasette.
+
+Opening safely means: a database that is not acp-proxy's (user_version 0 with tables in it, or
+no ``runs`` and ``frames`` tables) or that a newer acp-proxy wrote is refused with one line, and
+left byte for byte as it was — it is examined read-only before anything is written, WAL mode
+included. Files are created 0600 and directories 0700, whatever the umask. And whoever opens a
+database first records the journals of runs whose processes are all gone (``recover_dead_runs``),
+so that no run stays ``running`` once its proxy is gone, and no frame a peer received is lost.
 
 Must not know: pipes, processes, the relay, or how frames are decoded. The recorder writes rows;
 query commands read them; both get their connection from here.
@@ -14,21 +21,28 @@ import os
 import re
 import sqlite3
 import stat
+import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from .errors import AcpProxyError
 from .locations import default_db_path
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
 if TYPE_CHECKING:
+    from typing import Any
+
     import sqlite_utils
 
 __all__ = ["default_db_path"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 10_000  # how long a connection waits for another's write lock before failing
+# A test hook: lower SQLite's limit on one value (SQLITE_LIMIT_LENGTH, 1e9 bytes by default) in
+# every connection that writes, so that lines over it can be tested without a gigabyte of disk.
+LENGTH_LIMIT_VAR = "ACP_PROXY_SQLITE_MAX_LENGTH"
+OWN_TABLES = frozenset(("runs", "frames", "sessions", "session_runs", "turns", "faults", "findings"))
 
 # Column order of the frames table is the order the recorder's INSERT uses.
 FRAME_COLUMNS: dict[str, type] = {
@@ -107,9 +121,15 @@ RUN_COLUMNS: dict[str, type] = {
     "source": str,  # an imported run: the file it was read from (NULL: recorded by a proxy)
     "source_format": str,  # an imported run: jsonl | jsons | inspector | jetbrains
     "source_unknown": str,  # an imported run: JSON list of what its format cannot say (stderr, timing, ...)
+    "journal": str,  # the run's journal file (in DB.journal/) while it is not fully recorded
+    "journal_state": str,  # JSON: where recording resumes in the journal (committed with the frames)
+    "recovered_frames": int,  # frames recorded from the journal after an acp-proxy process died
 }
 _RUN_COLUMNS_ADDED = {
-    name: 4 for name in ("otlp_spans", "otlp_spans_lost", "otlp_error", "source", "source_format", "source_unknown")
+    **{
+        name: 4 for name in ("otlp_spans", "otlp_spans_lost", "otlp_error", "source", "source_format", "source_unknown")
+    },
+    **{name: 5 for name in ("journal", "journal_state", "recovered_frames")},
 }
 
 
@@ -122,19 +142,70 @@ class NotYetADatabase(StoreError):
     tables). ``tail`` waits for one; the other commands say so."""
 
 
-def open_for_writing(path: Path, limit_bytes: int | None = None) -> sqlite_utils.Database:
+def prepare(path: Path) -> None:
+    """Make sure a run can record into ``path`` before its agent starts: the directories (0700)
+    and the file (0600) exist, and the file is empty or an acp-proxy database this version can
+    write. Cheap (no sqlite-utils, no write to the database); StoreError otherwise."""
+    try:
+        _create_private(path)
+    except OSError as exc:
+        raise StoreError(f"cannot open database {path}: {_reason(exc)}") from exc
+    check_own(path)
+
+
+def _create_private(path: Path) -> None:
+    from .journal import make_private_dir
+
+    make_private_dir(path.parent)
+    # Create the file ourselves so it is 0600 from its first byte, never world-readable.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if os.fstat(fd).st_size == 0:
+            os.fchmod(fd, 0o600)  # the umask may have taken bits away
+    finally:
+        os.close(fd)
+
+
+def check_own(path: Path) -> int:
+    """The schema version of an existing ``path`` (0: empty), examined read-only; StoreError when
+    it is not acp-proxy's or is newer than this version."""
+    try:
+        if os.stat(path).st_size == 0:
+            return 0
+        conn = sqlite3.connect(file_uri(path), uri=True, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {row[0] for row in conn.execute("select name from sqlite_master where type = 'table'")}
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"cannot open database {path}: {_reason(exc)}") from exc
+    tables = {name for name in tables if not name.startswith("sqlite_")}
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{path} was written by a newer acp-proxy (schema {version} > {SCHEMA_VERSION})")
+    if (version == 0 and tables) or (version > 0 and not {"runs", "frames"} <= tables):
+        raise StoreError(f"{path} is not an acp-proxy database (it has other tables); choose another --db")
+    return version
+
+
+def open_for_writing(path: Path, limit_bytes: int | None = None, *, recover: bool = True) -> sqlite_utils.Database:
     """Create or open the database 0600, in WAL mode, migrated to the current schema.
 
-    ``limit_bytes`` caps the file's size (SQLite's ``max_page_count``): past it, writes fail as
-    they would on a full disk, and the recorder's disk-full handling takes over.
+    It is examined read-only first (``check_own``): a foreign or newer database is refused
+    untouched. ``limit_bytes`` caps the file's size (SQLite's ``max_page_count``): past it,
+    writes fail as they would on a full disk. With ``recover``, the journals of dead runs are
+    recorded first.
     """
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Create the file ourselves so it is 0600 from its first byte, never world-readable.
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        os.close(fd)
+        _create_private(path)
+    except OSError as exc:
+        raise StoreError(f"cannot open database {path}: {_reason(exc)}") from exc
+    check_own(path)
+    try:
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        _apply_length_limit(conn)
         import sqlite_utils  # only writers need it (~0.2 s to import): query commands start faster
 
         db = sqlite_utils.Database(conn)
@@ -152,7 +223,85 @@ def open_for_writing(path: Path, limit_bytes: int | None = None) -> sqlite_utils
                 os.chmod(side, 0o600)
             except OSError:
                 pass
+    if recover:
+        recover_dead_runs(path)
     return db
+
+
+def _apply_length_limit(conn: sqlite3.Connection) -> None:
+    value = os.environ.get(LENGTH_LIMIT_VAR)
+    if value and value.isdigit():
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, int(value))
+
+
+def max_value_bytes(conn: sqlite3.Connection) -> int:
+    """The longest string or blob ``conn`` stores (SQLITE_LIMIT_LENGTH, which bounds a whole row)."""
+    return conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+
+
+def wait_for_write_lock(step: Callable[[], Any], patience: float, on_wait: Callable[[], None] | None = None) -> Any:
+    """Run ``step`` until it gets past another connection's write lock, for up to ``patience``
+    seconds; other errors, and a lock held longer, are raised."""
+    deadline = time.monotonic() + patience
+    waited = False
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() >= deadline:
+                raise
+            if not waited and on_wait is not None:
+                on_wait()
+            waited = True
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, sqlite3.OperationalError) or not _is_busy(exc.__cause__):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(0.05)  # busy_timeout already waited; this only spaces the retries
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+_recovering = False
+
+
+def recover_dead_runs(path: Path) -> int:
+    """Record the journals of runs into ``path`` whose processes are all gone (and mark those
+    runs ``crashed``); how many were recovered. Cheap when there are none: a ``stat``, a directory
+    listing and a lock attempt per live journal; the recorder is imported only to recover one."""
+    global _recovering
+    directory = Path(f"{path}.journal")
+    if _recovering or not directory.is_dir():
+        return 0
+    from .journal import dead_journals
+
+    _recovering = True
+    count = 0
+    try:
+        for journal_path, fd in dead_journals(directory):
+            try:
+                from .recorder import recover_journal  # only now: it needs the decoder and the tracker
+
+                recover_journal(path, journal_path, fd)
+                count += 1
+            except (OSError, sqlite3.Error, StoreError) as exc:
+                _say(f"could not recover {journal_path.name}: {_reason(exc)}")
+            finally:
+                os.close(fd)
+    finally:
+        _recovering = False
+    return count
+
+
+def _say(message: str) -> None:
+    try:
+        os.write(2, f"acp-proxy: {message}\n".encode())
+    except OSError:
+        pass
 
 
 class ReadDb:
@@ -206,6 +355,8 @@ def open_for_reading(path: Path) -> ReadDb:
     if not os.path.lexists(path):
         raise NotYetADatabase(f"no database at {path} (record one with: acp-proxy run -- AGENT)")
     refuse_special_file(path)
+    if Path(f"{path}.journal").is_dir() and 0 < check_own(path) <= SCHEMA_VERSION:
+        recover_dead_runs(path)
     conn, version = _connect_read_only(path)
     if version > SCHEMA_VERSION:
         conn.close()
@@ -684,7 +835,21 @@ def _create_v4(db: sqlite_utils.Database) -> None:
             db.execute(f"ALTER TABLE runs ADD COLUMN [{name}] {sql_type}")
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_create_v1, _create_v2, _create_v3, _create_v4]
+def _create_v5(db: sqlite_utils.Database) -> None:
+    # Journal first: the relay appends every chunk to a journal file, the recorder commits with
+    # each batch where in the journal it got to, and a recovery resumes there.
+    for name in ("journal", "journal_state"):
+        db.execute(f"ALTER TABLE runs ADD COLUMN {name} TEXT")
+    db.execute("ALTER TABLE runs ADD COLUMN recovered_frames INTEGER")
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
+    _create_v1,
+    _create_v2,
+    _create_v3,
+    _create_v4,
+    _create_v5,
+]
 
 
 def update_run(path: Path, run_id: int, values: dict[str, Any]) -> None:

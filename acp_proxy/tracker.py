@@ -418,7 +418,7 @@ class Tracker:
             self._set_run(f"{side}_info", e.info)
             try:
                 details = _info_decoder.decode(e.info)
-            except msgspec.DecodeError:
+            except Exception:  # DecodeError; RecursionError for a hostile nesting depth
                 details = None
             if details is not None:
                 self._set_run(f"{side}_name", _str(details.name))

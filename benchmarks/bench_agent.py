@@ -3,12 +3,15 @@
     python benchmarks/bench_agent.py storm N          # N ~300-byte agent_message_chunk lines
     python benchmarks/bench_agent.py big COUNT SIZE   # COUNT single-line frames of SIZE bytes each
     python benchmarks/bench_agent.py echo             # one response line per request line
+    python benchmarks/bench_agent.py echo SECONDS     # the same, after SECONDS of CPU-bound start-up
 
 ``storm`` and ``big`` build their output before they start, then shake hands: they read one
 request (``HELLO``) and answer it (``READY``) — once the client has that answer, every process
 in between is up — then wait for the next request (``GO``), write everything as fast as the
 pipe takes it, in big writes, and exit without waiting for stdin to close. ``echo`` answers
-each request with a response carrying the same id, and exits at end of input.
+each request with a response carrying the same id, and exits at end of input; with SECONDS it
+first keeps a core busy that long, as a real agent loading its code does (they took 89-1,541
+ms to first answer ``initialize``).
 
 Line sizes include the terminating ``\\n``. Nothing is written to stderr.
 """
@@ -85,7 +88,13 @@ def big(count: int, size: int) -> None:
         write_all(1, tail)
 
 
-def echo() -> None:
+def echo(start_up: float = 0.0) -> None:
+    if start_up:
+        import time
+
+        deadline = time.perf_counter() + start_up
+        while time.perf_counter() < deadline:
+            pass
     out = sys.stdout.buffer
     for line in sys.stdin.buffer:
         request = json.loads(line)
@@ -101,7 +110,7 @@ def main(argv: list[str]) -> None:
     elif mode == "big":
         big(int(args[0]), int(args[1]))
     elif mode == "echo":
-        echo()
+        echo(float(args[0]) if args else 0.0)
     else:
         raise SystemExit(f"bench_agent: unknown mode {mode!r} (storm | big | echo)")
 

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from acp_proxy import link, recorder
+from acp_proxy import journal, recorder, store
 
 CHUNKS_PER_TURN = 400
 TURNS_PER_RUN = 25
@@ -39,7 +39,7 @@ def run_traffic(run: int) -> list[tuple[int, bytes]]:
     session = f"sess-{run:05d}-{os.urandom(4).hex()}"
     out: list[tuple[int, bytes]] = [
         (
-            link.C2A,
+            journal.C2A,
             frame(
                 {
                     "jsonrpc": "2.0",
@@ -50,7 +50,7 @@ def run_traffic(run: int) -> list[tuple[int, bytes]]:
             ),
         ),
         (
-            link.A2C,
+            journal.A2C,
             frame(
                 {
                     "jsonrpc": "2.0",
@@ -60,16 +60,16 @@ def run_traffic(run: int) -> list[tuple[int, bytes]]:
             ),
         ),
         (
-            link.C2A,
+            journal.C2A,
             frame({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w", "mcpServers": []}}),
         ),
-        (link.A2C, frame({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": session}})),
+        (journal.A2C, frame({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": session}})),
     ]
     for turn in range(TURNS_PER_RUN):
         rid = 2 + turn
         out.append(
             (
-                link.C2A,
+                journal.C2A,
                 frame(
                     {
                         "jsonrpc": "2.0",
@@ -83,7 +83,7 @@ def run_traffic(run: int) -> list[tuple[int, bytes]]:
         for i in range(CHUNKS_PER_TURN):
             out.append(
                 (
-                    link.A2C,
+                    journal.A2C,
                     frame(
                         {
                             "jsonrpc": "2.0",
@@ -101,7 +101,7 @@ def run_traffic(run: int) -> list[tuple[int, bytes]]:
             )
         out.append(
             (
-                link.A2C,
+                journal.A2C,
                 frame(
                     {
                         "jsonrpc": "2.0",
@@ -121,23 +121,33 @@ def run_traffic(run: int) -> list[tuple[int, bytes]]:
             )
         )
         if turn == 7:
-            out.append((link.A2C, frame({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "boom"}})))
+            failure = {"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "boom"}}
+            out.append((journal.A2C, frame(failure)))
         else:
-            out.append((link.A2C, frame({"jsonrpc": "2.0", "id": rid, "result": {"stopReason": "end_turn"}})))
+            out.append((journal.A2C, frame({"jsonrpc": "2.0", "id": rid, "result": {"stopReason": "end_turn"}})))
     return out
 
 
 def build(db: Path, target: int) -> int:
+    """Record ``target`` frames the way a run does: a journal per run, recorded into ``db``."""
     per_run = len(run_traffic(0))
     runs = max(1, target // per_run)
+    store.open_for_writing(db).conn.close()
     for run in range(runs):
-        rec = recorder.Recorder(db, {"started_ns": time.time_ns(), "argv": ["bench-agent", str(run)]})
+        writer = journal.JournalWriter.create(journal.journal_dir(db))
         ts = time.time_ns()
+        start = {"started_ns": ts, "argv": ["bench-agent", str(run)], "db": str(db), "max_record_bytes": 16 << 20}
+        writer.record(journal.START, 0, ts, json.dumps(start).encode())
         for direction, data in run_traffic(run):
             ts += 50_000
-            rec.handle(link.DATA, direction, ts, data)
-        rec.end.update({"exit_code": 0, "ended_ns": ts})
-        rec.finish(crashed=False)
+            writer.data(direction, ts, data)
+        writer.record(journal.META, 0, ts, json.dumps({"final": True, "exit_code": 0, "ended_ns": ts}).encode())
+        writer.close()
+        fd = journal.open_journal(writer.path)
+        try:
+            recorder.Session(writer.path, fd, db_path=db).recover(rescue=False)
+        finally:
+            os.close(fd)
     return runs * per_run
 
 

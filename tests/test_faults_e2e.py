@@ -439,7 +439,10 @@ def test_kill_signals_the_agent_and_the_proxy_exits_like_it(tmp_path: Path) -> N
     run = the_run(db)
     assert (run["status"], run["exit_code"], run["exit_signal"]) == ("ended", None, 15)
     c2a = frames(db, "c2a")
-    assert (c2a[1]["forwarded"], c2a[1]["fault"]) == (1, "kill")  # the frame is still handled
+    assert c2a[1]["fault"] == "kill"  # the frame is still handled
+    # The line is written after the signal: whether the dying agent's pipe still took it is a
+    # race, and the recording says which way it went.
+    assert c2a[1]["forwarded"] == 1 or "never reached its receiver" in c2a[1]["note"]
     assert [(f["action"], f["detail"], f["raw"]) for f in faults(db)] == [("kill", "SIGTERM", LINES[1].decode())]
     assert process_gone(run["agent_pid"])
 

@@ -21,7 +21,6 @@ from click.testing import CliRunner
 
 from acp_proxy import live_check
 from acp_proxy.cli import cli
-from acp_proxy.relay import BACKLOG_BYTES
 
 from .conftest import python_agent, run_proxy, start_proxy, watchdog
 
@@ -30,9 +29,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 CHUNK_TEXT = 16 * 1024
-# More bytes than the relay's backlog for a slow recorder and every pipe on the way together:
-# if the checker could push back, the client would stop receiving long before the end.
-CHUNKS = 3 * BACKLOG_BYTES // CHUNK_TEXT
+# Far more bytes than every pipe on the way together (48 MiB): if the checker could push back,
+# the client would stop receiving long before the end.
+CHUNKS = 3 * 16 * 1024 * 1024 // CHUNK_TEXT
 
 # An ACP v1 agent: answers initialize and session/new, then streams CHUNKS message chunks for the
 # prompt, one chunk the schema rejects (a text block without its text), the prompt's response,

@@ -7,6 +7,7 @@ import pty
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -243,7 +244,8 @@ def test_full_database_keeps_relaying_warns_once_and_counts_what_was_lost(db_pat
     result = run_proxy(["run", "--db", str(db_path), "--db-limit", "600KiB", "--", "cat"], input=data, timeout=120)
     assert result.returncode == 0
     assert result.stdout == data
-    assert result.stderr.count(b"recording failed") == 1
+    assert result.stderr.count(b"limit reached") == 1
+    assert b"full" not in result.stderr
     run = the_run(db_path)
     assert run["not_recorded"] > 0
     (recorded,) = rows(db_path, "select count(*) from frames")[0]
@@ -287,7 +289,7 @@ def test_stdin_on_a_terminal_runs_the_agent_attached_and_records_only_the_run(db
     ).map(b"".join)
 )
 def test_relay_output_equals_input_for_arbitrary_bytes(tmp_path: Path, data: bytes) -> None:
-    db = tmp_path / f"h{len(data)}-{abs(hash(data))}.db"
+    db = tmp_path / f"h-{os.urandom(8).hex()}.db"  # hypothesis may draw the same bytes twice
     result = run_proxy(["run", "--db", str(db), "--", "cat"], input=data)
     assert result.returncode == 0
     assert result.stdout == data
@@ -300,3 +302,204 @@ def test_ten_mebibyte_line_without_final_newline_is_byte_exact(db_path: Path, cr
     data = b'{"a":"' + os.urandom(5 * 1024 * 1024).hex().encode() + b'"}' + (b"\r\n" if crlf else b"") + b"tail"
     result = run_proxy(["run", "--db", str(db_path), "--", "cat"], input=data)
     assert result.stdout == data
+
+
+# -- truthful counters, careful opening, defined outcomes (issue: a recording you can trust) ----
+
+
+def test_frames_the_client_never_received_are_not_forwarded_and_bytes_count_what_was_delivered(
+    db_path: Path,
+) -> None:
+    first = b'{"jsonrpc":"2.0","method":"first"}\n'
+    later = b'{"jsonrpc":"2.0","method":"later","params":{"n":%d}}\n'
+    agent = python_agent(
+        "import sys, time\n"
+        f"sys.stdout.buffer.write({first!r}); sys.stdout.buffer.flush()\n"
+        "sys.stdin.buffer.readline()\n"
+        "for i in range(200):\n"
+        f"    sys.stdout.buffer.write({later!r} % i); sys.stdout.buffer.flush()\n"
+        "    time.sleep(0.001)\n"
+    )
+    proc = start_proxy(["run", "--db", str(db_path), "--", *agent])
+    timer = watchdog(proc, 60)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline() == first
+        proc.stdout.close()  # the client hangs up on the agent's output
+        proc.stdin.write(b'{"jsonrpc":"2.0","method":"go"}\n')
+        proc.stdin.flush()
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    finally:
+        timer.cancel()
+        proc.kill()
+    flags = rows(db_path, "select forwarded, count(*) from frames where dir = 'a2c' group by forwarded order by 1")
+    assert flags[-1] == (1, 1)  # only the first line reached the client
+    assert sum(n for _, n in flags) > 1 and flags[0][0] == 0
+    notes = rows(db_path, "select distinct note from frames where dir = 'a2c' and forwarded = 0")
+    assert all("never reached its receiver" in note for (note,) in notes)
+    run = the_run(db_path)
+    assert run["bytes_a2c"] == len(first)
+    assert run["bytes_c2a"] == len(b'{"jsonrpc":"2.0","method":"go"}\n')
+
+
+def test_db_limit_counts_the_wal_and_the_journal_and_says_limit_reached(tmp_path: Path) -> None:
+    db = tmp_path / "rec.db"
+    line = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"x":"' + b"y" * 900
+    data = (line + b'"}}}\n') * 12_000  # about 11 MB each way, far past the limit
+    limit = 5 * 1024 * 1024
+    result = run_proxy(["run", "--db", str(db), "--db-limit", "5MiB", "--", "cat"], input=data, timeout=180)
+    assert result.returncode == 0
+    assert result.stdout == data
+    assert result.stderr.count(b"limit reached") == 1, result.stderr
+    assert b"disk is full" not in result.stderr
+    files = [db, Path(f"{db}-wal"), Path(f"{db}-shm")]
+    used = sum(path.stat().st_size for path in files if path.exists())
+    assert used <= limit, f"{used:,} bytes on disk for a {limit:,}-byte limit"
+    run = the_run(db)
+    (recorded,) = rows(db, "select count(*) from frames")[0]
+    assert recorded > 0 and recorded + run["not_recorded"] == 24_000
+    assert "limit" in run["not_recorded_reason"]
+
+
+def _foreign_database(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute("create table notes (id integer primary key, text)")
+    conn.execute("insert into notes (text) values ('mine')")
+    conn.commit()
+    conn.close()
+
+
+def _newer_database(path: Path) -> None:
+    from acp_proxy import store
+
+    store.open_for_writing(path, recover=False).conn.close()
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {store.SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.execute("PRAGMA journal_mode = DELETE")  # one file, so that byte for byte means something
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [(_foreign_database, b"is not an acp-proxy database"), (_newer_database, b"newer acp-proxy")],
+    ids=["foreign", "newer"],
+)
+def test_a_database_that_is_not_ours_to_write_is_refused_untouched(tmp_path: Path, make, says: bytes) -> None:
+    db = tmp_path / "given.db"
+    make(db)
+    before = db.read_bytes()
+    marker = tmp_path / "started"
+    result = run_proxy(["run", "--db", str(db), "--", *python_agent(f"open({str(marker)!r}, 'w').close()")])
+    assert result.returncode == 2
+    assert result.stderr.count(b"\n") == 1 and says in result.stderr, result.stderr
+    assert not marker.exists()
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["given.db"]
+    listed = run_proxy(["runs", "--db", str(db)])
+    assert listed.returncode != 0 and b"Traceback" not in listed.stderr
+    assert db.read_bytes() == before
+
+
+def test_directories_created_for_the_database_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    db = tmp_path / "a" / "b" / "rec.db"
+    code = (
+        "import os, sys, runpy; os.umask(0); sys.argv = ['acp_proxy', *sys.argv[1:]]; "
+        "runpy.run_module('acp_proxy', run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, "run", "--db", str(db), "--", "true"],
+        input=b"",
+        capture_output=True,
+        timeout=60,
+        env=proxy_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    for directory in (tmp_path / "a", tmp_path / "a" / "b", Path(f"{db}.journal")):
+        assert directory.stat().st_mode & 0o777 == 0o700, directory
+    assert db.stat().st_mode & 0o777 == 0o600
+
+
+def test_an_exec_failure_after_spawn_exits_127_like_a_shell_and_is_recorded(tmp_path: Path, db_path: Path) -> None:
+    script = tmp_path / "agent"
+    script.write_text("#!/no/such/interpreter\n")
+    script.chmod(0o755)
+    result = run_proxy(["run", "--db", str(db_path), "--", str(script)])
+    assert result.returncode == 127
+    assert (
+        result.stderr
+        == f"acp-proxy: {script}: bad interpreter /no/such/interpreter: no such file or directory\n".encode()
+    )
+    run = the_run(db_path)
+    assert (run["status"], run["exit_code"], run["frames"]) == ("ended", 127, 0)
+
+
+@pytest.mark.parametrize("fd", [1, 2])
+def test_a_closed_stdout_or_stderr_at_start_has_a_defined_outcome(db_path: Path, fd: int) -> None:
+    proc = subprocess.run(
+        [*PROXY, "run", "--db", str(db_path), "--", "cat"],
+        input=b'{"jsonrpc":"2.0","method":"x"}\n',
+        stdout=subprocess.PIPE if fd == 2 else None,
+        stderr=subprocess.PIPE if fd == 1 else None,
+        preexec_fn=lambda: os.close(fd),
+        timeout=60,
+        env=proxy_env(),
+    )
+    if fd == 1:  # nowhere to relay to: one line, exit 2, no agent
+        assert proc.returncode == 2
+        assert proc.stderr == b"acp-proxy: stdout (fd 1) is closed: there is nowhere to relay the agent's output\n"
+    else:  # the proxy's own words have nowhere to go; the conversation does
+        assert proc.returncode == 0
+        assert proc.stdout == b'{"jsonrpc":"2.0","method":"x"}\n'
+        assert the_run(db_path)["frames"] == 2
+
+
+def test_when_the_agent_closes_its_stdout_the_client_gets_eof_at_once(db_path: Path) -> None:
+    agent = python_agent("import os, sys, time\nprint('bye', flush=True)\nos.close(1)\ntime.sleep(60)\n")
+    proc = start_proxy(["run", "--db", str(db_path), "--grace", "0.2", "--", *agent])
+    timer = watchdog(proc, 90)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        started = time.monotonic()
+        assert proc.stdout.read() == b"bye\n"  # returns at EOF
+        waited = time.monotonic() - started
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    finally:
+        timer.cancel()
+        proc.kill()
+    assert waited < 20, f"the client waited {waited:.1f} s for EOF; the agent sleeps for 60"
+
+
+def test_a_full_disk_is_counted_and_the_conversation_goes_on(db_path: Path) -> None:
+    import resource
+
+    line = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"x":"' + b"y" * 400
+    data = (line + b'"}}}\n') * 8000  # 3.4 MB each way; no file of the run may pass 1 MB
+    limit = 1024 * 1024
+
+    def small_disk() -> None:  # what a full disk looks like to the proxy and its recorder: EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run(
+        [*PROXY, "run", "--db", str(db_path), "--", "cat"],
+        input=data,
+        capture_output=True,
+        timeout=120,
+        env=proxy_env(),
+        preexec_fn=small_disk,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == data
+    assert b"Traceback" not in result.stderr
+    assert b"were relayed but could not be journaled" in result.stderr
+    # The database could not be written either: the next command that opens it (with room
+    # again) records what the journal holds, and the run says what the journal could not.
+    listed = run_proxy(["runs", "--db", str(db_path)])
+    assert listed.returncode == 0, listed.stderr
+    run = the_run(db_path)
+    (recorded,) = rows(db_path, "select count(*) from frames")[0]
+    assert run["not_recorded"] > 0 and run["not_recorded_reason"]
+    assert recorded + run["not_recorded"] == 16_000
+    assert run["status"] in ("ended", "crashed")

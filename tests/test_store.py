@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,30 @@ def test_a_foreign_database_is_not_read(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["runs", "--db", str(path)])
     assert result.exit_code == 2
     assert "is not an acp-proxy database" in result.output and "Traceback" not in result.output
+
+
+def test_opening_a_recorded_database_to_read_loads_no_recorder_when_nothing_is_to_recover(tmp_path: Path) -> None:
+    path = tmp_path / "rec.db"
+    assert run_proxy(["run", "--db", str(path), "--", *python_agent("pass")], timeout=60).returncode == 0
+    assert Path(f"{path}.journal").is_dir()
+    code = (
+        "import sys; from pathlib import Path; from acp_proxy import store; "
+        f"store.open_for_reading(Path({str(path)!r})).conn.close(); "
+        "print(sorted(m for m in ('acp_proxy.recorder', 'sqlite_utils', 'trio', 'msgspec') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"[]\n"
+
+
+def test_a_newer_database_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    store.open_for_writing(path, recover=False).conn.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version = {store.SCHEMA_VERSION + 1}")
+        conn.execute("PRAGMA journal_mode = DELETE")
+    before = path.read_bytes()
+    with pytest.raises(store.StoreError, match="newer acp-proxy"):
+        store.open_for_writing(path)
+    assert path.read_bytes() == before
+    assert not Path(f"{path}-wal").exists()

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
 
-from acp_proxy import link, recorder
+from acp_proxy import journal, recorder
 
 SESSION = "sess-web-1"
 SECRETS = {
@@ -38,7 +39,7 @@ def conversation_traffic() -> list[tuple[int, bytes]]:
     """One run: initialize (proxy headers in _meta, an unknown capability), a session, one prompt
     whose answer streams in three chunks around a tool call with a diff, a terminal with env, a
     permission request and its answer, a plan, an error, a stderr line with a key."""
-    c2a, a2c, err = link.C2A, link.A2C, link.STDERR
+    c2a, a2c, err = journal.C2A, journal.A2C, journal.STDERR
     return [
         (
             c2a,
@@ -161,15 +162,24 @@ def conversation_traffic() -> list[tuple[int, bytes]]:
 
 
 def record(db: Path, traffic: list[tuple[int, bytes]], argv: list[str] | None = None, step_ns: int = 2_000_000) -> int:
-    """Record ``traffic`` as one finished run through the real recorder; the run's id."""
-    rec = recorder.Recorder(db, {"started_ns": time.time_ns(), "argv": argv or ["web-test-agent", "--key", "x"]})
+    """Record ``traffic`` as one finished run the way a run is recorded: journaled, then recorded
+    from the journal by the real recorder; the run's id."""
+    writer = journal.JournalWriter.create(journal.journal_dir(db))
     ts = time.time_ns()
+    start = {"started_ns": ts, "argv": argv or ["web-test-agent", "--key", "x"], "db": str(db)}
+    writer.record(journal.START, 0, ts, json.dumps(start).encode())
     for direction, data in traffic:
         ts += step_ns
-        rec.handle(link.DATA, direction, ts, data)
-    rec.end.update({"exit_code": 0, "ended_ns": ts})
-    rec.finish(crashed=False)
-    return rec.run_id
+        writer.data(direction, ts, data)
+    writer.record(journal.META, 0, ts, json.dumps({"final": True, "exit_code": 0, "ended_ns": ts}).encode())
+    writer.close()
+    fd = journal.open_journal(writer.path)
+    try:
+        session = recorder.Session(writer.path, fd, db_path=db)
+        session.recover(rescue=False)
+    finally:
+        os.close(fd)
+    return session.run_id
 
 
 def synthetic_db(path: Path) -> Path:

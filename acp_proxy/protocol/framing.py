@@ -59,6 +59,9 @@ class LineFramer:
     def feed(self, chunk: bytes) -> list[Line]:
         if not chunk:
             return []
+        if NEWLINE not in chunk:  # the middle of a big line: keep it, without split's copy
+            self._hold(chunk)
+            return []
         pieces = chunk.split(NEWLINE)
         tail = pieces.pop()  # bytes after the last newline: the start of an unfinished line
         lines: list[Line] = []

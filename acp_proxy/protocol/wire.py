@@ -8,10 +8,16 @@ an absent id is not a null id), its method, the ``sessionId`` it concerns, and f
 Must not know: pipes, SQL, pairing or any state across lines (that is the tracker's). It never
 re-encodes a line: params and results are kept as ``msgspec.Raw`` slices of the input, and
 whatever cannot be decoded is reported with its error, never dropped.
+
+Rule: decoding is total. Any bytes give a ``Frame`` and nothing here raises: a line nested
+deeper than msgspec's recursion limit is decoded from a copy with its deep members replaced by
+``null`` (and says so), an id that is no JSON scalar keeps its text, and an error code that is
+not a 64-bit integer is reported instead of handed on (SQLite could not store it).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -75,13 +81,26 @@ class _LooseEnvelope(Struct):
     error: Raw = Raw()
 
 
+class _LooseError(Struct):
+    """An error member whose code msgspec cannot turn into a Python value (e.g. 100,000 digits)."""
+
+    code: Raw = Raw()
+    message: Any = None
+
+
 _envelope_decoder = msgspec.json.Decoder(_Envelope)
 _loose_decoder = msgspec.json.Decoder(_LooseEnvelope)
 _error_decoder = msgspec.json.Decoder(_Error)
+_loose_error_decoder = msgspec.json.Decoder(_LooseError)
 _array_decoder = msgspec.json.Decoder(list[Raw])
 _any_decoder = msgspec.json.Decoder()
 _encode = msgspec.json.encode
 _WHITESPACE = (b" ", b"\t", b"\r", b"\n")
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1  # what SQLite's INTEGER holds
+FLATTEN_DEPTH = 200  # members nested deeper are replaced by null when msgspec's recursion limit is hit
+FLATTEN_MAX_BYTES = 4 * 1024 * 1024  # past this, a too-deep line is not scanned (the scan is Python)
+# A JSON string (escapes included) or one bracket: the tokens that decide nesting depth.
+_DEPTH_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 
 class Frame(Struct, gc=False):
@@ -113,7 +132,12 @@ def decode(line: bytes, *, utf8_valid: bool | None = None) -> Frame:
     hold invalid UTF-8: such a frame keeps its kind (a response is still an answer) and carries
     the decode error. ``utf8_valid`` lets a caller that already checked the line say so.
     """
-    frame = _decode(line)
+    try:
+        frame = _decode(line)
+    except RecursionError:
+        frame = _decode_flattened(line)
+    except Exception as exc:  # a msgspec or interpreter limit nobody foresaw: still a frame
+        frame = invalid(f"undecodable: {type(exc).__name__}: {exc}")
     if utf8_valid is None:
         try:
             line.decode()
@@ -123,6 +147,51 @@ def decode(line: bytes, *, utf8_valid: bool | None = None) -> Frame:
     if not utf8_valid and frame.decode_error is None:
         frame.decode_error = _describe_error(line)
     return frame
+
+
+def _decode_flattened(line: bytes) -> Frame:
+    """A line too deep for msgspec: decode a copy whose members below FLATTEN_DEPTH are null."""
+    if len(line) > FLATTEN_MAX_BYTES:
+        return invalid(f"nested too deeply to decode (a {len(line):,}-byte line)")
+    flat = flatten(line, FLATTEN_DEPTH)
+    if flat is None:
+        return invalid(_describe_error(line) or "invalid JSON: unbalanced brackets")
+    try:
+        frame = _decode(flat)
+    except Exception as exc:
+        return invalid(f"nested too deeply to decode: {type(exc).__name__}")
+    note = f"nested deeper than {FLATTEN_DEPTH} levels: the deeper members were not decoded"
+    frame.decode_error = f"{frame.decode_error}; {note}" if frame.decode_error else note
+    return frame
+
+
+def flatten(line: bytes, depth: int) -> bytes | None:
+    """``line`` with every array or object nested deeper than ``depth`` replaced by ``null``;
+    None when its brackets do not balance. Iterative: no nesting depth can exhaust a stack."""
+    out: list[bytes] = []
+    level = 0
+    cut_at = -1
+    kept = 0
+    for match in _DEPTH_TOKENS.finditer(line):
+        first = line[match.start()]
+        if first == 0x22:  # a string: brackets inside it do not count
+            continue
+        if first in (0x5B, 0x7B):  # [ {
+            level += 1
+            if level == depth + 1:
+                cut_at = match.start()
+            continue
+        if level == depth + 1:
+            out.append(line[kept:cut_at])
+            out.append(b"null")
+            kept = match.end()
+        level -= 1
+        if level < 0:
+            return None
+    if level != 0:
+        return None
+    out.append(line[kept:])
+    return b"".join(out)
 
 
 def _decode(line: bytes) -> Frame:
@@ -153,7 +222,36 @@ def _decode_envelope(data: bytes, line: bytes) -> Frame:
     try:
         return _classify(_loose_decoder.decode(data))
     except msgspec.DecodeError as exc:
+        if b"\\u" in data:
+            frame = _decode_without_lone_surrogates(data)
+            if frame is not None:
+                return frame
         return invalid(_describe_error(line) or str(exc))
+
+
+def _decode_without_lone_surrogates(data: bytes) -> Frame | None:
+    """JSON allows an escaped UTF-16 surrogate without its pair (``"\\ud800"``); msgspec does
+    not. Classify a copy with such escapes replaced by U+FFFD, and say so."""
+    fixed = _SURROGATE_ESCAPE.sub(_keep_pairs, data)
+    if fixed == data:
+        return None
+    try:
+        frame = _classify(_loose_decoder.decode(fixed))
+    except Exception:
+        return None
+    note = "lone UTF-16 surrogate escapes, read as U+FFFD"
+    frame.decode_error = f"{frame.decode_error}; {note}" if frame.decode_error else note
+    return frame
+
+
+# A surrogate escape, and the low half after it when the two make a valid pair.
+_SURROGATE_ESCAPE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?|\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+
+
+def _keep_pairs(match: re.Match[bytes]) -> bytes:
+    return match.group() if len(match.group()) == 12 else b"\\ufffd"
 
 
 def _decode_batch(line: bytes) -> Frame:
@@ -175,17 +273,25 @@ def _describe_error(line: bytes) -> str | None:
         _any_decoder.decode(line)
     except msgspec.DecodeError as exc:
         return f"invalid JSON: {exc}"
+    except RecursionError:
+        return None  # valid as far as anyone can tell; the caller says what it could decode
+    except Exception as exc:
+        return f"undecodable: {type(exc).__name__}"
     return None
 
 
 def canonical_id(raw: Raw) -> str | None:
-    """The id as canonical JSON text; None when absent. Non-scalar ids are kept as given."""
+    """The id as canonical JSON text; None when absent. Never raises: non-scalar ids, and ids
+    msgspec cannot represent (100,000 digits, nesting past its limit), are kept as given."""
     if not raw:
         return None
-    value = _any_decoder.decode(raw)
-    if value is None or (isinstance(value, (int, str)) and not isinstance(value, bool)):
-        return _encode(value).decode()
-    return bytes(raw).decode()
+    try:
+        value = _any_decoder.decode(raw)
+        if value is None or (isinstance(value, (int, str)) and not isinstance(value, bool)):
+            return _encode(value).decode()
+    except Exception:  # DecodeError, RecursionError, ValueError (int digits): keep the text
+        pass
+    return bytes(raw).decode("utf-8", "replace")
 
 
 def _classify(env: _Envelope | _LooseEnvelope) -> Frame:
@@ -251,9 +357,30 @@ def _plan_id(plan: Any) -> str | None:
 
 def _read_error(raw: Raw) -> tuple[int | None, str | None, str | None]:
     try:
-        err = _error_decoder.decode(raw)
-    except msgspec.DecodeError:
-        return None, None, "error member is not an object"
-    code = err.code if isinstance(err.code, int) and not isinstance(err.code, bool) else None
+        err: _Error | _LooseError = _error_decoder.decode(raw)
+    except Exception:
+        try:
+            err = _loose_error_decoder.decode(raw)
+        except Exception:
+            return None, None, "error member is not an object"
     message = err.message if isinstance(err.message, str) else None
+    code = err.code
+    if isinstance(code, Raw):
+        return None, message, f"error code is not a 64-bit integer: {_clip(bytes(code))}"
+    if not isinstance(code, int) or isinstance(code, bool):
+        return None, message, None
+    if not INT64_MIN <= code <= INT64_MAX:
+        return None, message, f"error code is not a 64-bit integer: {_clip(_int_text(code))}"
     return code, message, None
+
+
+def _int_text(value: int) -> bytes:
+    try:
+        return str(value).encode()
+    except ValueError:  # more digits than Python converts (sys.set_int_max_str_digits)
+        return f"an integer of {value.bit_length():,} bits".encode()
+
+
+def _clip(text: bytes, keep: int = 40) -> str:
+    shown = text[:keep].decode("utf-8", "replace")
+    return shown if len(text) <= keep else f"{shown}... ({len(text):,} bytes)"

@@ -1,0 +1,149 @@
+"""No orphans: every process an agent starts ends with its run, even when the proxy is SIGKILLed.
+
+Owns: the Linux process-lifetime tools the relay and the recorder use for that — the agent's
+parent-death signal (``PR_SET_PDEATHSIG``: the kernel kills the agent when the proxy dies, even
+by SIGKILL), the proxy as a child subreaper (``PR_SET_CHILD_SUBREAPER``: orphaned grandchildren
+are re-parented to it, not to init, so it can reap them), and a marker in the agent's
+environment, unique to the run and inherited by everything the agent starts, by which the
+relay, the recorder (which outlives a killed proxy) or a later recovery finds and stops the
+run's processes — ``setsid`` ones included, which no process-group signal reaches.
+
+Must not know: trio, SQL, the journal's format. Imported before the agent starts: only os,
+signal and time at import; ``ctypes`` when a ``prctl`` is made. On systems without ``prctl``
+or ``/proc`` each tool does nothing, and the process-group signals remain.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+
+MARKER_VAR = "ACP_PROXY_RUN"
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_prctl: Callable[..., int] | None = None
+
+
+def new_marker() -> str:
+    return f"{os.getpid()}-{os.urandom(8).hex()}"
+
+
+def _libc_prctl() -> Callable[..., int] | None:
+    global _prctl
+    if _prctl is None:
+        try:
+            import ctypes
+
+            func = ctypes.CDLL(None, use_errno=True).prctl
+            func.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+            _prctl = func
+        except (OSError, AttributeError):
+            _prctl = lambda *args: -1  # noqa: E731 - not Linux: nothing to set
+    return _prctl
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants become our children (and zombies until we reap them)."""
+    return _libc_prctl()(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def die_with_parent(parent_pid: int) -> Callable[[], None]:
+    """A ``preexec_fn`` for the agent: SIGKILL when the spawning thread's process dies.
+
+    The signal fires when the thread that forked exits, so the agent must be spawned from the
+    thread that lives as long as the proxy (the main thread). A parent that died between fork
+    and prctl would never send it: then the child gives up before exec."""
+    prctl = _libc_prctl()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
+
+
+def marked(marker: str, exclude: Iterable[int] = ()) -> list[int]:
+    """Pids of live processes whose environment holds this run's marker."""
+    needle = f"{MARKER_VAR}={marker}".encode()
+    skip = {os.getpid(), *exclude}
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            continue
+        if (needle + b"\0" in environ or environ.endswith(needle)) and not _is_zombie(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+def stop_marked(marker: str, grace: float, exclude: Iterable[int] = ()) -> int:
+    """TERM the run's remaining processes, KILL those still there after ``grace``; how many
+    were found. Our own children among them are reaped."""
+    exclude = tuple(exclude)
+    pids = marked(marker, exclude)
+    found = len(pids)
+    if pids:
+        _signal_all(pids, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            reap(exclude)
+            pids = marked(marker, exclude)
+            if pids:
+                time.sleep(0.02)  # polling the process table, with a deadline
+        _signal_all(pids, signal.SIGKILL)
+    reap(exclude)
+    return found
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def reap(exclude: Iterable[int] = ()) -> None:
+    """Collect exited children (orphans re-parented to us included), except ``exclude``."""
+    skip = set(exclude)
+    for pid in children():
+        if pid in skip:
+            continue
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def children() -> list[int]:
+    found: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as handle:
+                found.extend(int(word) for word in handle.read().split())
+        except OSError:
+            pass
+    return found

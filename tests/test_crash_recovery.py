@@ -1,0 +1,394 @@
+"""Killing any acp-proxy process loses nothing a peer received, and leaves no process behind.
+
+Each test runs the real proxy with a real agent, kills one of its processes with SIGKILL in the
+middle of a storm of frames, and compares what the client received with what the recording
+holds once it is complete (by the recorder, by the proxy, or by the next command that opens the
+database). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from acp_proxy import journal as jr
+from acp_proxy import store
+
+from .conftest import python_agent, run_proxy, start_proxy, watchdog
+from .test_relay_lifecycle import the_run as run_row
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds processes in /proc (Linux)")
+
+LINE = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"n":%d}}}\n'
+
+
+def storm_agent(count: int, then: str = "") -> list[str]:
+    """Writes ``count`` numbered lines as fast as the pipe takes them, then runs ``then``."""
+    return python_agent(
+        "import sys\n"
+        "out = sys.stdout.buffer\n"
+        f"line = {LINE!r}\n"
+        f"for i in range({count}):\n"
+        "    out.write(line % i)\n"
+        "out.flush()\n" + then
+    )
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)  # polling another process's progress, with a deadline
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as handle:
+                found.extend(int(word) for word in handle.read().split())
+    except OSError:
+        pass
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def recorder_of(proxy: subprocess.Popen[bytes]) -> int:
+    found: list[int] = []
+
+    def look() -> bool:
+        found[:] = [pid for pid in children(proxy.pid) if "acp_proxy.recorder" in cmdline(pid)]
+        return bool(found)
+
+    wait_until(look, 60, "the recorder process")
+    return found[0]
+
+
+def writer_of(recorder: int) -> int:
+    found: list[int] = []
+
+    def look() -> bool:
+        found[:] = children(recorder)
+        return bool(found)
+
+    wait_until(look, 60, "the writer process")
+    return found[0]
+
+
+class Client:
+    """Reads the proxy's stdout in a thread, counting whole lines as they arrive."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.data = bytearray()
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while chunk := os.read(fd, 1 << 20):
+            with self.lock:
+                self.data += chunk
+
+    def lines(self) -> int:
+        with self.lock:
+            return self.data.count(b"\n")
+
+    def finish(self, timeout: float) -> bytes:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the client never got EOF"
+        return bytes(self.data)
+
+
+def recorded_a2c(db: Path) -> list[bytes]:
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute("select raw from frames where dir = 'a2c' and terminated = 1 order by seq").fetchall()
+    finally:
+        conn.close()
+    return [row[0].encode() + b"\n" for row in rows]
+
+
+def run_finished(db: Path) -> bool:
+    try:
+        return run_row(db)["status"] != "running"
+    except (sqlite3.Error, ValueError):
+        return False
+
+
+def assert_nothing_delivered_is_lost(delivered: bytes, db: Path) -> list[bytes]:
+    lines = delivered.split(b"\n")[:-1]  # whole lines only: a torn last one is in the recording too
+    recorded = recorded_a2c(db)
+    assert len(recorded) >= len(lines)
+    assert b"".join(recorded[: len(lines)]) == b"".join(line + b"\n" for line in lines)
+    return recorded
+
+
+def test_kill_9_of_the_proxy_mid_storm_loses_nothing_the_client_received(db_path: Path) -> None:
+    proc = start_proxy(["run", "--db", str(db_path), "--", *storm_agent(2_000_000)])
+    timer = watchdog(proc, 120)
+    try:
+        client = Client(proc)
+        recorder = recorder_of(proc)
+        wait_until(lambda: client.lines() > 50_000, 60, "frames at the client")
+        proc.kill()
+        proc.wait(timeout=30)
+        delivered = client.finish(30)
+    finally:
+        timer.cancel()
+        proc.kill()
+    # The recorder outlives the proxy (a session of its own): it records the journal to its end.
+    wait_until(lambda: run_finished(db_path), 120, "the recorder to finish the run")
+    wait_until(lambda: not alive(recorder), 60, "the recorder to exit")
+    recorded = assert_nothing_delivered_is_lost(delivered, db_path)
+    run = run_row(db_path)
+    assert (run["status"], run["frames_a2c"]) == ("crashed", len(recorded))
+    assert not list((db_path.parent / (db_path.name + ".journal")).glob("*.journal"))
+
+
+def storm_with_a_death(db: Path, victim: Callable[[subprocess.Popen[bytes]], int], count: int) -> tuple[bytes, bytes]:
+    """The whole storm reaches the client although ``victim`` (a pid) is SIGKILLed early on;
+    (what the client got, what the proxy said)."""
+    proc = start_proxy(["run", "--db", str(db), "--", *storm_agent(count, "sys.stdin.read()\n")])
+    timer = watchdog(proc, 180)
+    try:
+        client = Client(proc)
+        pid = victim(proc)
+        wait_until(lambda: client.lines() > 20_000, 60, "frames at the client")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: client.lines() == count, 120, "the whole storm at the client")
+        assert proc.stdin is not None and proc.stderr is not None
+        proc.stdin.close()
+        delivered = client.finish(120)
+        proc.wait(timeout=150)
+        stderr = proc.stderr.read()
+    finally:
+        timer.cancel()
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    return delivered, stderr
+
+
+def test_kill_9_of_the_recorder_mid_storm_the_proxy_records_the_journal_at_the_end(db_path: Path) -> None:
+    count = 300_000
+    delivered, stderr = storm_with_a_death(db_path, recorder_of, count)
+    assert stderr.count(b"the recorder stopped") == 1
+    assert delivered.count(b"\n") == count
+    recorded = assert_nothing_delivered_is_lost(delivered, db_path)
+    assert len(recorded) == count
+    run = run_row(db_path)
+    assert (run["status"], run["exit_code"], run["frames_a2c"]) == ("crashed", 0, count)
+    assert run["recovered_frames"] > 0
+    assert run["bytes_a2c"] == len(delivered)
+
+
+def test_kill_9_of_the_writer_mid_storm_the_recorder_resumes_from_the_last_commit(db_path: Path) -> None:
+    count = 300_000
+    delivered, stderr = storm_with_a_death(db_path, lambda proc: writer_of(recorder_of(proc)), count)
+    assert stderr.count(b"writer stopped") == 1, stderr
+    recorded = assert_nothing_delivered_is_lost(delivered, db_path)
+    assert len(recorded) == count
+    run = run_row(db_path)
+    assert (run["status"], run["frames_a2c"], run["not_recorded"]) == ("crashed", count, 0)
+    conn = sqlite3.connect(db_path)
+    try:  # exactly once: no frame twice
+        assert conn.execute("select count(*), count(distinct raw) from frames where dir = 'a2c'").fetchone() == (
+            count,
+            count,
+        )
+    finally:
+        conn.close()
+
+
+def test_when_every_process_is_killed_the_next_command_recovers_the_run(db_path: Path) -> None:
+    proc = start_proxy(["run", "--db", str(db_path), "--", *storm_agent(2_000_000)])
+    timer = watchdog(proc, 120)
+    try:
+        client = Client(proc)
+        recorder = recorder_of(proc)
+        writer = writer_of(recorder)
+        wait_until(lambda: client.lines() > 50_000, 60, "frames at the client")
+        for pid in (writer, recorder, proc.pid):  # the writer first: nothing commits after this
+            os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        delivered = client.finish(30)
+    finally:
+        timer.cancel()
+        proc.kill()
+    wait_until(lambda: not alive(recorder) and not alive(writer), 30, "the recorder and writer to be gone")
+    assert run_row(db_path)["status"] == "running"
+    listed = run_proxy(["runs", "--db", str(db_path), "--json"], timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    run = run_row(db_path)
+    assert run["status"] == "crashed"
+    assert run["recovered_frames"] > 0
+    assert_nothing_delivered_is_lost(delivered, db_path)
+    assert json.loads(listed.stdout)[0]["status"] == "crashed"
+
+
+def test_a_torn_last_journal_record_is_dropped_and_the_rest_recovered(tmp_path: Path) -> None:
+    db = tmp_path / "rec.db"
+    store.open_for_writing(db).conn.close()
+    journal = jr.JournalWriter.create(jr.journal_dir(db))
+    start = {"started_ns": 1, "argv": ["agent"], "db": str(db), "options": {}}
+    journal.record(jr.START, 0, 1, json.dumps(start).encode())
+    journal.data(jr.A2C, 2, b'{"jsonrpc":"2.0","method":"a"}\n{"jsonrpc":"2.0","method":"b"}\n')
+    journal.data(jr.A2C, 3, b'{"jsonrpc":"2.0","method":"torn"}\n')
+    journal.close()
+    os.truncate(journal.path, journal.path.stat().st_size - 5)  # kill -9 in the middle of an append
+    store.open_for_reading(db).conn.close()
+    run = run_row(db)
+    assert (run["status"], run["frames_a2c"], run["recovered_frames"]) == ("crashed", 2, 2)
+    assert [line.rstrip(b"\n") for line in recorded_a2c(db)] == [
+        b'{"jsonrpc":"2.0","method":"a"}',
+        b'{"jsonrpc":"2.0","method":"b"}',
+    ]
+    assert not journal.path.exists()
+
+
+def test_a_journal_whose_proxy_died_before_saying_what_it_ran_is_removed(tmp_path: Path) -> None:
+    db = tmp_path / "rec.db"
+    store.open_for_writing(db).conn.close()
+    journal = jr.JournalWriter.create(jr.journal_dir(db))
+    journal.close()
+    store.open_for_reading(db).conn.close()
+    assert not journal.path.exists()
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("select count(*) from runs").fetchone() == (0,)
+    finally:
+        conn.close()
+
+
+# -- no orphans -------------------------------------------------------------------------------
+
+
+def test_an_idle_agent_does_not_outlive_a_proxy_killed_with_sigkill(db_path: Path) -> None:
+    agent = python_agent("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(300)\n")
+    proc = start_proxy(["run", "--db", str(db_path), "--", *agent])
+    timer = watchdog(proc, 60)
+    try:
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline())
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        timer.cancel()
+        proc.kill()
+    wait_until(lambda: not alive(pid), 20, "the agent to die with its proxy")
+
+
+SETSID_AGENT = python_agent(
+    "import subprocess, sys, time\n"
+    "child = subprocess.Popen(['sleep', '300'], start_new_session=True, stdout=subprocess.DEVNULL)\n"
+    "print(child.pid, flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+def test_a_setsid_grandchild_is_stopped_when_the_run_ends(db_path: Path) -> None:
+    proc = start_proxy(["run", "--db", str(db_path), "--grace", "0.5", "--", *SETSID_AGENT])
+    timer = watchdog(proc, 60)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        grandchild = int(proc.stdout.readline())
+        assert alive(grandchild)
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    finally:
+        timer.cancel()
+        proc.kill()
+    assert proc.returncode == 0
+    wait_until(lambda: not alive(grandchild), 20, "the setsid grandchild to be stopped")
+
+
+def test_a_setsid_grandchild_is_stopped_when_the_proxy_is_killed(db_path: Path) -> None:
+    proc = start_proxy(["run", "--db", str(db_path), "--", *SETSID_AGENT])
+    timer = watchdog(proc, 60)
+    try:
+        assert proc.stdout is not None
+        grandchild = int(proc.stdout.readline())
+        recorder_of(proc)
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        timer.cancel()
+        proc.kill()
+    # The recorder survives the proxy and stops what carries the run's marker.
+    wait_until(lambda: not alive(grandchild), 30, "the setsid grandchild to be stopped")
+    wait_until(lambda: run_finished(db_path), 60, "the run to be finished")
+
+
+# -- a database locked by someone else --------------------------------------------------------
+
+
+ECHO_AGENT = python_agent(
+    "import sys\nfor line in sys.stdin.buffer:\n    sys.stdout.buffer.write(line)\n    sys.stdout.buffer.flush()\n"
+)
+
+
+def test_a_write_lock_held_elsewhere_does_not_hold_up_the_conversation(db_path: Path) -> None:
+    store.open_for_writing(db_path).conn.close()
+    proc = start_proxy(["run", "--db", str(db_path), "--", *ECHO_AGENT])
+    timer = watchdog(proc, 180)
+    locker = sqlite3.connect(db_path, isolation_level=None, timeout=30)
+    payload = b"p" * 128 * 1024  # 300 trips carry ~75 MB: far more than any buffer on the way
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        recorder_of(proc)
+
+        def trip(i: int, body: bytes = b"") -> float:
+            t0 = time.perf_counter()
+            proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"ping","params":{"p":"%s"}}\n' % (i, body))
+            proc.stdin.flush()
+            assert proc.stdout.readline().startswith(b'{"jsonrpc"')
+            return time.perf_counter() - t0
+
+        for i in range(20):
+            trip(i)
+        locker.execute("BEGIN IMMEDIATE")  # another process holds the write lock from here
+        locker.execute("INSERT INTO runs (started_ns, status) VALUES (0, 'locker')")
+        gaps = [trip(i, payload) for i in range(20, 320)]
+        locker.execute("COMMIT")
+        proc.stdin.close()
+        proc.wait(timeout=150)
+    finally:
+        timer.cancel()
+        proc.kill()
+        locker.close()
+    assert proc.returncode == 0
+    # The target is +50 ms; this bound only says the relay never waited for the lock (which a
+    # relay that holds back what the recorder has not written would, once its buffer is full).
+    assert max(gaps) < 1.0, f"a round trip took {max(gaps):.3f} s while the database was locked"
+    conn = sqlite3.connect(db_path)
+    try:
+        run = conn.execute("select status, frames_c2a, frames_a2c, not_recorded from runs where status != 'locker'")
+        assert run.fetchone() == ("ended", 320, 320, 0)
+    finally:
+        conn.close()
