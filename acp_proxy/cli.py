@@ -32,16 +32,7 @@ from .cli_support import (
 )
 from .errors import UsageError
 from .limits import GRACE_MAX_S, MAX_DB_LIMIT, MAX_RECORD_BYTES, SEED_RANGE
-
-
-def db_option(func: Any) -> Any:
-    return click.option(
-        "--db",
-        "db_path",
-        type=click.Path(path_type=Path),
-        default=None,
-        help="Database file. Default: $ACP_PROXY_DB, else $XDG_DATA_HOME/acp-proxy/acp-proxy.db.",
-    )(func)
+from .options import FilePath, db_option
 
 
 def resolve_db(db_path: Path | None) -> Path:
@@ -127,7 +118,7 @@ def cli() -> None:
 @click.option(
     "--faults",
     "faults_file",
-    type=click.Path(path_type=Path),
+    type=FilePath(),
     default=None,
     help="A TOML file of fault rules (see examples/faults.toml).",
 )
@@ -150,7 +141,7 @@ def cli() -> None:
 )
 @click.option(
     "--stderr-file",
-    type=click.Path(path_type=Path),
+    type=FilePath(),
     default=None,
     help="Append everything the proxy writes to stderr — its own lines and the agent's stderr — "
     "to this file (created 0600) instead, for clients that hide stderr (the pytest fixture uses it).",
@@ -530,7 +521,7 @@ def stats(db_path: Path | None, output: Output, ref: str) -> None:
         def short(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for row in rows:
                 sid = row.get("session_id")
-                row["session"] = sid[:session_len] if isinstance(sid, str) else sid
+                row["session"] = views.session_label(sid, session_len) if isinstance(sid, str) else sid
             return rows
 
         out.line(out.paint(f"Stats for {label}", "bold"))
@@ -928,7 +919,7 @@ def _wait_for_database(path: Path, interval: float, deadline: float | None) -> t
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=FilePath(dir_okay=False),
     default=None,
     help="Write here (created 0600) instead of stdout.",
 )

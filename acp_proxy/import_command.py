@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from .options import db_option
+from .options import FilePath, db_option
 
 FORMATS = ("jsonl", "jsons", "inspector", "jetbrains")
 """The formats of ``importers`` (spelled here too: the parsers are imported only when a log is)."""
@@ -30,7 +30,7 @@ FORMATS = ("jsonl", "jsons", "inspector", "jetbrains")
     help="jsonl: an acp-proxy export (or `frames --jsonl`); jsons: an ACP conductor trace; "
     "inspector: an ACP Inspector trace; jetbrains: a JetBrains IDE's acp-transport.log.",
 )
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=FilePath(dir_okay=False))
 def import_log(db_path: Path | None, fmt: str, file: Path) -> None:
     """Turn the log FILE into a run, so that show, check, stats, replay, diff and the UI read it.
 

@@ -517,6 +517,8 @@ def read_lines(path: Path, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, b
         handle = open(path, "rb")  # noqa: SIM115 (closed below, also when the reader is abandoned)
     except OSError as exc:
         raise ImportFormatError(f"cannot read {path}: {(exc.strerror or str(exc)).lower()}") from None
+    except ValueError:  # a NUL or a lone surrogate: no file can have that name
+        raise ImportFormatError(f"cannot read {str(path)!r}: not a possible file name") from None
     try:
         while True:
             try:

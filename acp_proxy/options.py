@@ -13,10 +13,22 @@ import click
 DB_HELP = "Database file. Default: $ACP_PROXY_DB, else $XDG_DATA_HOME/acp-proxy/acp-proxy.db."
 
 
+class FilePath(click.Path):
+    """A file name option or argument (a ``Path``): one that no file can have (a NUL, a lone
+    surrogate) is a usage error rather than the ``ValueError`` click's own checks would raise."""
+
+    def __init__(self, *, dir_okay: bool = True) -> None:
+        super().__init__(dir_okay=dir_okay, path_type=Path)
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> object:
+        try:
+            return super().convert(value, param, ctx)
+        except ValueError:  # os.stat's "embedded null byte", or UnicodeEncodeError
+            self.fail(f"{str(value)!r} cannot be a file name", param, ctx)
+
+
 def db_option(func: click.decorators.FC) -> click.decorators.FC:
-    return click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help=DB_HELP)(
-        func
-    )
+    return click.option("--db", "db_path", type=FilePath(dir_okay=False), default=None, help=DB_HELP)(func)
 
 
 def redact_options(func: click.decorators.FC) -> click.decorators.FC:

@@ -87,6 +87,8 @@ def resolve(db: ReadDb, text: str) -> Ref:
     if len(ids) > 1:
         shown = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
         raise RefError(f"{prefix!r} is the start of {len(ids)} session ids ({shown}); type more of it")
+    if prefix is not text:
+        raise RefError(f"no session matches {prefix!r} (try: acp-proxy sessions)")
     raise RefError(f"no run or session matches {text!r} (try: acp-proxy runs, acp-proxy sessions)")
 
 

@@ -492,6 +492,19 @@ def latency(ns: int | None) -> str:
     return f"{s:.0f}s" if s < 100_000 else f"{s / 86400:.0f}d"
 
 
+def session_label(session_id: str, length: int) -> str:
+    """The start of ``session_id`` to show: ``length`` characters, or more until one is not a
+    digit, since a reference made only of digits names a run (``session:`` then says it, for
+    an id with no other character)."""
+    if len(session_id) <= length and not (session_id.isascii() and session_id.isdigit()):
+        return session_id
+    end = length
+    while end < len(session_id) and session_id[:end].isascii() and session_id[:end].isdigit():
+        end += 1
+    label = session_id[:end]
+    return f"session:{label}" if label.isascii() and label.isdigit() else label
+
+
 class FrameLines:
     """Formats frames one per line (``FRAME_LEGEND``) for ``out``: the fixed columns, then the
     summary cut to what is left of the width. ``session_len``: how many characters of a session
@@ -522,7 +535,7 @@ class FrameLines:
     def short_session(self, session_id: str | None) -> str:
         if not session_id:
             return ""
-        return session_id[: self.session_len] if len(session_id) > self.session_len else session_id
+        return session_label(session_id, self.session_len)
 
     def line(self, f: Mapping[str, Any]) -> str:
         paint = self.out.paint

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from acp_proxy.cli import cli
+from acp_proxy.views import session_label
 
 from .conftest import python_agent, run_proxy
 
@@ -35,7 +36,7 @@ def test_sdk_pair_is_clean(sdk_recording: tuple[Path, str], ref: str) -> None:
 
 def test_sdk_session_is_clean_in_a_table(sdk_recording: tuple[Path, str]) -> None:
     db, session = sdk_recording
-    result = invoke("check", session[:8], "--db", str(db))
+    result = invoke("check", session_label(session, 8), "--db", str(db))
     assert result.exit_code == 0
     assert "no findings" in result.stdout
 

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from acp_proxy.cli import cli
+from acp_proxy.views import session_label
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -55,7 +56,7 @@ def test_sessions(sdk_recording: tuple[Path, str]) -> None:
 
 def test_show_a_session_across_runs_marks_history(sdk_recording: tuple[Path, str]) -> None:
     db, session = sdk_recording
-    output = invoke("show", session[:8], "--db", str(db)).output
+    output = invoke("show", session_label(session, 8), "--db", str(db)).output
     assert "user       hello world" in output
     assert "permission call_1 [allow-once, reject-once] → allow-once" in output
     assert "history" in output  # the second run's session/load replay
@@ -192,7 +193,9 @@ def test_export_jsonl_and_conductor_trace(sdk_recording: tuple[Path, str], tmp_p
 
 def test_a_session_export_starts_each_run_with_its_setup(sdk_recording: tuple[Path, str]) -> None:
     db, session = sdk_recording
-    _, *frames = [json.loads(line) for line in invoke("export", session[:6], "--db", str(db)).stdout.splitlines()]
+    _, *frames = [
+        json.loads(line) for line in invoke("export", session_label(session, 6), "--db", str(db)).stdout.splitlines()
+    ]
     by_run = {run: [(f["dir"], f["kind"], f["method"]) for f in frames if f["run_id"] == run] for run in (1, 2)}
     assert by_run[1][:4] == [
         ("c2a", "request", "initialize"),

@@ -108,7 +108,7 @@ def test_a_line_over_sqlites_length_limit_is_recorded_cut_and_flagged(tmp_path: 
     data = big + b"\n" + small + b"\n"
     db = tmp_path / "rec.db"
     env = proxy_env(ACP_PROXY_SQLITE_MAX_LENGTH=str(limit))
-    result = run_proxy(["run", "--db", str(db), "--max-record-bytes", "1GiB", "--", "cat"], input=data, env=env)
+    result = run_proxy(["run", "--db", str(db), "--max-record-bytes", "1GB", "--", "cat"], input=data, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == data
     run, frames = recorded(db)

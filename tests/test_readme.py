@@ -22,8 +22,10 @@ from click.testing import CliRunner
 
 from acp_proxy import faults
 from acp_proxy.cli import cli
+from acp_proxy.views import session_label
 
 from .conftest import PROXY, proxy_env
+from .test_import import jetbrains_log
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -83,7 +85,7 @@ def as_argv(example: str, session: str) -> list[str]:
     words = shlex.split(line)
     if "|" in words:
         words = words[: words.index("|")]
-    return [session[:6] if word in ("3f2a", "9c1b") else word for word in words[1:]]
+    return [session_label(session, 6) if word in ("3f2a", "9c1b") else word for word in words[1:]]
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +120,15 @@ def run_example(example: str, db: Path, session: str, where: Path) -> None:
         return
     if name == "tail":
         args += ["--timeout", "1", "--interval", "0.05"]
+    if name == "import":
+        # The shell would expand ~; the log the example names is made from the recording.
+        args = [str(where / "home" / a[2:]) if a.startswith("~/") else a for a in args]
+        positional = [
+            a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or not args[i - 1].startswith("--"))
+        ]
+        log = where / positional[0]
+        if not log.exists():
+            write_log_to_import(log, db)
     if any(p.name == "db_path" for p in command.params) and "--db" not in args:
         args += ["--db", str(db)]
     with contextlib.chdir(where):
@@ -125,6 +136,23 @@ def run_example(example: str, db: Path, session: str, where: Path) -> None:
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     # 1 is an answer (findings, a difference, a deviation, a count not reached); 2 is a bad input.
     assert result.exit_code in (0, 1), f"{example}\n{result.output}"
+
+
+def write_log_to_import(log: Path, db: Path) -> None:
+    """The log an ``import`` example names, in the format its name says, made from ``db``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if log.name.endswith(".log"):
+        frames = [json.loads(line) for line in invoke_ok("frames", "--jsonl", "--db", str(db)).splitlines()]
+        log.write_text(jetbrains_log([f for f in frames if f["run_id"] == 1]))
+        return
+    fmt = "jsons" if log.suffix == ".jsons" else "jsonl"
+    invoke_ok("export", "1", "--format", fmt, "-o", str(log), "--db", str(db))
+
+
+def invoke_ok(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, (args, result.output)
+    return result.stdout
 
 
 # -- the editor snippets' agents, for real -----------------------------------------------------

@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("datasette", reason="the [ui] extra (Datasette) is not installed")
 
+from acp_proxy.views import session_label
+
 from .web_support import AUTH, HOST, SECRETS, SESSION, TOKEN, app, get, get_json, holds_secret, synthetic_db
 
 
@@ -124,7 +126,7 @@ def test_session_json_spans_its_runs(sdk_recording: tuple[Path, str]) -> None:
     replayed = [e for e in conv["timeline"] if e["replay"]]
     assert replayed, "the load's history is marked"
     assert all(item["run_id"] in (1, 2) for item in data["timeline"])
-    prefix = get_json(app(db), f"/sessions/{session[:8]}.json")
+    prefix = get_json(app(db), f"/sessions/{session_label(session, 8)}.json")
     assert prefix["ref"]["id"] == session
     requests = get_json(app(db), f"/sessions/{session}.json?parts=timeline&filter=kind:request%20dir:c2a")
     # session/new names no session yet: a session's frames start with what carries its id.
@@ -176,7 +178,7 @@ def test_diff_json_is_diffs_answer(sdk_recording: tuple[Path, str]) -> None:
     ("path", "message"),
     [
         ("/runs/99.json", "no run 99"),
-        ("/sessions/nope.json", "no run or session matches 'nope'"),
+        ("/sessions/nope.json", "no session matches 'nope'"),
         ("/runs/1/frames/999.json", "no frame 1:999"),
         ("/diff/1/77.json", "no run 77"),
     ],

@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from ..errors import AcpProxyError
+from ..options import db_option
 
 INSTALL_HINT = "acp-proxy ui needs the [ui] extra: pip install 'acp-proxy[ui]'"
 LOOPBACK = "127.0.0.1"
@@ -58,6 +59,9 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.close()
         reason = exc.strerror.lower() if exc.strerror else str(exc)
         raise AcpProxyError(f"cannot listen on {host}:{port}: {reason}") from None
+    except (UnicodeError, ValueError, TypeError):  # the resolver's answers to a name no host can have
+        sock.close()
+        raise AcpProxyError(f"cannot listen on {host!r}: not a host name or address") from None
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
@@ -85,13 +89,7 @@ def _quiet_logging() -> None:
 
 
 @click.command("ui")
-@click.option(
-    "--db",
-    "db_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Database file. Default: $ACP_PROXY_DB, else $XDG_DATA_HOME/acp-proxy/acp-proxy.db.",
-)
+@db_option
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True, help="0: any free port.")
 @click.option(
     "--host",
@@ -144,12 +142,13 @@ def ui(
     store.open_for_reading(path).conn.close()  # exists, is ours, migrated: or one clear line
     token = _token(token)
     bind_host = host if host is not None else LOOPBACK
+    sock = _bind(bind_host, port)
+    # Warned only once listening: a host that cannot be bound is one line, the error alone.
     if host is not None and host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(
             f"acp-proxy: warning: listening on {host}: anyone who can reach it and has the token sees the recordings",
             err=True,
         )
-    sock = _bind(bind_host, port)
     bound_port = sock.getsockname()[1]
     try:
         serve(path, sock, bind_host, bound_port, token, list(redact_rules), no_redact, open_browser=not no_open)

@@ -119,8 +119,10 @@ def resolve(db: Any, kind: str, ident: str) -> queries.Ref:
         if not ident.isdigit() or not db.execute("select 1 from runs where id = ?", [int(ident)]).fetchone():
             raise NotFound(f"no run {ident}")
         return queries.Ref(ident, run_id=int(ident))
+    # Under /sessions/ a reference is a session's even when it is all digits (which alone names a run).
+    spelled = ident if ident.startswith("session:") else f"session:{ident}"
     try:
-        ref = queries.resolve(db, ident)
+        ref = queries.resolve(db, spelled)
     except queries.RefError as exc:
         raise NotFound(str(exc)) from None
     if not ref.is_session:
