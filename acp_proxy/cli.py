@@ -501,7 +501,7 @@ def stats(db_path: Path | None, output: Output, ref: str) -> None:
     resolved, label, run_ids = _runs_of(db, ref)
     session_id = resolved.session_id if resolved is not None else None
     scope = None if resolved is None else run_ids
-    report = {
+    report: dict[str, Any] = {
         "ref": label,
         "latency": queries.latency_stats(db, scope),
         "turns": queries.turn_stats(db, scope, session_id),

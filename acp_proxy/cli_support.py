@@ -73,7 +73,7 @@ class Group(click.Group):
     ``--help``; a reader that went away ends the output quietly; Ctrl-C exits 130.
     """
 
-    def main(  # type: ignore[override]
+    def main(
         self,
         args: Any = None,
         prog_name: str | None = None,

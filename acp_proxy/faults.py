@@ -1226,9 +1226,9 @@ class FaultPlan:
         out.sort(key=lambda item: (item[0], item[1]))
         actions = [item[2] for item in out]
         # Split cuts what is actually written, which is known only once the replacement is.
-        for k, action in enumerate(actions):
-            if isinstance(action, Split):
-                actions[k] = Split(action.rule_index, action.rule_text, _cut(written, len(action.parts)), action.pause)
+        for k, made in enumerate(actions):
+            if isinstance(made, Split):
+                actions[k] = Split(made.rule_index, made.rule_text, _cut(written, len(made.parts)), made.pause)
         return actions
 
     def _build(self, index: int, rule: Rule, state: _State, rec: FrameRecord, wire: bytes) -> Action | None:

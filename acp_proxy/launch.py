@@ -85,7 +85,7 @@ def _build(given: dict[str, str | bool], agent: list[str]) -> Any | None:
 
     if no_record:
         db_path = None
-    elif db_text is not None:
+    elif isinstance(db_text, str):
         db_path = Path(db_text)
     else:
         from .locations import default_db_path
@@ -129,7 +129,7 @@ def _plain_db_path(text: str | bool) -> bool:
 
 def _float(text: str | bool) -> float | None:
     try:
-        value = float(text)  # type: ignore[arg-type]
+        value = float(text)
     except ValueError:
         return None
     return value if math.isfinite(value) and value >= 0 and str(text).strip() == str(text) else None

@@ -7,6 +7,7 @@ command does with them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -20,7 +21,7 @@ class FilePath(click.Path):
     def __init__(self, *, dir_okay: bool = True) -> None:
         super().__init__(dir_okay=dir_okay, path_type=Path)
 
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> object:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         try:
             return super().convert(value, param, ctx)
         except ValueError:  # os.stat's "embedded null byte", or UnicodeEncodeError

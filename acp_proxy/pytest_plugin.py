@@ -48,7 +48,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     if report.when != "call" or not report.failed:
         return
-    for number, proxied in enumerate(item.stash.get(_MADE, []), 1):
+    none: list[ProxiedAgent] = []
+    made = item.stash.get(_MADE, none)
+    for number, proxied in enumerate(made, 1):
         text = proxied.stderr()
         if text:
             report.sections.append((f"acp-proxy stderr (acp_proxy call {number}: {proxied.agent[0]})", text))

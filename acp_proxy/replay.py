@@ -56,7 +56,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 C2A = "c2a"
 A2C = "a2c"
@@ -400,7 +400,8 @@ class Replayer:
 
     def _synthesised_history(self, message: dict[str, Any], with_history: bool = True) -> list[Send]:
         """A history for a recorded session the recording never loaded: its live updates, no notices."""
-        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        given = message.get("params")
+        params: dict[str, Any] = given if isinstance(given, dict) else {}
         session_id = params.get("sessionId")
         sends: list[Send] = []
         if not with_history:  # a resume without replayFrom: no history, just the answer
@@ -699,7 +700,7 @@ class ClientReplayer:
 
 
 def drive(
-    replayer: ClientReplayer, to_agent: BinaryIO, from_agent: BinaryIO, timeout_s: float, log: Any = None
+    replayer: ClientReplayer, to_agent: IO[bytes], from_agent: IO[bytes], timeout_s: float, log: Any = None
 ) -> list[str]:
     """Play ``replayer`` against an agent's streams until the agent's EOF; return the deviations.
 

@@ -598,10 +598,10 @@ def migrate(db: sqlite_utils.Database) -> None:
 
 def _create_v1(db: sqlite_utils.Database) -> None:
     v1_runs = {name: kind for name, kind in RUN_COLUMNS.items() if name not in _RUN_COLUMNS_ADDED}
-    db["runs"].create(v1_runs, pk="id", not_null={"started_ns", "status"})
+    db.table("runs").create(v1_runs, pk="id", not_null={"started_ns", "status"})
     v1_frames = {name: kind for name, kind in FRAME_COLUMNS.items() if name not in _FRAME_COLUMNS_ADDED}
-    db["frames"].create(v1_frames, pk=("run_id", "seq"), not_null={"run_id", "seq", "ts_ns", "dir"})
-    db["sessions"].create(
+    db.table("frames").create(v1_frames, pk=("run_id", "seq"), not_null={"run_id", "seq", "ts_ns", "dir"})
+    db.table("sessions").create(
         {
             "id": int,
             "session_id": str,
@@ -617,11 +617,11 @@ def _create_v1(db: sqlite_utils.Database) -> None:
         },
         pk="id",
     )
-    db["session_runs"].create(
+    db.table("session_runs").create(
         {"session_row": int, "run_id": int, "how": str, "first_seq": int},
         pk=("session_row", "run_id"),
     )
-    db["turns"].create(
+    db.table("turns").create(
         {
             "id": int,
             "run_id": int,
@@ -644,11 +644,11 @@ def _create_v1(db: sqlite_utils.Database) -> None:
         },
         pk="id",
     )
-    db["faults"].create(
+    db.table("faults").create(
         {"id": int, "run_id": int, "seq": int, "ts_ns": int, "rule": str, "action": str, "detail": str},
         pk="id",
     )
-    db["findings"].create(
+    db.table("findings").create(
         {
             "id": int,
             "run_id": int,
@@ -668,7 +668,7 @@ def _create_v1(db: sqlite_utils.Database) -> None:
         ("faults", ["run_id", "seq"]),
         ("findings", ["run_id", "seq"]),
     ):
-        db[table].create_index(cols, find_unique_name=True)
+        db.table(table).create_index(cols, find_unique_name=True)
     # Every index costs ~0.5-1 µs per recorded frame (measured), so frames get few, and partial
     # ones where the rows worth finding are rare. Frames of a run or a session are found through
     # the primary key (run_id, seq): sessions know their runs. No index on ts_ns: time filters

@@ -30,7 +30,7 @@ def new_marker() -> str:
     return f"{os.getpid()}-{os.urandom(8).hex()}"
 
 
-def _libc_prctl() -> Callable[..., int] | None:
+def _libc_prctl() -> Callable[..., int]:
     global _prctl
     if _prctl is None:
         try:
@@ -41,6 +41,7 @@ def _libc_prctl() -> Callable[..., int] | None:
             _prctl = func
         except (OSError, AttributeError):
             _prctl = lambda *args: -1  # noqa: E731 - not Linux: nothing to set
+    assert _prctl is not None
     return _prctl
 
 
@@ -69,7 +70,7 @@ def marked(marker: str, exclude: Iterable[int] = ()) -> list[int]:
     """Pids of live processes whose environment holds this run's marker."""
     needle = f"{MARKER_VAR}={marker}".encode()
     skip = {os.getpid(), *exclude}
-    found = []
+    found: list[int] = []
     try:
         entries = os.listdir("/proc")
     except OSError:

@@ -167,7 +167,8 @@ def pager_command() -> str | None:
 
 
 def _binary_stdout() -> IO[bytes]:
-    return getattr(sys.stdout, "buffer", sys.stdout)  # type: ignore[return-value]
+    stream: Any = sys.stdout  # a test's stand-in may have no binary buffer
+    return stream.buffer if hasattr(stream, "buffer") else stream
 
 
 def _silence_stdout() -> None:
@@ -545,7 +546,7 @@ class FrameLines:
         method = printable(f.get("method") or "")
         rpc_id = printable(f.get("rpc_id") or "")
         session = printable(self.short_session(f.get("session_id")))
-        fixed = [
+        fixed: list[str | None] = [
             pad(where, self.seq_width),
             pad(clock(f.get("ts_ns")), 12),
             ARROWS.get(f.get("dir") or "", "?"),
@@ -560,7 +561,7 @@ class FrameLines:
         width = self.out.width
         # The arrow is one column; every other part is ASCII unless a peer sent otherwise, so
         # widths are counted part by part, the slow way only for the parts that need it.
-        sizes = [1 if i == 2 else cells(part) for i, part in enumerate(fixed)]
+        sizes = [1 if i == 2 else cells(part or "") for i, part in enumerate(fixed)]
         head_width = sum(sizes) + len(fixed)
         if width is not None and head_width > width:
             fixed, sizes = self._give_way(fixed, sizes, method, width)
