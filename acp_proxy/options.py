@@ -29,7 +29,9 @@ class FilePath(click.Path):
 
 
 def db_option(func: click.decorators.FC) -> click.decorators.FC:
-    return click.option("--db", "db_path", type=FilePath(dir_okay=False), default=None, help=DB_HELP)(func)
+    return click.option("--db", "db_path", type=FilePath(dir_okay=False), metavar="PATH", default=None, help=DB_HELP)(
+        func
+    )
 
 
 def redact_options(func: click.decorators.FC) -> click.decorators.FC:
