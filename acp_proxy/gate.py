@@ -12,7 +12,8 @@ such an option the relay never builds a gate, and its fast path forwards chunks 
 
 Rules: bytes are never altered except by a fault that says so. A direction no rule can touch is
 still forwarded chunk by chunk (only observed). Every line of a judged direction is reported to
-the recorder exactly once, with ``forwarded``, ``fault`` and ``note`` saying what happened.
+the recorder exactly once, with ``forwarded``, ``fault`` and ``note`` saying what happened,
+and before its bytes are written (a ``Note`` precedes its ``Send``s).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class Forward:
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Write ``data`` towards ``direction``'s receiver (its record is a separate ``Note``)."""
+    """Write ``data`` towards ``direction``'s receiver. Its record is the ``Note`` just before
+    it (journal first: a line is recorded before any of its bytes are written)."""
 
     direction: str
     data: bytes
@@ -78,6 +80,11 @@ class ClosePipe:
 Step = Forward | Send | Note | Pause | Signal | ClosePipe
 
 
+OBSERVED_MAX_KEEP = 16 * 1024 * 1024
+"""How much of one line a direction that is only observed holds (its chunks are forwarded as
+read). A judged direction must hold each line whole: it is written only once judged."""
+
+
 @dataclass
 class _Direction:
     judged: bool
@@ -100,16 +107,16 @@ class Gate:
         self.clock = clock
         self.tracker = Tracker(0, changes=False)  # the gate needs state, not rows
         errors = self.plan is not None and any(rule.action == "error" for rule in self.plan.rules)
-        self.directions = {
+        self.directions: dict[str, _Direction] = {}
+        for d in ("c2a", "a2c"):
             # An error reply travels against its request: both directions then carry whole
             # lines only, so a reply can never land in the middle of a forwarded line.
-            d: _Direction(
-                judged=errors
+            judged = (
+                errors
                 or (self.plan is not None and self.plan.needs_verdict(d))
                 or (d == "a2c" and strip_replayed_notices)
             )
-            for d in ("c2a", "a2c")
-        }
+            self.directions[d] = _Direction(judged, LineFramer(None if judged else OBSERVED_MAX_KEEP))
         self.closed: set[str] = set()
         self.seq = 0
 
@@ -160,7 +167,7 @@ class Gate:
         except Exception as exc:
             state = self.directions[direction]
             note = Note(direction, line, {"forwarded": 1, "note": f"not judged ({type(exc).__name__}); forwarded"})
-            return self._release(state, [Send(direction, line.wire_bytes()), note])
+            return self._release(state, [note, Send(direction, line.wire_bytes())])
 
     def _observe(self, direction: str, line: Line, ts_ns: int) -> FrameRecord:
         self.seq += 1
@@ -218,9 +225,9 @@ class Gate:
                     data = None
                     back = OTHER[direction]
                     # After the request's own note: the recorder pairs the reply with it.
-                    frame_steps.append(Send(back, action.data))
                     reply = self._proxy_note(back, action.data, action, "error reply sent by acp-proxy")
                     frame_steps.append(reply)
+                    frame_steps.append(Send(back, action.data))
                     notes.append("answered with an error by acp-proxy")
                 elif data is not None:
                     data = action.data
@@ -252,7 +259,7 @@ class Gate:
         }
         if notes:
             meta["note"] = "; ".join(notes)
-        written.append(Note(direction, line, meta))
+        written.insert(0, Note(direction, line, meta))
         written.extend(frame_steps)
         if reorder and data is not None:
             # Held until the next frame in this direction has gone out (or EOF).
@@ -269,7 +276,7 @@ class Gate:
 
     def _injected(self, direction: str, action: fl.Inject) -> list[Step]:
         note = self._proxy_note(direction, action.data, action, "injected by acp-proxy")
-        return [Send(direction, action.data), note]
+        return [note, Send(direction, action.data)]
 
     def _proxy_note(self, direction: str, data: bytes, action: fl.Action, why: str) -> Note:
         body = data[:-1] if data.endswith(b"\n") else data

@@ -20,10 +20,11 @@ leaves a chunk recorded that its receiver may not have got; the other order woul
 the receiver did get. The invariant is "every frame a peer received is in the recording".
 
 Locks (``flock``): the relay and the recorder each hold a shared lock on the journal while they
-live (the writer and checker inherit the recorder's). Whoever gets an exclusive lock without
-waiting knows that every process of that run is gone, and may recover the journal. A journal is
-created under a temporary name and renamed only once its creator holds the lock, so no
-recoverer can mistake a journal being born for a dead one.
+live (the writer inherits the recorder's; the checker reads committed rows only and holds
+none). Whoever gets an exclusive lock without waiting knows that every process of that run is
+gone, and may recover the journal. A journal is created under a temporary name and renamed only
+once its creator holds the lock, so no recoverer can mistake a journal being born for a dead
+one; a temporary one left by a creator that died is removed once old.
 
 File layout: ``MAGIC``, then records, each a ``HEADER`` (marker, kind, direction, payload
 length, timestamp in ns) and its payload. A record is written with one ``writev``; a short
@@ -61,7 +62,8 @@ LINE = 4  # LINE_META + meta JSON + one line the gate framed itself (faults, not
 META = 5  # JSON object of run-row columns (agent pid, exit status; "final": the relay's goodbye)
 UNDELIVERED = 6  # POSITION: from this byte of the direction's data on, its receiver got nothing
 GAP = 7  # GAP_COUNTS: what of the direction could not be journaled (see JournalWriter)
-KINDS = frozenset((START, DATA, EOF, LINE, META, UNDELIVERED, GAP))
+UNSENT = 8  # the direction's last LINE record did not (wholly) reach its receiver: the pipe closed
+KINDS = frozenset((START, DATA, EOF, LINE, META, UNDELIVERED, GAP, UNSENT))
 CONTROL_KINDS = frozenset((START, META))  # records of the run, not of a direction
 
 LINE_META = struct.Struct("<I")
@@ -510,6 +512,9 @@ def dead_journals(directory: Path) -> Iterator[tuple[Path, int]]:
     except OSError:
         return
     for name in names:
+        if name.endswith(PARTIAL_SUFFIX):
+            _remove_abandoned(directory / name)
+            continue
         if not name.endswith(SUFFIX):
             continue
         path = directory / name
@@ -528,6 +533,26 @@ def dead_journals(directory: Path) -> Iterator[tuple[Path, int]]:
             os.close(fd)
             continue
         yield path, fd
+
+
+PARTIAL_PATIENCE_S = 60.0
+"""A journal still being created after this long was abandoned: its creator died between
+creating and renaming it (it holds no record yet, only the magic)."""
+
+
+def _remove_abandoned(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        if time.time() - os.fstat(fd).st_mtime < PARTIAL_PATIENCE_S or not lock(fd, exclusive=True):
+            return
+        os.unlink(path)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 # -- freeing committed space ---------------------------------------------------------------

@@ -193,6 +193,8 @@ class Indexer:
         self.bytes: list[int] = list(st.get("bytes", [0, 0, 0]))
         self.emitted: list[int] = list(st.get("emitted", [0, 0, 0]))
         self.undelivered: list[int | None] = list(st.get("undelivered", [None, None, None]))
+        # Per direction, the last gate-framed line recorded as forwarded: [seq, bytes, note].
+        self.last_line: list[list[Any] | None] = list(st.get("last_line", [None, None, None]))
         self.gap_extra: list[int] = list(st.get("gap_extra", [0, 0, 0]))
         self.lost_lines: int = st.get("lost", 0)
         self.final: bool = st.get("final", False)
@@ -233,6 +235,8 @@ class Indexer:
             self._undelivered(rec.direction, jr.POSITION.unpack(rec.payload)[0])
         elif kind == jr.GAP:
             self._gap(rec.direction, rec.ts_ns, rec.payload)
+        elif kind == jr.UNSENT:
+            self._unsent(rec.direction)
         if slot != CONTROL and self.line_start[slot] is not None and kind != jr.DATA:
             self.done_after[slot].add(index)
 
@@ -338,9 +342,23 @@ class Indexer:
         line = Line(data, meta.pop("size"), meta.pop("terminated"), meta.pop("cut"))
         if self.max_keep is not None and len(line.data) > self.max_keep:
             line = Line(line.data[: self.max_keep], line.size, line.terminated, True)
-        if meta.get("forwarded", 1):
+        forwarded = meta.get("forwarded", 1)
+        if forwarded:
             self.bytes[rec.direction] += line.size + line.terminated
-        self._add(rec.direction, rec.ts_ns, line, meta)
+        seq = self._add(rec.direction, rec.ts_ns, line, meta)
+        self.last_line[rec.direction] = [seq, line.size + line.terminated, meta.get("note")] if forwarded else None
+
+    def _unsent(self, d: int) -> None:
+        """The last line the gate framed in ``d`` was recorded before its write, which failed."""
+        last = self.last_line[d]
+        if last is None:
+            return
+        self.last_line[d] = None
+        seq, size, note = last
+        self.bytes[d] -= size
+        why = "never reached its receiver, or only in part (the pipe was closed)"
+        values = {"forwarded": 0, "note": _join_note(note, why)}
+        self.patches.append({"table": "frames", "key": {"run_id": self.run_id, "seq": seq}, "values": values})
 
     def _end_of(self, d: int, ts_ns: int) -> None:
         line = self.framers[d].finish()
@@ -507,6 +525,7 @@ class Indexer:
             "bytes": self.bytes,
             "emitted": self.emitted,
             "undelivered": self.undelivered,
+            "last_line": self.last_line,
             "gap_extra": self.gap_extra,
             "lost": self.lost_lines,
             "final": self.final,
@@ -1231,6 +1250,10 @@ def main(argv: list[str]) -> int:
     if recovering:
         session.recover()
         return 0
+    # Runs whose processes all died (kill -9, a power cut) are recorded by the next run too, not
+    # only by the next query command: an editor may start many runs before anyone reads them.
+    # Here, at idle priority, the relay waits for none of it.
+    store.recover_dead_runs(session.db_path)
     return session.follow()
 
 

@@ -874,12 +874,17 @@ class Relay:
                 start = journal.data(code, ts, step.data) if journal is not None else 0
                 await self._send(step.direction, step.data, nursery, start)
             elif isinstance(step, Send):
-                await self._send(step.direction, step.data, nursery)
+                # Its line was journaled just before (the Note): what failed is after every DATA byte.
+                code = _DIRECTION_CODE[step.direction]
+                start = journal.journaled[code] if journal is not None else 0
+                noted = self.pipe_open[step.direction]
+                if not await self._send(step.direction, step.data, nursery, start) and noted and journal is not None:
+                    journal.record(jr.UNSENT, code, time.time_ns())
             elif isinstance(step, Note):
                 if journal is not None:
                     meta = step.meta
                     if meta.get("forwarded", 1) and not self.pipe_open[step.direction]:
-                        # Its write found the pipe closed.
+                        # Its write will find the pipe closed.
                         why = "never reached its receiver (the pipe was closed)"
                         note = f"{meta['note']}; {why}" if meta.get("note") else why
                         meta = {**meta, "forwarded": 0, "note": note}

@@ -392,3 +392,22 @@ def test_a_write_lock_held_elsewhere_does_not_hold_up_the_conversation(db_path: 
         assert run.fetchone() == ("ended", 320, 320, 0)
     finally:
         conn.close()
+
+
+def test_the_next_run_recovers_a_dead_run_too(tmp_path: Path) -> None:
+    db = tmp_path / "rec.db"
+    store.open_for_writing(db).conn.close()
+    journal = jr.JournalWriter.create(jr.journal_dir(db))
+    start = {"started_ns": 1, "argv": ["agent"], "db": str(db), "options": {}}
+    journal.record(jr.START, 0, 1, json.dumps(start).encode())
+    journal.data(jr.A2C, 2, b'{"jsonrpc":"2.0","method":"a"}\n')
+    journal.close()  # its writer is gone: a dead run
+    result = run_proxy(["run", "--db", str(db), "--", "cat"], input=b'{"jsonrpc":"2.0","method":"b"}\n')
+    assert result.returncode == 0, result.stderr
+    conn = sqlite3.connect(db)
+    try:
+        runs = conn.execute("select status, frames_a2c, recovered_frames from runs order by id").fetchall()
+    finally:
+        conn.close()
+    assert runs == [("crashed", 1, 1), ("ended", 1, 0)] or runs == [("ended", 1, 0), ("crashed", 1, 1)]
+    assert not journal.path.exists()

@@ -211,8 +211,8 @@ def test_delay_pauses_then_writes() -> None:
         Playbook(g)
         >> Chunk("a2c", CHUNK)
         << Pause(0.3)
+        << Note("a2c", line(CHUNK), meta(rule, "delay", detail="300ms"))  # recorded before it is written
         << Send("a2c", CHUNK)
-        << Note("a2c", line(CHUNK), meta(rule, "delay", detail="300ms"))
     )
 
 
@@ -222,10 +222,10 @@ def test_duplicate_writes_copies() -> None:
     assert (
         Playbook(g)
         >> Chunk("a2c", CHUNK)
-        << Send("a2c", CHUNK)
-        << Send("a2c", CHUNK)
-        << Send("a2c", CHUNK)
         << Note("a2c", line(CHUNK), meta(rule, "duplicate", note="written 3 times", detail="2 extra"))
+        << Send("a2c", CHUNK)
+        << Send("a2c", CHUNK)
+        << Send("a2c", CHUNK)
     )
 
 
@@ -237,8 +237,8 @@ def test_reorder_holds_a_frame_until_the_next_one_has_gone() -> None:
         >> Chunk("a2c", CHUNK)  # held
         >> Chunk("a2c", ANSWER)
         << Forward("a2c", ANSWER)
-        << Send("a2c", CHUNK)
         << Note("a2c", line(CHUNK), meta(rule, "reorder"))
+        << Send("a2c", CHUNK)
     )
     # A frame still held when its direction ends goes out then.
     g = gate(rule)
@@ -246,8 +246,8 @@ def test_reorder_holds_a_frame_until_the_next_one_has_gone() -> None:
         Playbook(g)
         >> Chunk("a2c", CHUNK)
         >> End("a2c")
-        << Send("a2c", CHUNK)
         << Note("a2c", line(CHUNK), meta(rule, "reorder"))
+        << Send("a2c", CHUNK)
     )
 
 
@@ -258,19 +258,19 @@ def test_corrupt_and_truncate_replace_the_bytes() -> None:
     assert (
         Playbook(gate(rule))
         >> Chunk("a2c", CHUNK)
-        << Send("a2c", corrupted)
         << Note(
             "a2c",
             line(CHUNK),
             meta(rule, "corrupt", note="forwarded corrupted", detail=f"byte {corrupted.index(0x1A)} -> 0x1a"),
         )
+        << Send("a2c", corrupted)
     )
     rule = "truncate=10 if update:agent_message_chunk"
     assert (
         Playbook(gate(rule))
         >> Chunk("a2c", CHUNK)
-        << Send("a2c", CHUNK[:10] + b"\n")
         << Note("a2c", line(CHUNK), meta(rule, "truncate", note="forwarded truncated", detail="kept 10 bytes"))
+        << Send("a2c", CHUNK[:10] + b"\n")
     )
 
 
@@ -282,12 +282,12 @@ def test_split_writes_one_line_in_pieces() -> None:
     assert (
         Playbook(gate(rule))
         >> Chunk("a2c", CHUNK)
+        << Note("a2c", line(CHUNK), meta(rule, "split", detail="3 writes, 5ms apart"))
         << Send("a2c", parts[0])
         << Pause(0.005)
         << Send("a2c", parts[1])
         << Pause(0.005)
         << Send("a2c", parts[2])
-        << Note("a2c", line(CHUNK), meta(rule, "split", detail="3 writes, 5ms apart"))
     )
 
 
@@ -308,7 +308,6 @@ def test_error_answers_a_request_back_to_its_sender() -> None:
                 detail="reply " + reply.decode().strip(),
             ),
         )
-        << Send("a2c", reply)
         << Note(
             "a2c",
             line(reply),
@@ -319,6 +318,7 @@ def test_error_answers_a_request_back_to_its_sender() -> None:
                 "note": f"error reply sent by acp-proxy (rule 1: {rule})",
             },
         )
+        << Send("a2c", reply)
     )
 
 
@@ -330,12 +330,12 @@ def test_error_replaces_a_response() -> None:
         >> Chunk("c2a", PROMPT)
         << Forward("c2a", PROMPT)
         >> Chunk("a2c", ANSWER)
-        << Send("a2c", replaced)
         << Note(
             "a2c",
             line(ANSWER),
             meta(rule, "error", note="result replaced by an error", detail="replace " + replaced.decode().strip()),
         )
+        << Send("a2c", replaced)
     )
 
 
@@ -351,9 +351,9 @@ def test_inject_before_and_after() -> None:
         own = Note("a2c", line(ANSWER), meta(rule, "inject", detail=f"{position}: {stray.decode()}"))
         book = Playbook(gate(rule)) >> Chunk("c2a", PROMPT) << Forward("c2a", PROMPT) >> Chunk("a2c", ANSWER)
         if position == "before":
-            book = book << Send("a2c", stray + b"\n") << proxy_note << Send("a2c", ANSWER) << own
+            book = book << proxy_note << Send("a2c", stray + b"\n") << own << Send("a2c", ANSWER)
         else:
-            book = book << Send("a2c", ANSWER) << own << Send("a2c", stray + b"\n") << proxy_note
+            book = book << own << Send("a2c", ANSWER) << proxy_note << Send("a2c", stray + b"\n")
         assert book
 
 
@@ -363,8 +363,8 @@ def test_kill_signals_the_agent_and_still_forwards_the_frame() -> None:
         Playbook(gate(rule))
         >> Chunk("a2c", CHUNK)
         << Signal(signal.SIGTERM)
-        << Send("a2c", CHUNK)
         << Note("a2c", line(CHUNK), meta(rule, "kill", detail="SIGTERM"))
+        << Send("a2c", CHUNK)
     )
 
 
@@ -388,8 +388,8 @@ def test_close_the_other_pipe_forwards_the_frame() -> None:
         Playbook(gate(rule))
         >> Chunk("a2c", CHUNK)
         << ClosePipe("agent-stdin")
-        << Send("a2c", CHUNK)
         << Note("a2c", line(CHUNK), meta(rule, "close", detail="agent-stdin"))
+        << Send("a2c", CHUNK)
     )
 
 

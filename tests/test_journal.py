@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -266,3 +267,51 @@ def test_every_line_is_a_frame_or_counted_as_lost(tmp_path_factory, chunks) -> N
     lines = sum(len(data.split(b"\n")) - (1 if data.endswith(b"\n") or not data else 0) for data in stream.values())
     assert len(_frames_from_message(message)) + indexer.lost_lines == lines
     assert indexer.counters()["bytes_a2c"] == len(stream[jr.A2C])
+
+
+def test_a_gated_line_whose_write_failed_after_its_record_is_corrected_even_across_a_resume(tmp_path: Path) -> None:
+    # The gate records a line (LINE) before writing it; when the write then finds the pipe
+    # closed, UNSENT says so, and the line's row is corrected, whichever process indexes it.
+    from acp_proxy.protocol.framing import Line
+
+    journal = new_journal(tmp_path)
+    journal.record(jr.START, 0, 0, b"{}")
+    journal.data(jr.A2C, 1, b'{"jsonrpc":"2.0","method":"first"}\n')
+    line = Line(b'{"jsonrpc":"2.0","method":"later"}', 34, True, False)
+    journal.record(jr.LINE, jr.A2C, 2, jr.line_payload(line, {"forwarded": 1, "note": "forwarded corrupted"}))
+    journal.record(jr.UNSENT, jr.A2C, 3)
+    journal.close()
+    for cut in (None, 2):  # indexed in one go, or committed after the LINE and resumed
+        _, state, _ = _index(journal.path, None, stop_after=cut)
+        indexer = Indexer(1, None, state)
+        fd = os.open(journal.path, os.O_RDONLY)
+        try:
+            reader = jr.JournalReader(fd)
+            if state is not None:
+                reader.offset = state["offset"]
+            records = list(reader.records())
+        finally:
+            os.close(fd)
+        if state is None:
+            indexer.idx[3] = 1
+            records = records[1:]
+        for record in records:
+            indexer.feed(record)
+        message = indexer.finish(records[-1].end, 0)
+        patches = [c for c in message["changes"] if isinstance(c, dict) and c.get("table") == "frames"]
+        assert [p["key"]["seq"] for p in patches] == [2], (cut, patches)
+        assert patches[0]["values"]["forwarded"] == 0
+        assert patches[0]["values"]["note"].startswith("forwarded corrupted; never reached its receiver")
+        assert message["run"]["bytes_a2c"] == len(b'{"jsonrpc":"2.0","method":"first"}\n')
+
+
+def test_a_journal_abandoned_while_being_created_is_removed_once_old(tmp_path: Path) -> None:
+    directory = tmp_path / "rec.db.journal"
+    jr.make_private_dir(directory)
+    old, fresh = directory / f"1-2-aa{jr.PARTIAL_SUFFIX}", directory / f"3-4-bb{jr.PARTIAL_SUFFIX}"
+    for path in (old, fresh):
+        path.write_bytes(jr.MAGIC)
+    long_ago = time.time() - jr.PARTIAL_PATIENCE_S - 5
+    os.utime(old, (long_ago, long_ago))
+    assert list(jr.dead_journals(directory)) == []  # never taken for a run to recover
+    assert not old.exists() and fresh.exists()  # a fresh one may be its creator's, mid-rename

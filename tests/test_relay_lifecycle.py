@@ -307,8 +307,13 @@ def test_ten_mebibyte_line_without_final_newline_is_byte_exact(db_path: Path, cr
 # -- truthful counters, careful opening, defined outcomes (issue: a recording you can trust) ----
 
 
+@pytest.mark.parametrize(
+    "options",
+    [[], ["--fault", "corrupt if method:later"]],
+    ids=["relayed", "gated"],  # gated: the later lines are written by the gate, each after its record
+)
 def test_frames_the_client_never_received_are_not_forwarded_and_bytes_count_what_was_delivered(
-    db_path: Path,
+    db_path: Path, options: list[str]
 ) -> None:
     first = b'{"jsonrpc":"2.0","method":"first"}\n'
     later = b'{"jsonrpc":"2.0","method":"later","params":{"n":%d}}\n'
@@ -320,7 +325,7 @@ def test_frames_the_client_never_received_are_not_forwarded_and_bytes_count_what
         f"    sys.stdout.buffer.write({later!r} % i); sys.stdout.buffer.flush()\n"
         "    time.sleep(0.001)\n"
     )
-    proc = start_proxy(["run", "--db", str(db_path), "--", *agent])
+    proc = start_proxy(["run", "--db", str(db_path), *options, "--", *agent])
     timer = watchdog(proc, 60)
     try:
         assert proc.stdout is not None and proc.stdin is not None
