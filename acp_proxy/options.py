@@ -29,9 +29,7 @@ class FilePath(click.Path):
 
 
 def db_option(func: click.decorators.FC) -> click.decorators.FC:
-    return click.option("--db", "db_path", type=FilePath(dir_okay=False), metavar="PATH", default=None, help=DB_HELP)(
-        func
-    )
+    return click.option("--db", "db_path", type=FilePath(), metavar="PATH", default=None, help=DB_HELP)(func)
 
 
 def redact_options(func: click.decorators.FC) -> click.decorators.FC:

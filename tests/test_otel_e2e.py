@@ -145,8 +145,10 @@ def live_run(
 
 def test_a_live_trace_is_the_trace_an_export_of_the_run_sends(tmp_path: Path) -> None:
     with receiver() as live:
-        db, _ = live_run(tmp_path, live.url, from_env=True)
+        # A "#" in the file name: the exporter must open the file it names, not "live".
+        db, _ = live_run(tmp_path, live.url, db_name="live#1.db", from_env=True)
         row = wait_for_counts(db, 1)
+        assert not (tmp_path / "live").exists()
         assert (row["otlp_spans"], row["otlp_spans_lost"], row["otlp_error"]) == (len(live.spans), 0, None)
     with receiver() as exported:
         result = run_proxy(["export", "--db", str(db), "1", "--format", "otlp", "--endpoint", exported.url])

@@ -47,6 +47,17 @@ def test_index_json_lists_runs_and_sessions_newest_first(sdk_recording: tuple[Pa
     assert data["running"] == 0 and data["redacted"] is True
 
 
+def test_a_database_whose_name_holds_uri_characters_is_the_file_it_names(tmp_path: Path) -> None:
+    # Datasette puts a path into an SQLite URI as it is; "q#x.db" would open (and create) "q".
+    for name in ("q#x.db", "q?mode=rwc.db", "q%41.db"):
+        where = tmp_path / name.replace("#", "_h").replace("?", "_q").replace("%", "_p")
+        where.mkdir()
+        db = synthetic_db(where / name)
+        data = get_json(app(db), "/.json")
+        assert data["ok"] is True and data["runs"], name
+        assert sorted(p.name for p in where.iterdir() if not p.name.startswith(name)) == [], name
+
+
 def test_index_html_is_the_inspector_page(ds: Any) -> None:
     response = get(ds, "/")
     assert response.status_code == 200

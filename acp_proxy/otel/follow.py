@@ -117,12 +117,12 @@ def _alive(pid: int) -> bool:
 
 
 def _connect(db_path: Path) -> sqlite3.Connection | None:
-    from ..store import BUSY_TIMEOUT_MS
+    from ..store import BUSY_TIMEOUT_MS, file_uri
 
     if not db_path.exists():
         return None
     try:
-        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        conn = sqlite3.connect(file_uri(db_path), uri=True)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("select 1 from runs limit 1")
     except sqlite3.Error:

@@ -164,12 +164,34 @@ def build(path: Path, host: str, port: int, token: str, rules: list[str], no_red
     from .guard import Guard
 
     ds = Datasette(
-        files=[str(path)],
+        files=[],
         metadata={"plugins": {plugin.PLUGIN: {"redact": rules, "no_redact": no_redact}}},
         settings={"force_https_urls": False},
     )
+    ds.add_database(_file_database(ds, path), name=path.stem)
     setattr(ds, plugin.UI_ATTRIBUTE, Guard(token=token, host=host, port=port))
     return ds
+
+
+def _file_database(ds: Any, path: Path) -> Any:
+    """Datasette's database for ``path``, opened by an escaped URI: Datasette's own puts the
+    path into ``file:PATH?mode=ro`` as it is, where a ``#`` or ``?`` in a file name would cut
+    it short (and open, or create, another file)."""
+    from datasette.database import Database
+
+    from ..store import file_uri
+
+    class EscapedPathDatabase(Database):
+        def connect(self, write: bool = False) -> Any:
+            import sqlite3
+
+            if write:
+                raise sqlite3.OperationalError("acp-proxy ui is read-only")
+            conn = sqlite3.connect(file_uri(Path(self.path)), uri=True, check_same_thread=False)
+            self._all_file_connections.append(conn)
+            return conn
+
+    return EscapedPathDatabase(ds, path=str(path), is_mutable=True)
 
 
 def serve(
