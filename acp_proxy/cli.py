@@ -32,7 +32,7 @@ from .cli_support import (
 )
 from .errors import UsageError
 from .limits import GRACE_MAX_S, MAX_DB_LIMIT, MAX_RECORD_BYTES, SEED_RANGE
-from .options import FilePath, db_option
+from .options import FilePath, db_option, redact_options
 
 
 def resolve_db(db_path: Path | None) -> Path:
@@ -157,6 +157,17 @@ def cli() -> None:
     "collector that is down or slow costs spans (counted on the run), never frames. Needs the [otel] extra.",
 )
 @click.option("--otlp-content", is_flag=True, help="With --otlp: put message text in spans (redacted).")
+@click.option(
+    "--redact",
+    "redact_rules",
+    multiple=True,
+    is_flag=False,
+    flag_value="",
+    metavar="[RULE]",
+    help="Store a masked copy of each frame: secrets (credential headers, env values, bearer tokens, API "
+    "keys, JWTs) and what RULE names, a JSON path or a regular expression (repeatable). What is forwarded "
+    "is never altered.",
+)
 @click.argument("agent", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- AGENT [ARGS]...")
 def run(
     db_path: Path | None,
@@ -172,6 +183,7 @@ def run(
     stderr_file: Path | None,
     otlp: str | None,
     otlp_content: bool,
+    redact_rules: tuple[str, ...],
     agent: tuple[str, ...],
 ) -> None:
     """Launch AGENT and relay its stdio byte for byte, recording every frame.
@@ -188,6 +200,13 @@ def run(
     """
     if live_check and no_record:
         raise click.UsageError("--check checks what is recorded: it cannot be used with --no-record")
+    if redact_rules and no_record:
+        raise click.UsageError("--redact masks what is recorded: it cannot be used with --no-record")
+    redact = [rule for rule in redact_rules if rule] if redact_rules else None
+    if redact:
+        from .redact import Redactor
+
+        Redactor(redact)  # a bad rule: one line, exit 2
     db = None if no_record else resolve_db(db_path)
     plan = build_fault_plan(fault_rules, faults_file, seed)
     from .otel import command as otel
@@ -211,7 +230,9 @@ def run(
             "max_record_bytes": max_record_bytes,
             "no_record": no_record,
             "strip_replayed_notices": strip_replayed_notices,
+            **({"redact": True} if redact is not None else {}),  # the rules themselves may name a secret
         },
+        redact=redact,
     )
     if otlp_to is not None:
         otel.start_live(options.db_path, otlp_to, otlp_content)  # type: ignore[arg-type]
@@ -923,17 +944,27 @@ def _wait_for_database(path: Path, interval: float, deadline: float | None) -> t
     default=None,
     help="Write here (created 0600) instead of stdout.",
 )
+@redact_options
 @click.argument("ref", type=TEXT)
 def export(
-    db_path: Path | None, fmt: str, endpoint: str | None, otlp_content: bool, output: Path | None, ref: str
+    db_path: Path | None,
+    fmt: str,
+    endpoint: str | None,
+    otlp_content: bool,
+    output: Path | None,
+    redact_rules: tuple[str, ...],
+    no_redact: bool,
+    ref: str,
 ) -> None:
     """Export a run, a session, or `all` runs (REF: run id, `last`, session id / prefix, `all`).
 
     A session's export starts with what its runs said before it — `initialize`, authentication,
-    the `session/new` request — so it is a whole conversation. Nothing is redacted: the export
-    holds the whole conversation. Files are created 0600. `--format otlp` sends the spans of the
-    run (or of the session's turns) to an OpenTelemetry collector instead, message text only with
-    --otlp-content.
+    the `session/new` request — so it is a whole conversation. Secrets (credential headers, env
+    values, bearer tokens, API keys, JWTs, and what --redact names) are masked unless
+    --no-redact; a frame without one is exported byte for byte. The export still holds the
+    conversation and file contents: files are created 0600. `--format otlp` sends the spans of
+    the run (or of the session's turns) to an OpenTelemetry collector instead, message text only
+    with --otlp-content.
 
     \b
     Examples:
@@ -941,8 +972,12 @@ def export(
         acp-proxy export 3f2a --format jsons -o trace.jsons   # open with sacp-trace-viewer
         acp-proxy export all -o everything.jsonl
         acp-proxy export last --format otlp --endpoint http://localhost:4318
+        acp-proxy export last --no-redact -o whole.jsonl
     """
     from . import exports, queries
+    from .redact import Redactor
+
+    redactor = Redactor(redact_rules, enabled=not no_redact)  # a bad rule: one line, exit 2
 
     if fmt != "otlp" and (endpoint is not None or otlp_content):
         raise click.UsageError("--endpoint and --otlp-content go with --format otlp")
@@ -951,7 +986,7 @@ def export(
     if fmt == "otlp":
         from .otel import command as otel
 
-        say(otel.export(resolve_db(db_path), ref, endpoint, otlp_content))
+        say(otel.export(resolve_db(db_path), ref, endpoint, otlp_content, redactor))
         return
     db = open_db(db_path)
     resolved, label, run_ids = _runs_of(db, ref)
@@ -960,15 +995,14 @@ def export(
         "resolved": label,
         "runs": queries.rows(db, f"select * from runs where id in ({','.join('?' * len(run_ids)) or 'null'})", run_ids),
     }
-    lines = exports.export_lines(fmt, queries.export_frames(db, resolved), header)
+    lines = exports.export_lines(fmt, queries.export_frames(db, resolved), header, redactor)
     if output is None:
         from . import views
 
         with views.output(page=False) as out:
             for line in lines:
                 out.data(line + b"\n")
-        if fmt == "jsonl":
-            say(exports.WARNING)
+        say(exports.warning(redactor))
         return
     from . import store
 
@@ -983,7 +1017,7 @@ def export(
         for line in lines:
             out_file.write(line + b"\n")
             written += 1
-    say(f"wrote {written} lines to {output} ({exports.WARNING})")
+    say(f"wrote {written} lines to {output} ({exports.warning(redactor)})")
 
 
 # -- replay and diff -------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Export formats for recorded frames: our own JSONL, and formats other viewers read.
 
 Owns: turning frame rows (dicts, as ``queries`` returns them) into lines of an export file.
-Must not know: SQL, files, click. Nothing is redacted: an export holds the whole conversation,
-which is why the header says so and the command creates files 0600.
+Must not know: SQL, files, click. Secrets are masked by the ``Redactor`` it is given (the
+command's default; ``--no-redact`` gives a disabled one), and the header says which: either way
+an export holds the conversation, file contents included, which is why files are created 0600.
 
 Formats:
 
@@ -24,17 +25,32 @@ from typing import Any
 import msgspec
 
 from . import __version__
+from .redact import Redactor
 
 FORMATS = ("jsonl", "jsons", "inspector")
 WARNING = "nothing is redacted: this file holds the whole conversation, including file contents and secrets"
+REDACTED = "secrets are masked (--no-redact keeps them); this file still holds the conversation and file contents"
+
+
+def warning(redactor: Redactor) -> str:
+    return REDACTED if redactor.enabled else WARNING
+
 
 _json = msgspec.json.Encoder()
 _decode = msgspec.json.Decoder()
 
 
-def export_lines(fmt: str, frames: Iterable[dict[str, Any]], header: dict[str, Any]) -> Iterator[bytes]:
+def export_lines(
+    fmt: str, frames: Iterable[dict[str, Any]], header: dict[str, Any], redactor: Redactor | None = None
+) -> Iterator[bytes]:
+    """The lines of an export (without newlines). ``redactor``: masks secrets in every frame
+    and in the runs of the header (none given: nothing is masked)."""
+    if redactor is not None and redactor.enabled:
+        frames = (redactor.frame_row(row) for row in frames)
+        header = {**header, "runs": [redactor.run_row(run) for run in header.get("runs", [])]}
+    warn = warning(redactor) if redactor is not None else WARNING
     if fmt == "jsonl":
-        return _jsonl(frames, header)
+        return _jsonl(frames, header, warn)
     if fmt == "jsons":
         return _jsons(frames)
     if fmt == "inspector":
@@ -50,8 +66,8 @@ def frame_object(row: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def _jsonl(frames: Iterable[dict[str, Any]], header: dict[str, Any]) -> Iterator[bytes]:
-    yield _json.encode({"acp_proxy_export": 1, "version": __version__, "warning": WARNING, **header})
+def _jsonl(frames: Iterable[dict[str, Any]], header: dict[str, Any], warn: str) -> Iterator[bytes]:
+    yield _json.encode({"acp_proxy_export": 1, "version": __version__, "warning": warn, **header})
     for row in frames:
         yield _json.encode(frame_object(row))
 

@@ -49,6 +49,7 @@ from .live_check import LiveCheck
 from .protocol import wire
 from .protocol.framing import Line, LineFramer
 from .record import COLUMNS, FrameRecord
+from .redact import Redactor
 
 FLUSH_ROWS = 4000
 FLUSH_BYTES = 1024 * 1024  # a batch holds a few big frames at most: memory stays bounded
@@ -168,12 +169,20 @@ class Indexer:
     """
 
     def __init__(
-        self, run_id: int, max_keep: int | None, state: dict[str, Any] | None = None, *, resumed: bool = False
+        self,
+        run_id: int,
+        max_keep: int | None,
+        state: dict[str, Any] | None = None,
+        *,
+        resumed: bool = False,
+        redactor: Redactor | None = None,
     ) -> None:
         from .tracker import Tracker  # imported late: the tracker pulls in the schema tables
 
         self.run_id = run_id
         self.max_keep = max_keep
+        # run --redact: rows hold the masked copy of each line (the tracker sees the true one).
+        self.redactor = redactor
         self.tracker = Tracker(run_id)
         self.framers = [LineFramer(max_keep) for _ in DIRECTIONS]
         self.pending = _SparseInserts()
@@ -261,7 +270,7 @@ class Indexer:
         self.recent[d] = []
         if not lines:
             return
-        if d != STDERR and not self.gap_extra[d] and self.undelivered[d] is None:
+        if d != STDERR and not self.gap_extra[d] and self.undelivered[d] is None and self.redactor is None:
             self._emit_plain(d, rec.ts_ns, lines)
             return
         for line in lines:
@@ -432,14 +441,30 @@ class Indexer:
                     (self.run_id, seq, ts_ns, applied["rule"], applied["action"], applied.get("detail"))
                 )
         if direction == STDERR:
+            if self.redactor is not None:
+                self._redact(rec)
             self.pending.add(rec)
             return seq
         self.tracker.observe(rec)
+        if self.redactor is not None:
+            self._redact(rec)
         self.pending.add(rec)
         elements = rec.frame.elements if rec.frame is not None else None
         if elements:
             self._add_batch_elements(rec, elements)
         return seq
+
+    def _redact(self, rec: FrameRecord) -> None:
+        redactor = self.redactor
+        assert redactor is not None
+        if rec.raw is not None:
+            rec.raw = redactor.raw(rec.raw)
+        if rec.raw_bytes is not None:
+            rec.raw_bytes = redactor.line(rec.raw_bytes)
+        for name in ("error_message", "note", "decode_error"):
+            value = getattr(rec, name)
+            if value:
+                setattr(rec, name, redactor.text(value))
 
     def _add_batch_elements(self, batch: FrameRecord, elements: list[tuple[bytes, wire.Frame]]) -> None:
         for index, (raw, frame) in enumerate(elements):
@@ -450,6 +475,8 @@ class Indexer:
             rec.batch_index = index
             rec.forwarded = batch.forwarded
             self.tracker.observe(rec)
+            if self.redactor is not None:
+                self._redact(rec)
             self.pending.add(rec)
 
     # -- output ----------------------------------------------------------------------------
@@ -952,15 +979,17 @@ class Session:
         self.limit: int | None = self.start.get("db_limit")
         self.check: str | None = self.start.get("check")
         self.marker: str | None = self.start.get("marker")
+        rules = self.start.get("redact")  # run --redact: its rules ([]: the built-in ones)
+        self.redactor = Redactor(rules) if isinstance(rules, list) else None
         db = _open(self.db_path, self.limit)
         self.run_id, state, existed = store.wait_for_write_lock(
-            lambda: _ensure_run(db, self.start, journal_path), LOCK_PATIENCE
+            lambda: _ensure_run(db, self.start, journal_path, self.redactor), LOCK_PATIENCE
         )
         self.done = bool(state and state.get("done"))
         max_keep = self.start.get("max_record_bytes")
         room = max(1024, store.max_value_bytes(db.conn) - ROW_MARGIN)
         max_keep = room if max_keep is None else min(max_keep, room)
-        self.indexer = Indexer(self.run_id, max_keep, state, resumed=existed)
+        self.indexer = Indexer(self.run_id, max_keep, state, resumed=existed, redactor=self.redactor)
         if state is not None:
             self.reader.offset = state["offset"]
             self.learned = [] if self.done else _replay(self.indexer, db.conn, self.run_id)
@@ -1148,9 +1177,12 @@ def _restore_priority(pids: tuple[int, ...]) -> None:
             pass
 
 
-def _ensure_run(db: Any, start: dict[str, Any], journal_path: Path) -> tuple[int, dict[str, Any] | None, bool]:
+def _ensure_run(
+    db: Any, start: dict[str, Any], journal_path: Path, redactor: Redactor | None = None
+) -> tuple[int, dict[str, Any] | None, bool]:
     """The journal's run row (created from its START record if no recorder made it yet), its
-    committed journal state, and whether it existed."""
+    committed journal state, and whether it existed. ``redactor``: masks the agent's command
+    line and directory (run --redact)."""
     name = journal_path.name
     conn = db.conn
     row = conn.execute("select id, journal_state from runs where journal = ?", [name]).fetchone()
@@ -1159,8 +1191,8 @@ def _ensure_run(db: Any, start: dict[str, Any], journal_path: Path) -> tuple[int
     run = {
         "started_ns": start["started_ns"],
         "status": "running",
-        "argv": json.dumps(start["argv"]),
-        "cwd": start.get("cwd"),
+        "argv": json.dumps([redactor.text(w) for w in start["argv"]] if redactor else start["argv"]),
+        "cwd": redactor.text(start["cwd"]) if redactor and start.get("cwd") else start.get("cwd"),
         "proxy_pid": start.get("proxy_pid"),
         "agent_pid": start.get("agent_pid"),
         "interactive": int(bool(start.get("interactive"))),

@@ -227,6 +227,10 @@ _MAX_REMEMBERED = 1000
 _MIN_REMEMBERED = 8  # shorter masked values (an env "1", "true") are not searched for in free text
 
 
+_FRAME_TEXT_COLUMNS = frozenset(("error_message", "note", "decode_error", "title"))
+"""Columns of ``frames`` that copy text out of a frame (or say something about it)."""
+
+
 class Redactor:
     """Masks secrets by the built-in rules and ``rules`` (``--redact`` texts); a no-op when not
     ``enabled``.
@@ -291,6 +295,48 @@ class Redactor:
             return data if masked is text else masked.encode("utf-8", errors="surrogateescape")
         out = self.raw(text)
         return data if out is text else out.encode("utf-8")
+
+    def frame_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A ``frames`` row (as a dict) with its secrets masked: the line (``raw``, or
+        ``raw_bytes`` when it is not UTF-8) and the free-text columns. A copy when anything was
+        masked, else the very row."""
+        if not self.enabled:
+            return row
+        out = row
+        for name, value in row.items():
+            if value is None:
+                continue
+            if name == "raw":
+                masked: Any = self.raw(value)
+            elif name == "raw_bytes":
+                masked = self.line(bytes(value))
+                masked = value if masked == value else masked
+            elif name in _FRAME_TEXT_COLUMNS:
+                masked = self.text(value)
+            else:
+                continue
+            if masked is not value:
+                if out is row:
+                    out = dict(row)
+                out[name] = masked
+        return out
+
+    def run_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A ``runs`` row (as a dict) with its secrets masked: JSON text columns (argv, the
+        client's and agent's info, options) as values, other text (cwd, fault rules) as text."""
+        if not self.enabled:
+            return row
+        out = dict(row)
+        for name, value in row.items():
+            if not isinstance(value, str):
+                continue
+            decoded = _loads(value) if value[:1] in ("[", "{") else None
+            if isinstance(decoded, (dict, list)):
+                masked = self.value(decoded)
+                out[name] = value if masked is decoded else json.dumps(masked, ensure_ascii=False)
+            else:
+                out[name] = self.text(value)
+        return out
 
     def raw(self, text: str) -> str:
         """``line`` for a line already decoded to ``str`` (the ``frames.raw`` column)."""

@@ -88,7 +88,9 @@ class RunOptions:
         check: str | None = None,  # None | "full" | "lifecycle": live conformance checks (live_check.py)
         fault_plan: FaultPlan | None = None,
         options: dict[str, Any] | None = None,
+        redact: list[str] | None = None,  # run --redact: store masked copies, by these rules and the built-in ones
     ) -> None:
+        self.redact = redact
         self.argv = argv
         self.db_path = db_path
         self.grace = grace
@@ -269,6 +271,7 @@ class Recording:
             "db_limit": options.db_limit,
             "options": options.options,
             "check": options.check,
+            "redact": options.redact,
             "db": str(self.db_path),
             "marker": marker,
         }

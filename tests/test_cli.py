@@ -181,8 +181,10 @@ def test_export_jsonl_and_conductor_trace(sdk_recording: tuple[Path, str], tmp_p
     assert result.exit_code == 0
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     header, *frames = [json.loads(line) for line in out.read_text().splitlines()]
-    assert header["acp_proxy_export"] == 1 and "nothing is redacted" in header["warning"]
+    assert header["acp_proxy_export"] == 1 and "secrets are masked" in header["warning"]
     assert {f["run_id"] for f in frames} == {1, 2}
+    recorded = {(r["run_id"], r["seq"]): r["raw"] for r in map(json.loads, lines_of("frames", "--jsonl", db))}
+    assert all(f["raw"] == recorded[f["run_id"], f["seq"]] for f in frames)  # no secret: byte for byte
     trace = tmp_path / "trace.jsons"
     CliRunner().invoke(cli, ["export", "1", "--format", "jsons", "-o", str(trace), "--db", str(db)])
     events = [json.loads(line) for line in trace.read_text().splitlines()]
@@ -322,3 +324,27 @@ def test_tail_follows_a_run_while_it_is_recorded(tmp_path: Path) -> None:
     assert tail.returncode == 0, err
     frames = [json.loads(line) for line in out.splitlines()]
     assert [(f["run_id"], f["dir"], f["method"]) for f in frames] == [(2, "c2a", "ping"), (2, "a2c", "ping")]
+
+
+def lines_of(command: str, option: str, db: Path) -> list[str]:
+    return invoke(command, option, "--db", str(db)).stdout.splitlines()
+
+
+def test_exports_mask_secrets_unless_told_not_to(tmp_path: Path) -> None:
+    from .web_support import SECRETS, synthetic_db
+
+    db = synthetic_db(tmp_path / "secrets.db")
+    for fmt in ("jsonl", "jsons", "inspector"):
+        masked = invoke("export", "1", "--format", fmt, "--db", str(db))
+        assert masked.exit_code == 0, masked.output
+        assert not [name for name, secret in SECRETS.items() if secret.split()[-1] in masked.stdout], fmt
+        assert "[redacted]" in masked.stdout and "secrets are masked" in masked.stderr
+    whole = invoke("export", "1", "--no-redact", "--db", str(db))
+    assert all(secret in whole.stdout for name, secret in SECRETS.items() if name != "stderr")
+    assert "nothing is redacted" in whole.stderr
+    more = invoke("export", "1", "--redact", "re:edit a file", "--db", str(db)).stdout
+    assert "edit a file" in whole.stdout and "edit a file" not in more
+    header = json.loads(invoke("export", "1", "--db", str(db)).stdout.splitlines()[0])
+    assert SECRETS["key"] not in json.dumps(header)  # argv and the runs' JSON columns too
+    bad = CliRunner().invoke(cli, ["export", "1", "--redact", "re:", "--db", str(db)])
+    assert bad.exit_code == 2 and bad.stderr.startswith("acp-proxy: ") and bad.stderr.count("\n") == 1

@@ -387,3 +387,49 @@ def test_property_a_planted_secret_of_each_kind_is_always_masked(case: tuple[dic
     line = Redactor().line(dumps(frame).encode())
     assert secret.encode() not in line
     json.loads(line)  # still one JSON frame
+
+
+# -- run --redact: the stored copy is masked, what is forwarded never -------------------------
+
+
+def test_run_redact_stores_masked_copies_and_forwards_every_byte(tmp_path: Path) -> None:
+    import sqlite3
+
+    from .conftest import run_proxy
+
+    key = "sk-ant-api03-" + "Qw8" * 10
+    secret_line = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"_meta": {"headers": {"Authorization": key}}}}
+    ).encode()
+    plain_line = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"n":1}}}'
+    hunter = b'{"jsonrpc":"2.0","method":"x/y","params":{"word":"hunter2"}}'
+    data = secret_line + b"\n" + plain_line + b"\n" + hunter + b"\n"
+    db = tmp_path / "rec.db"
+    agent = ["sh", "-c", f"cat; echo 'token {key}' >&2", key]  # $0, and so argv, holds the key too
+    result = run_proxy(["run", "--db", str(db), "--redact", "--redact", "re:hunter2", "--", *agent], input=data)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == data  # forwarded byte for byte
+    conn = sqlite3.connect(db)
+    try:
+        raws = [r for (r,) in conn.execute("select raw from frames where dir = 'a2c' order by seq")]
+        stderr = [r for (r,) in conn.execute("select raw from frames where dir = 'stderr'")]
+        argv, options = conn.execute("select argv, options from runs").fetchone()
+    finally:
+        conn.close()
+    assert key not in raws[0] and MASK in raws[0] and json.loads(raws[0])["method"] == "initialize"
+    assert raws[1] == plain_line.decode()  # nothing secret: stored as it came
+    assert "hunter2" not in raws[2]
+    assert stderr and key not in "".join(stderr)
+    assert key not in argv and "hunter2" not in options and json.loads(options)["redact"] is True
+
+
+def test_run_redact_mistakes_are_one_line_before_the_agent_starts(tmp_path: Path) -> None:
+    from .conftest import run_proxy
+
+    for args, said in (
+        (["--redact", "re:("], "--redact"),
+        (["--redact", "--no-record"], "--no-record"),
+    ):
+        result = run_proxy(["run", "--db", str(tmp_path / "r.db"), *args, "--", "touch", str(tmp_path / "started")])
+        assert result.returncode == 2 and result.stderr.count(b"\n") == 1 and said.encode() in result.stderr
+        assert not (tmp_path / "started").exists()

@@ -71,9 +71,10 @@ def start_live(db_path: Path, where: Endpoints, content: bool) -> None:
     spawn(db_path, proxy_pid=os.getpid(), not_before_ns=time.time_ns(), where=where, content=content)
 
 
-def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool) -> str:
+def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, redactor: Any = None) -> str:
     """Send the spans of a recorded run, or of a session's turns, to the collector at
-    ``endpoint`` (else the environment's); the line to print. Raises ``UsageError`` for a bad
+    ``endpoint`` (else the environment's); the line to print. ``redactor``: masks what
+    ``content`` lets into spans (None: the built-in rules). Raises ``UsageError`` for a bad
     option or reference, ``OtlpExportError`` when spans were lost."""
     from .. import queries, store
 
@@ -102,6 +103,7 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool) ->
             end_ns=_end_of(db, run_id),
             run_id=run_id,
             content=content,
+            redactor=redactor,
             start_ns=_start_of(db, run_id),
         )
         if ref.is_session:

@@ -227,15 +227,9 @@ def _runs(db: Any, run_ids: list[int]) -> list[dict[str, Any]]:
 
 def _redact_row(row: dict[str, Any], redactor: Redactor) -> None:
     """A frames row with its secrets masked, in place (raw, raw_bytes, messages, notes)."""
-    if not redactor.enabled:
-        return
-    if row.get("raw") is not None:
-        row["raw"] = redactor.raw(row["raw"])
-    if row.get("raw_bytes") is not None:
-        row["raw_bytes"] = redactor.line(row["raw_bytes"])
-    for name in ("error_message", "note", "decode_error"):
-        if row.get(name):
-            row[name] = redactor.text(row[name])
+    masked = redactor.frame_row(row)
+    if masked is not row:
+        row.update(masked)
 
 
 def _conversation_json(conv: fd.Conversation) -> dict[str, Any]:
