@@ -392,7 +392,11 @@ def runs(db_path: Path | None, output: Output, limit: int) -> None:
             run["took"] = views.duration(run["ended_ns"] - run["started_ns"]) if run["ended_ns"] else "running"
             run["exit"] = views.exit_status(run["exit_code"], run["exit_signal"], run["status"])
             if run["status"] == "crashed":
-                run["exit"] = "proxy died"
+                # The proxy's own exit is known unless it died; what crashed may be its recorder.
+                known = run["exit_code"] is not None or run["exit_signal"] is not None
+                run["exit"] = f"{run['exit']}, recording crashed" if known else "proxy died"
+                if run.get("recovered_frames"):
+                    run["exit"] += f", recovered {run['recovered_frames']:,} frames"
             if run["interactive"]:
                 run["exit"] += " (terminal)"
             lost = run["not_recorded"] or 0

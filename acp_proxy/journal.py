@@ -341,6 +341,10 @@ class JournalWriter:
         """Newlines lost and not yet told in a GAP record (the relay's last word carries them)."""
         return sum(entry[1] for entry in self.lost)
 
+    def unreported_by_direction(self) -> list[int]:
+        """``unreported``, per direction (c2a, a2c, stderr)."""
+        return [entry[1] for entry in self.lost]
+
     def _report_gap(self, direction: int, ts_ns: int) -> bool:
         if not self._append(GAP, direction, ts_ns, GAP_COUNTS.pack(*self.lost[direction])):
             return False

@@ -206,6 +206,7 @@ class Indexer:
         self.last_line: list[list[Any] | None] = list(st.get("last_line", [None, None, None]))
         self.gap_extra: list[int] = list(st.get("gap_extra", [0, 0, 0]))
         self.lost_lines: int = st.get("lost", 0)
+        self.lost_by_dir: list[int] = list(st.get("lost_dirs", [0, 0, 0]))  # of lost_lines, per direction
         self.final: bool = st.get("final", False)
         self.recovered: int = st.get("recovered", 0)
         self.gap_reasons: set[str] = set()
@@ -378,6 +379,7 @@ class Indexer:
         elif self.gap_extra[d]:  # a last line whose bytes could all not be journaled
             self.gap_extra[d] = 0
             self.lost_lines += 1
+            self.lost_by_dir[d] += 1
 
     def _undelivered(self, d: int, position: int) -> None:
         """From ``position`` on, the receiver of ``d`` got nothing: correct the lines already
@@ -417,8 +419,10 @@ class Indexer:
             note = "the end of this line could not be journaled"
             self._emit(d, ts_ns, Line(data, size, True, True), note=note, newline_kept=False)
             self.lost_lines += newlines - 1
+            self.lost_by_dir[d] += newlines - 1
         else:
             self.lost_lines += newlines
+            self.lost_by_dir[d] += newlines
         self.gap_extra[d] = tail
 
     def _meta(self, payload: bytes) -> None:
@@ -427,6 +431,10 @@ class Indexer:
             self.final = True
         values.pop("status", None)  # the run's status is set when its recording is complete
         self.lost_lines += values.pop("lost_lines", 0) or 0
+        by_direction = values.pop("lost_lines_by_dir", None)
+        if isinstance(by_direction, list) and len(by_direction) == len(self.lost_by_dir):
+            for d, lost in enumerate(by_direction):
+                self.lost_by_dir[d] += lost
         self.run_values.update(values)
 
     def _add(self, direction: int, ts_ns: int, line: Line, meta: dict[str, Any] | None) -> int:
@@ -515,11 +523,14 @@ class Indexer:
         return message
 
     def counters(self) -> dict[str, Any]:
+        # Lines relayed, recorded or not: a line lost to a journal gap counts too (and in
+        # not_recorded), so that frames - not_recorded is what the frames table holds.
+        lost = self.lost_by_dir
         return {
-            "frames": sum(self.frame_counts),
-            "frames_c2a": self.frame_counts[C2A],
-            "frames_a2c": self.frame_counts[A2C],
-            "stderr_lines": self.frame_counts[STDERR],
+            "frames": sum(self.frame_counts) + self.lost_lines,
+            "frames_c2a": self.frame_counts[C2A] + lost[C2A],
+            "frames_a2c": self.frame_counts[A2C] + lost[A2C],
+            "stderr_lines": self.frame_counts[STDERR] + lost[STDERR],
             "bytes_c2a": self.bytes[C2A],
             "bytes_a2c": self.bytes[A2C],
         }
@@ -555,6 +566,7 @@ class Indexer:
             "last_line": self.last_line,
             "gap_extra": self.gap_extra,
             "lost": self.lost_lines,
+            "lost_dirs": self.lost_by_dir,
             "final": self.final,
             "recovered": self.recovered + (self.seq - self.first_seq if self.resumed else 0),
         }
@@ -927,6 +939,8 @@ def _writer_main(fd: int, session: Session) -> int:
     conn = db.conn
     # Checkpoints happen in their own thread (see _Checkpointer), never inside a COMMIT.
     conn.execute("PRAGMA wal_autocheckpoint = 0")
+    if session.limit is not None:
+        conn.execute("PRAGMA journal_size_limit = 0")  # --db-limit: a reset WAL gives its space back
     every = CHECKPOINT_BYTES if session.limit is None else max(256 * 1024, min(CHECKPOINT_BYTES, session.limit // 8))
     checkpointer = _Checkpointer(session.db_path, every)
     writer = RunWriter(
@@ -944,7 +958,8 @@ def _writer_main(fd: int, session: Session) -> int:
         ended = ended or "end" in message
     checkpointer.stop()
     try:
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        # With --db-limit the WAL is emptied too: what is left on disk is the database alone.
+        conn.execute(f"PRAGMA wal_checkpoint({'PASSIVE' if session.limit is None else 'TRUNCATE'})")
     except sqlite3.Error:
         pass
     if live is not None:
@@ -1005,9 +1020,13 @@ class Session:
     def _over_limit(self, message: dict[str, Any]) -> None:
         if self.limit is None or not message["count"]:
             return
-        used = jr.files_size(jr.limited_files(self.db_path), self.journal_path.parent)
-        estimate = 2 * message["nbytes"] + 200 * message["count"]
-        if used + estimate > self.limit:
+        files = jr.limited_files(self.db_path)
+        used = jr.files_size(files, self.journal_path.parent)
+        # What the WAL holds is copied into the database by the next checkpoint while the WAL
+        # keeps its size until it is reset: count it twice, and the batch twice (WAL, then db).
+        wal = jr.files_size(files[1:2], None)
+        estimate = 2 * (message["nbytes"] + 150 * message["count"])
+        if used + wal + estimate > self.limit:
             message["dropped"] = f"--db-limit reached ({self.limit:,} bytes)"
             if not self.limit_said:
                 self.limit_said = True

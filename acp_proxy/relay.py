@@ -338,6 +338,7 @@ class Recording:
             "exit_code": status.code,
             "exit_signal": status.signal,
             "lost_lines": journal.unreported(),  # lost after the last GAP record that could be written
+            "lost_lines_by_dir": journal.unreported_by_direction(),
         }
         self.meta(values)
         self.finished = True

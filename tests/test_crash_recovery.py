@@ -23,7 +23,7 @@ import pytest
 from acp_proxy import journal as jr
 from acp_proxy import store
 
-from .conftest import python_agent, run_proxy, start_proxy, watchdog
+from .conftest import proxy_env, python_agent, run_proxy, start_proxy, watchdog
 from .test_relay_lifecycle import the_run as run_row
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds processes in /proc (Linux)")
@@ -206,6 +206,9 @@ def test_kill_9_of_the_recorder_mid_storm_the_proxy_records_the_journal_at_the_e
     assert (run["status"], run["exit_code"], run["frames_a2c"]) == ("crashed", 0, count)
     assert run["recovered_frames"] > 0
     assert run["bytes_a2c"] == len(delivered)
+    # `runs` says what happened: the agent exited 0, the recording crashed and was recovered.
+    said = run_proxy(["runs", "--db", str(db_path)], env=proxy_env(COLUMNS="200")).stdout.decode()
+    assert f"0, recording crashed, recovered {run['recovered_frames']:,} frames" in said, said
 
 
 def test_kill_9_of_the_writer_mid_storm_the_recorder_resumes_from_the_last_commit(db_path: Path) -> None:
@@ -265,6 +268,8 @@ def test_a_torn_last_journal_record_is_dropped_and_the_rest_recovered(tmp_path: 
     store.open_for_reading(db).conn.close()
     run = run_row(db)
     assert (run["status"], run["frames_a2c"], run["recovered_frames"]) == ("crashed", 2, 2)
+    said = run_proxy(["runs", "--db", str(db)], env=proxy_env(COLUMNS="200")).stdout.decode()
+    assert "proxy died, recovered 2 frames" in said, said
     assert [line.rstrip(b"\n") for line in recorded_a2c(db)] == [
         b'{"jsonrpc":"2.0","method":"a"}',
         b'{"jsonrpc":"2.0","method":"b"}',
@@ -411,3 +416,33 @@ def test_the_next_run_recovers_a_dead_run_too(tmp_path: Path) -> None:
         conn.close()
     assert runs == [("crashed", 1, 1), ("ended", 1, 0)] or runs == [("ended", 1, 0), ("crashed", 1, 1)]
     assert not journal.path.exists()
+
+
+def test_a_stopped_writer_holds_up_neither_the_conversation_nor_its_end(db_path: Path) -> None:
+    count = 200_000
+    proc = start_proxy(["run", "--db", str(db_path), "--", *storm_agent(count)])
+    timer = watchdog(proc, 120)
+    writer = 0
+    try:
+        client = Client(proc)
+        writer = writer_of(recorder_of(proc))
+        os.kill(writer, signal.SIGSTOP)  # a writer that never gets the CPU again
+        assert proc.stdin is not None
+        proc.stdin.close()
+        started = time.monotonic()
+        delivered = client.finish(30)  # the client's EOF comes when the agent's output ends
+        took = time.monotonic() - started
+        assert delivered.count(b"\n") == count
+        assert took < 15, f"the client waited {took:.1f} s for EOF behind a stopped writer"
+        os.kill(writer, signal.SIGCONT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        timer.cancel()
+        if writer:
+            try:
+                os.kill(writer, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        proc.kill()
+    assert_nothing_delivered_is_lost(delivered, db_path)
+    assert run_row(db_path)["status"] == "ended"

@@ -365,6 +365,8 @@ def test_db_limit_counts_the_wal_and_the_journal_and_says_limit_reached(tmp_path
     (recorded,) = rows(db, "select count(*) from frames")[0]
     assert recorded > 0 and recorded + run["not_recorded"] == 24_000
     assert "limit" in run["not_recorded_reason"]
+    # The run row counts every line relayed, recorded or not.
+    assert (run["frames"], run["frames_c2a"], run["frames_a2c"]) == (24_000, 12_000, 12_000)
 
 
 def _foreign_database(path: Path) -> None:
