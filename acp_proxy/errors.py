@@ -10,13 +10,22 @@ agent starts.
 
     AcpProxyError                 exit 2 unless the subclass says otherwise
     ├── UsageError                an option or argument a user gave cannot be used
-    │   ├── FilterError           (filters)  a filter expression does not parse or is too big
-    │   ├── RuleError             (faults)   a fault rule or rules file cannot be used
-    │   └── RefError              (queries)  a REF names nothing, or more than one thing
+    │   ├── FilterError           (filters)      a filter expression does not parse or is too big
+    │   ├── RuleError             (faults)       a fault rule or rules file cannot be used
+    │   ├── RefError              (queries)      a REF names nothing, or more than one thing
+    │   ├── RedactError           (redact)       a --redact rule cannot be used
+    │   ├── ImportFormatError     (importers)    a log cannot be read or is not in its format
+    │   ├── OtlpError             (otel.endpoints) an OTLP endpoint or option cannot be used
+    │   └── ToolFailure           (mcp_server)   an MCP tool was called with what it cannot use
     ├── StoreError                (store)    the database cannot be opened, read or written
     │   ├── NotYetADatabase       (store)    nothing recorded at the path yet (tail waits)
     │   └── SqlRefused            (store)    `acp-proxy sql` was asked to do more than read
-    └── RelayError                (relay)    the run cannot start (exit 126/127 for the agent)
+    ├── RelayError                (relay)    the run cannot start (exit 126/127 for the agent)
+    ├── OtlpExportError           (otel.command) spans of an export were lost (collector down)
+    └── MissingExtra              (web.command, mcp_server) an optional extra is not installed
+
+``cli_support.Group.main`` is the one place the query commands catch it; ``relay.run_and_exit``
+is the other, for ``run`` started by the launcher before click is loaded.
 
 Every subclass is also a ``ValueError`` where it always was one (filters, faults), so callers
 that caught that keep working.
