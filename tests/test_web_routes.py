@@ -352,3 +352,62 @@ def test_plain_datasette_serves_the_same_pages_through_the_entry_point(synthetic
     data = asyncio.run(go()).json()
     assert data["ok"] is True and data["redacted"] is True
     assert holds_secret(json.dumps(data)) == []
+
+
+# -- a v2 turn: acceptance, thoughts, usage, a notice and a compaction on the page ---------------
+
+
+def v2_traffic() -> list[tuple[int, bytes]]:
+    from acp_proxy import journal
+
+    def f(obj: dict[str, Any]) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+
+    def update(body: dict[str, Any]) -> bytes:
+        return f({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s2", "update": body}})
+
+    c2a, a2c = journal.C2A, journal.A2C
+    text = {"type": "text"}
+    return [
+        (c2a, f({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 2}})),
+        (a2c, f({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 2, "info": {"name": "a", "version": "2"}}})),
+        (c2a, f({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w"}})),
+        (a2c, f({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s2"}})),
+        (c2a, f({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": "s2", "prompt": []}})),
+        (a2c, f({"jsonrpc": "2.0", "id": 2, "result": {"messageId": "u1"}})),
+        (a2c, update({"sessionUpdate": "state_update", "state": "running"})),
+        (
+            a2c,
+            update({"sessionUpdate": "agent_thought_chunk", "messageId": "t1", "content": {**text, "text": "Ponder"}}),
+        ),
+        (
+            a2c,
+            update({"sessionUpdate": "agent_message_chunk", "messageId": "a1", "content": {**text, "text": "Done."}}),
+        ),
+        (a2c, update({"sessionUpdate": "usage_update", "used": 1200, "size": 200000})),
+        (a2c, update({"sessionUpdate": "notice", "severity": "warning", "title": "Rate limit at 80%"})),
+        (a2c, update({"sessionUpdate": "compaction_update", "compactionId": "c1", "status": "completed"})),
+        (a2c, update({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"})),
+    ]
+
+
+def test_a_v2_turn_shows_thoughts_usage_notices_compaction_and_its_acceptance(tmp_path: Path) -> None:
+    from .web_support import record
+
+    db = tmp_path / "v2.db"
+    record(db, v2_traffic())
+    data = get_json(app(db), "/runs/1.json")
+    timeline = entities(data)
+    by_kind = {(e["entity"], e.get("role") or e.get("variant")): e for e in timeline}
+    assert by_kind["message", "thought"]["text"] == "Ponder"
+    assert by_kind["message", "agent"]["text"] == "Done."
+    notice = by_kind["notice", None]
+    assert (notice["severity"], notice["title"], notice["live"]) == ("warning", "Rate limit at 80%", True)
+    assert by_kind["compaction", None]["status"] == "completed"
+    assert by_kind["session_state", "usage_update"]["fields"]["used"] == 1200
+    (turn_row,) = [t for c in data["conversations"] for t in c["turns"]]
+    assert turn_row["accepted_seq"] == 6  # the prompt's answer (its messageId) accepted the turn
+    marks = {w["kind"]: w for w in data["waterfall"]}
+    assert marks["acceptance"]["start_ms"] == 2.0  # one frame (2 ms apart) after the prompt
+    assert marks["turn"]["detail"] == "end_turn" and marks["turn"]["end_ms"] == 16.0
+    assert marks["first output"]["start_ms"] == 6.0  # the thought, two frames after the acceptance
