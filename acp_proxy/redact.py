@@ -475,7 +475,9 @@ class Redactor:
             out = self._string(key)
             if len(self._keys) < 4096:
                 self._keys[key] = out
-        return out
+        # An equal key remembered from another frame is another object: a key that stays as
+        # it is must come back as the very object given (Rule 1: "is", not "==").
+        return key if out == key else out
 
     def _string(self, text: str) -> str:
         out = text
