@@ -299,6 +299,15 @@ def test_metadata_describes_tables_and_columns(ds: Any) -> None:
     assert tables["frames"]["columns"]["rpc_id"].startswith("the JSON-RPC id")
     page = get(ds, "/synthetic/frames")
     assert "One row per line seen" in page.text
+    # Every column of every table says what it means.
+    conn = sqlite3.connect(f"file:{ds.databases['synthetic'].path}?mode=ro", uri=True)
+    try:
+        for table in ("runs", "frames", "sessions", "session_runs", "turns", "faults", "findings"):
+            columns = [row[1] for row in conn.execute(f"pragma table_info({table})")]
+            described = tables[table].get("columns", {})
+            assert [c for c in columns if c not in described] == [], table
+    finally:
+        conn.close()
 
 
 def test_the_readable_views_are_ordered_with_iso_times(synthetic: Path) -> None:
