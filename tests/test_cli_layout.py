@@ -129,7 +129,7 @@ def test_a_frame_line_fits_any_width_and_keeps_its_ids(frame: dict, width: int, 
     if frame["rpc_id"] and len(frame["rpc_id"]) <= 24:
         assert f" {frame['rpc_id']} " in plain
     if frame["session_id"]:
-        assert f" {frame['session_id'][:8]} " in plain
+        assert f" {views.session_label(frame['session_id'], 8)} " in plain
 
 
 @settings(max_examples=200, deadline=None)
@@ -253,3 +253,13 @@ def test_quitting_the_pager_early_ends_the_command_quietly(tmp_path: Path) -> No
     shown = run_on_a_terminal(["frames", "--db", str(db)], terminal_env(tmp_path, PAGER="head -n 2"))
     lines = shown.decode().splitlines()
     assert len(lines) == 2 and "RUN:SEQ" in lines[0] and "1:1 " in lines[1]  # the pager's, and nothing after
+
+
+def test_a_session_label_is_never_only_digits_and_always_names_its_session() -> None:
+    # A reference made only of digits names a run, so a label that people copy must not be one.
+    assert views.session_label("3f2a9c1b7d", 6) == "3f2a9c"
+    assert views.session_label("013926d438b2", 6) == "013926d"
+    assert views.session_label("93854335-2d63-2d65", 8) == "93854335-"
+    assert views.session_label("12345", 6) == "session:12345"
+    assert views.session_label("1234567890", 6) == "session:1234567890"
+    assert views.session_label("ab", 6) == "ab"
