@@ -337,12 +337,9 @@ class JournalWriter:
         self.lost_total[0] += len(chunk)
         self.lost_total[1] += newlines
 
-    def unreported(self) -> int:
-        """Newlines lost and not yet told in a GAP record (the relay's last word carries them)."""
-        return sum(entry[1] for entry in self.lost)
-
-    def unreported_by_direction(self) -> list[int]:
-        """``unreported``, per direction (c2a, a2c, stderr)."""
+    def unreported(self) -> list[int]:
+        """Newlines lost and not yet told in a GAP record, per direction (c2a, a2c, stderr): the
+        relay's last word carries them."""
         return [entry[1] for entry in self.lost]
 
     def _report_gap(self, direction: int, ts_ns: int) -> bool:

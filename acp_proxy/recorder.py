@@ -49,7 +49,7 @@ from .live_check import LiveCheck
 from .protocol import wire
 from .protocol.framing import Line, LineFramer
 from .record import COLUMNS, FrameRecord
-from .redact import Redactor
+from .redact import FRAME_FIELDS, Redactor
 
 FLUSH_ROWS = 4000
 FLUSH_BYTES = 1024 * 1024  # a batch holds a few big frames at most: memory stays bounded
@@ -205,8 +205,8 @@ class Indexer:
         # Per direction, the last gate-framed line recorded as forwarded: [seq, bytes, note].
         self.last_line: list[list[Any] | None] = list(st.get("last_line", [None, None, None]))
         self.gap_extra: list[int] = list(st.get("gap_extra", [0, 0, 0]))
-        self.lost_lines: int = st.get("lost", 0)
-        self.lost_by_dir: list[int] = list(st.get("lost_dirs", [0, 0, 0]))  # of lost_lines, per direction
+        # Lines lost to journal gaps, per direction (what the relay forwarded but could not journal).
+        self.lost_by_dir: list[int] = list(st.get("lost_dirs", [0, 0, 0]))
         self.final: bool = st.get("final", False)
         self.recovered: int = st.get("recovered", 0)
         self.gap_reasons: set[str] = set()
@@ -378,7 +378,6 @@ class Indexer:
             self._emit(d, ts_ns, line)
         elif self.gap_extra[d]:  # a last line whose bytes could all not be journaled
             self.gap_extra[d] = 0
-            self.lost_lines += 1
             self.lost_by_dir[d] += 1
 
     def _undelivered(self, d: int, position: int) -> None:
@@ -418,10 +417,8 @@ class Indexer:
             self.gap_extra[d] += head
             note = "the end of this line could not be journaled"
             self._emit(d, ts_ns, Line(data, size, True, True), note=note, newline_kept=False)
-            self.lost_lines += newlines - 1
             self.lost_by_dir[d] += newlines - 1
         else:
-            self.lost_lines += newlines
             self.lost_by_dir[d] += newlines
         self.gap_extra[d] = tail
 
@@ -430,8 +427,7 @@ class Indexer:
         if values.pop("final", False):
             self.final = True
         values.pop("status", None)  # the run's status is set when its recording is complete
-        self.lost_lines += values.pop("lost_lines", 0) or 0
-        by_direction = values.pop("lost_lines_by_dir", None)
+        by_direction = values.pop("lost_lines", None)
         if isinstance(by_direction, list) and len(by_direction) == len(self.lost_by_dir):
             for d, lost in enumerate(by_direction):
                 self.lost_by_dir[d] += lost
@@ -463,16 +459,9 @@ class Indexer:
         return seq
 
     def _redact(self, rec: FrameRecord) -> None:
-        redactor = self.redactor
-        assert redactor is not None
-        if rec.raw is not None:
-            rec.raw = redactor.raw(rec.raw)
-        if rec.raw_bytes is not None:
-            rec.raw_bytes = redactor.line(rec.raw_bytes)
-        for name in ("error_message", "note", "decode_error"):
-            value = getattr(rec, name)
-            if value:
-                setattr(rec, name, redactor.text(value))
+        assert self.redactor is not None
+        for name in FRAME_FIELDS:
+            setattr(rec, name, self.redactor.frame_field(name, getattr(rec, name)))
 
     def _add_batch_elements(self, batch: FrameRecord, elements: list[tuple[bytes, wire.Frame]]) -> None:
         for index, (raw, frame) in enumerate(elements):
@@ -521,6 +510,10 @@ class Indexer:
         self.unflushed_bytes = 0
         self.last_flush = time.monotonic()
         return message
+
+    @property
+    def lost_lines(self) -> int:
+        return sum(self.lost_by_dir)
 
     def counters(self) -> dict[str, Any]:
         # Lines relayed, recorded or not: a line lost to a journal gap counts too (and in

@@ -227,8 +227,9 @@ _MAX_REMEMBERED = 1000
 _MIN_REMEMBERED = 8  # shorter masked values (an env "1", "true") are not searched for in free text
 
 
-_FRAME_TEXT_COLUMNS = frozenset(("error_message", "note", "decode_error", "title"))
-"""Columns of ``frames`` that copy text out of a frame (or say something about it)."""
+FRAME_FIELDS = ("raw", "raw_bytes", "error_message", "note", "decode_error")
+"""The ``frames`` columns that can hold a secret: the line itself, and the text columns that
+copy something out of it (or say something about it)."""
 
 
 class Redactor:
@@ -303,23 +304,25 @@ class Redactor:
         if not self.enabled:
             return row
         out = row
-        for name, value in row.items():
-            if value is None:
-                continue
-            if name == "raw":
-                masked: Any = self.raw(value)
-            elif name == "raw_bytes":
-                masked = self.line(bytes(value))
-                masked = value if masked == value else masked
-            elif name in _FRAME_TEXT_COLUMNS:
-                masked = self.text(value)
-            else:
-                continue
+        for name in FRAME_FIELDS:
+            value = row.get(name)
+            masked = self.frame_field(name, value)
             if masked is not value:
                 if out is row:
                     out = dict(row)
                 out[name] = masked
         return out
+
+    def frame_field(self, name: str, value: Any) -> Any:
+        """One of ``FRAME_FIELDS`` masked: the very value when it holds no secret."""
+        if not value or not self.enabled:
+            return value
+        if name == "raw":
+            return self.raw(value)
+        if name == "raw_bytes":
+            masked = self.line(bytes(value))
+            return value if masked == value else masked
+        return self.text(value)
 
     def run_row(self, row: dict[str, Any]) -> dict[str, Any]:
         """A ``runs`` row (as a dict) with its secrets masked: JSON text columns (argv, the

@@ -337,8 +337,7 @@ class Recording:
             "status": "ended",
             "exit_code": status.code,
             "exit_signal": status.signal,
-            "lost_lines": journal.unreported(),  # lost after the last GAP record that could be written
-            "lost_lines_by_dir": journal.unreported_by_direction(),
+            "lost_lines": journal.unreported(),  # per direction, lost after the last GAP record written
         }
         self.meta(values)
         self.finished = True

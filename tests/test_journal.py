@@ -153,6 +153,12 @@ def test_committed_space_is_given_back(tmp_path: Path) -> None:
 def _index(path: Path, state: dict | None, stop_after: int | None = None) -> tuple[list, dict | None, int]:
     """Index ``path`` (from ``state`` if given); with ``stop_after``, flush after that many
     records and return the state a commit would have stored."""
+    message, state, count = _index_message(path, state, stop_after)
+    return _frames_from_message(message), state, count
+
+
+def _index_message(path: Path, state: dict | None, stop_after: int | None = None) -> tuple[dict, dict | None, int]:
+    """``_index``, giving the writer's message itself (rows, changes, run counters)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         reader = jr.JournalReader(fd)
@@ -169,9 +175,8 @@ def _index(path: Path, state: dict | None, stop_after: int | None = None) -> tup
             count += 1
             if stop_after is not None and count == stop_after:
                 message = indexer.message(record.end)
-                return _frames_from_message(message), json.loads(message["state"]), count
-        message = indexer.finish(records[-1].end if records else reader.offset, 0)
-        return _frames_from_message(message), None, count
+                return message, json.loads(message["state"]), count
+        return indexer.finish(records[-1].end if records else reader.offset, 0), None, count
     finally:
         os.close(fd)
 
@@ -281,23 +286,10 @@ def test_a_gated_line_whose_write_failed_after_its_record_is_corrected_even_acro
     journal.record(jr.LINE, jr.A2C, 2, jr.line_payload(line, {"forwarded": 1, "note": "forwarded corrupted"}))
     journal.record(jr.UNSENT, jr.A2C, 3)
     journal.close()
-    for cut in (None, 2):  # indexed in one go, or committed after the LINE and resumed
-        _, state, _ = _index(journal.path, None, stop_after=cut)
-        indexer = Indexer(1, None, state)
-        fd = os.open(journal.path, os.O_RDONLY)
-        try:
-            reader = jr.JournalReader(fd)
-            if state is not None:
-                reader.offset = state["offset"]
-            records = list(reader.records())
-        finally:
-            os.close(fd)
-        if state is None:
-            indexer.idx[3] = 1
-            records = records[1:]
-        for record in records:
-            indexer.feed(record)
-        message = indexer.finish(records[-1].end, 0)
+    whole, _, _ = _index_message(journal.path, None)
+    _, state, _ = _index_message(journal.path, None, stop_after=2)  # committed after the LINE
+    resumed, _, _ = _index_message(journal.path, state)
+    for cut, message in (("none", whole), ("after the LINE", resumed)):
         patches = [c for c in message["changes"] if isinstance(c, dict) and c.get("table") == "frames"]
         assert [p["key"]["seq"] for p in patches] == [2], (cut, patches)
         assert patches[0]["values"]["forwarded"] == 0
