@@ -41,16 +41,15 @@ _decode = msgspec.json.Decoder()
 
 
 def export_lines(
-    fmt: str, frames: Iterable[dict[str, Any]], header: dict[str, Any], redactor: Redactor | None = None
+    fmt: str, frames: Iterable[dict[str, Any]], header: dict[str, Any], redactor: Redactor
 ) -> Iterator[bytes]:
-    """The lines of an export (without newlines). ``redactor``: masks secrets in every frame
-    and in the runs of the header (none given: nothing is masked)."""
-    if redactor is not None and redactor.enabled:
+    """The lines of an export (without newlines), secrets masked by ``redactor`` in every frame
+    and in the runs of the header (a disabled one masks nothing)."""
+    if redactor.enabled:
         frames = (redactor.frame_row(row) for row in frames)
         header = {**header, "runs": [redactor.run_row(run) for run in header.get("runs", [])]}
-    warn = warning(redactor) if redactor is not None else WARNING
     if fmt == "jsonl":
-        return _jsonl(frames, header, warn)
+        return _jsonl(frames, header, warning(redactor))
     if fmt == "jsons":
         return _jsons(frames)
     if fmt == "inspector":

@@ -497,13 +497,9 @@ def session_label(session_id: str, length: int) -> str:
     """The start of ``session_id`` to show: ``length`` characters, or more until one is not a
     digit, since a reference made only of digits names a run (``session:`` then says it, for
     an id with no other character)."""
-    if len(session_id) <= length and not (session_id.isascii() and session_id.isdigit()):
-        return session_id
-    end = length
-    while end < len(session_id) and session_id[:end].isascii() and session_id[:end].isdigit():
-        end += 1
-    label = session_id[:end]
-    return f"session:{label}" if label.isascii() and label.isdigit() else label
+    leading_digits = len(session_id) - len(session_id.lstrip("0123456789"))
+    label = session_id[: max(length, leading_digits + 1)]
+    return f"session:{label}" if session_id and leading_digits == len(session_id) else label
 
 
 class FrameLines:

@@ -263,3 +263,4 @@ def test_a_session_label_is_never_only_digits_and_always_names_its_session() -> 
     assert views.session_label("12345", 6) == "session:12345"
     assert views.session_label("1234567890", 6) == "session:1234567890"
     assert views.session_label("ab", 6) == "ab"
+    assert views.session_label("", 6) == ""
