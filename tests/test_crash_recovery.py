@@ -150,8 +150,14 @@ def assert_nothing_delivered_is_lost(delivered: bytes, db: Path) -> list[bytes]:
     return recorded
 
 
-def test_kill_9_of_the_proxy_mid_storm_loses_nothing_the_client_received(db_path: Path) -> None:
-    proc = start_proxy(["run", "--db", str(db_path), "--", *storm_agent(2_000_000)])
+@pytest.mark.parametrize(
+    "options",
+    [[], ["--fault", "delay=0ms if kind:notification"]],
+    # gated: every line is judged and written by the gate (a Note, then its Send), not forwarded as read
+    ids=["relayed", "gated"],
+)
+def test_kill_9_of_the_proxy_mid_storm_loses_nothing_the_client_received(db_path: Path, options: list[str]) -> None:
+    proc = start_proxy(["run", "--db", str(db_path), *options, "--", *storm_agent(2_000_000)])
     timer = watchdog(proc, 120)
     try:
         client = Client(proc)
