@@ -95,15 +95,15 @@ def test_tail_without_from_start_shows_only_new_frames_and_follows_new_runs(tmp_
     db = tmp_path / "rec.db"
     assert run_proxy(["run", "--db", str(db), "--", "cat"], input=ping(1)).returncode == 0  # old: not shown
     tail = subprocess.Popen(
-        [*PROXY, "tail", "--db", str(db), "--jsonl", "-c", "4", "--interval", "0.05", "--timeout", "120"],
+        [*PROXY, "tail", "--db", str(db), "--json", "-c", "4", "--interval", "0.05", "--timeout", "120"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=proxy_env(),
     )
     guard = watchdog(tail, 180)
     try:
-        # Nothing to wait for here: the database exists, tail is following once it has read
-        # the runs table. Two new runs, one after the other.
+        # --json opens its array once tail has read which runs exist: from then on, a run is new.
+        head = wait_for_line(tail.stdout, b"[", timeout=60)
         for n in (2, 3):
             assert run_proxy(["run", "--db", str(db), "--", "cat"], input=ping(n)).returncode == 0
         out, err = tail.communicate(timeout=150)
@@ -112,5 +112,5 @@ def test_tail_without_from_start_shows_only_new_frames_and_follows_new_runs(tmp_
         tail.kill()
         tail.wait(timeout=10)
     assert tail.returncode == 0, err
-    seen = [(f["run_id"], f["seq"], f["dir"]) for f in map(json.loads, out.splitlines())]
+    seen = [(f["run_id"], f["seq"], f["dir"]) for f in json.loads(head + out)]
     assert seen == [(2, 1, "c2a"), (2, 2, "a2c"), (3, 1, "c2a"), (3, 2, "a2c")]
