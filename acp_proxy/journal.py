@@ -43,6 +43,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .dbfile import MODE_FILE, make_private_dir
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
 if TYPE_CHECKING:
     from typing import Any
@@ -90,8 +92,6 @@ WAKE_INTERVAL = 0.02
 POLL_SECONDS = 0.01
 QUIET_SECONDS = 0.05
 READ_BYTES = 1 << 20  # how much a reader takes from the file at once
-MODE_FILE = 0o600
-MODE_DIR = 0o700
 
 
 def line_payload(line: Any, meta: dict[str, Any]) -> bytes:
@@ -106,23 +106,6 @@ def line_payload(line: Any, meta: dict[str, Any]) -> bytes:
 def journal_dir(db_path: Path) -> Path:
     """The directory holding the journals of runs recorded into ``db_path``."""
     return db_path.with_name(db_path.name + SUFFIX)
-
-
-def make_private_dir(path: Path) -> None:
-    """Create ``path`` and any missing parent 0700, whatever the umask (existing ones are left)."""
-    missing = []
-    probe = path
-    while not probe.exists():
-        missing.append(probe)
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, MODE_DIR)
-        except FileExistsError:
-            continue
-        os.chmod(directory, MODE_DIR)  # mkdir's mode is filtered by the umask; this is not
 
 
 def files_size(paths: list[Path], journals: Path | None) -> int:

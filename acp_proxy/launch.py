@@ -4,7 +4,9 @@ Owns: recognising the usual spellings of ``acp-proxy run [OPTIONS] -- AGENT...``
 click — click and the modules the query commands need take about 100 ms to import, and an
 editor waits for its agent's first answer — and handing everything else (other commands,
 ``--help``, fault rules, sizes with units, anything it does not fully understand) to the click
-CLI, which parses the whole command line again and does the same thing, only later.
+CLI, which parses the whole command line again and does the same thing, only later. What it
+takes, it starts at once (``spawn.begin``: the checks, then the agent), and only then imports the
+relay.
 
 Must not know: what the options do. It builds exactly the ``RunOptions`` that ``cli.run``
 builds for the same words (a test holds the two to that), and never rejects anything itself:
@@ -28,6 +30,57 @@ DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024  # cli.run's default, "16MiB"
 
 def fast_run_options(argv: list[str]) -> Any | None:
     """The RunOptions for ``argv`` (the words after ``acp-proxy``), or None to let click parse."""
+    plan = fast_run_plan(argv)
+    return None if plan is None else plan.options()
+
+
+class RunPlan:
+    """A ``run`` command line the launcher fully understood, before anything is imported for it."""
+
+    def __init__(
+        self,
+        agent: list[str],
+        db_file: str | None,
+        grace: float,
+        max_record: int,
+        db_limit: int | None,
+        check: str | None,
+        strip: bool,
+    ) -> None:
+        self.agent = agent
+        self.db_file = db_file  # None: --no-record
+        self.grace = grace
+        self.max_record = max_record
+        self.db_limit = db_limit
+        self.check = check
+        self.strip = strip
+
+    def options(self) -> Any:
+        """The RunOptions click's ``run`` would build (this imports the relay)."""
+        from pathlib import Path
+
+        from .relay import RunOptions
+
+        return RunOptions(
+            argv=list(self.agent),
+            db_path=None if self.db_file is None else Path(self.db_file),
+            grace=self.grace,
+            max_record_bytes=self.max_record,
+            db_limit=self.db_limit,
+            strip_replayed_notices=self.strip,
+            fault_plan=None,
+            check=self.check,
+            options={
+                "grace": self.grace,
+                "max_record_bytes": self.max_record,
+                "no_record": self.db_file is None,
+                "strip_replayed_notices": self.strip,
+            },
+        )
+
+
+def fast_run_plan(argv: list[str]) -> RunPlan | None:
+    """``fast_run_options`` before the RunOptions: what the launcher needs to start the agent."""
     if len(argv) < 3 or argv[0] != "run" or "--" not in argv or os.environ.get("ACP_PROXY_FAULTS"):
         return None
     cut = argv.index("--", 1)
@@ -54,10 +107,10 @@ def fast_run_options(argv: list[str]) -> Any | None:
             return None
         given[key] = value
         i += 1
-    return _build(given, agent)
+    return _plan(given, agent)
 
 
-def _build(given: dict[str, str | bool], agent: list[str]) -> Any | None:
+def _plan(given: dict[str, str | bool], agent: list[str]) -> RunPlan | None:
     grace = _float(given.get("--grace", "2.0"))
     max_record = _int(given.get("--max-record-bytes", str(DEFAULT_MAX_RECORD_BYTES)))
     db_limit = _int(given["--db-limit"]) if "--db-limit" in given else None
@@ -79,34 +132,15 @@ def _build(given: dict[str, str | bool], agent: list[str]) -> Any | None:
     db_text = given.get("--db")
     if db_text is not None and not _plain_db_path(db_text):
         return None
-    from pathlib import Path
-
-    from .relay import RunOptions
-
     if no_record:
-        db_path = None
+        db_file = None
     elif isinstance(db_text, str):
-        db_path = Path(db_text)
+        db_file = db_text
     else:
-        from .locations import default_db_path
+        from .locations import default_db_file
 
-        db_path = default_db_path()
-    return RunOptions(
-        argv=list(agent),
-        db_path=db_path,
-        grace=grace,
-        max_record_bytes=max_record,
-        db_limit=db_limit,
-        strip_replayed_notices=strip,
-        fault_plan=None,
-        check=check if isinstance(check, str) else None,
-        options={
-            "grace": grace,
-            "max_record_bytes": max_record,
-            "no_record": no_record,
-            "strip_replayed_notices": strip,
-        },
-    )
+        db_file = default_db_file()
+    return RunPlan(agent, db_file, grace, max_record, db_limit, check if isinstance(check, str) else None, strip)
 
 
 def _plain_db_path(text: str | bool) -> bool:
@@ -140,12 +174,20 @@ def _int(text: str | bool) -> int | None:
 
 
 def main() -> None:
-    options = fast_run_options(sys.argv[1:])
-    if options is None:
+    plan = fast_run_plan(sys.argv[1:])
+    if plan is None:
         from .cli import main as cli_main
 
         cli_main()
         return
+    # The agent first (an editor waits for its answer), then everything the relay imports.
+    from .spawn import RelayError, begin, say
+
+    try:
+        begun = begin(plan.agent, None if plan.db_file is None else os.path.abspath(plan.db_file))
+    except RelayError as exc:
+        say(str(exc))
+        raise SystemExit(exc.code) from None
     from .relay import run_and_exit
 
-    run_and_exit(options)
+    run_and_exit(plan.options(), begun)

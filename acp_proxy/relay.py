@@ -38,7 +38,19 @@ from pathlib import Path
 
 from . import journal as jr
 from . import supervise
-from .errors import AcpProxyError
+from .spawn import (  # noqa: F401 - the agent's start, as the relay's own API
+    FORWARDED_SIGNALS,
+    Agent,
+    AgentProcess,
+    Begun,
+    EarlySignals,
+    RelayError,
+    begin,
+    check_std_fds,
+    resolve_agent,
+    say,
+    spawn_agent,
+)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
 if TYPE_CHECKING:
@@ -52,26 +64,9 @@ if TYPE_CHECKING:
 
 CHUNK = 65536
 RECORDER_FINISH_TIMEOUT = 120.0  # how long the proxy waits, after the agent, for the recording
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _CORE_DUMPING = (signal.SIGQUIT, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
 _DIRECTION_CODE = {"c2a": jr.C2A, "a2c": jr.A2C}
 _RECORDER_LOCKED_OUT = 3  # the recorder found the journal taken by a recovery: not a failure
-
-
-def say(message: str) -> None:
-    """The proxy's own words: stderr, prefixed, never stdout."""
-    try:
-        os.write(2, f"acp-proxy: {message}\n".encode())
-    except OSError:
-        pass
-
-
-class RelayError(AcpProxyError):
-    """A problem that stops the run before the agent starts; ``code`` is the exit status."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = self.exit_code = code
 
 
 class RunOptions:
@@ -128,82 +123,6 @@ class ExitStatus:
         return f"ExitStatus(code={self.code}, signal={self.signal})"
 
 
-def resolve_agent(argv: list[str]) -> str:
-    """The agent's executable, found like a shell would; RelayError 127/126 otherwise."""
-    name = argv[0]
-    if os.sep in name:
-        if not os.path.exists(name):
-            raise RelayError(f"{name}: no such file or directory", 127)
-        if os.path.isdir(name) or not os.access(name, os.X_OK):
-            raise RelayError(f"{name}: permission denied", 126)
-        return name
-    # shutil.which, without importing shutil (and the compression modules it loads) first.
-    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        candidate = os.path.join(directory or os.curdir, name)
-        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
-            return candidate
-    raise RelayError(f"{name}: command not found", 127)
-
-
-def check_std_fds() -> None:
-    """A closed fd 0, 1 or 2 gets /dev/null, so that no file opened later takes its number (the
-    database on fd 2 would receive the proxy's messages). A closed stdout is an error: there
-    would be nowhere to relay the agent's output. A closed stderr only silences the proxy."""
-    closed = []
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            closed.append(fd)
-    for fd in closed:
-        null = os.open(os.devnull, os.O_RDWR)
-        if null != fd:
-            os.dup2(null, fd)
-            os.close(null)
-    if 1 in closed:
-        raise RelayError("stdout (fd 1) is closed: there is nowhere to relay the agent's output", 2)
-
-
-# -- the agent -----------------------------------------------------------------------------
-
-
-class Agent:
-    """The spawned agent: its Popen, and (unless attached to a terminal) our ends of its pipes."""
-
-    def __init__(self, popen: subprocess.Popen[bytes], fds: tuple[int, int, int] | None) -> None:
-        self.popen = popen
-        self.pid = popen.pid
-        self.stdin_fd, self.stdout_fd, self.stderr_fd = fds if fds is not None else (-1, -1, -1)
-
-
-def spawn_agent(executable: str, argv: list[str], marker: str, *, attached: bool) -> Agent:
-    """Start the agent from this (the main) thread: its parent-death signal fires when the
-    thread that forked it ends. OSError when exec fails (errno as the shell would see it)."""
-    import subprocess
-
-    env = dict(os.environ)
-    env[supervise.MARKER_VAR] = marker
-    preexec = supervise.die_with_parent(os.getpid())
-    command = [executable, *argv[1:]]
-    if attached:  # in our process group: it stays the terminal's foreground job
-        return Agent(subprocess.Popen(command, env=env, preexec_fn=preexec), None)
-    in_r, in_w = os.pipe()
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    try:
-        popen = subprocess.Popen(
-            command, stdin=in_r, stdout=out_w, stderr=err_w, env=env, process_group=0, preexec_fn=preexec
-        )
-    except BaseException:
-        for fd in (in_w, out_r, err_r):
-            os.close(fd)
-        raise
-    finally:
-        for fd in (in_r, out_w, err_w):
-            os.close(fd)
-    return Agent(popen, (in_w, out_r, err_r))
-
-
 def exec_failure(name: str, executable: str, exc: OSError) -> ExitStatus:
     """Exit like a shell would when exec fails: 127 for a missing file or interpreter, else 126."""
     if exc.errno == errno.ENOENT:
@@ -236,18 +155,13 @@ class Recording:
     """The run's journal (created before the agent starts) and its recorder process."""
 
     def __init__(self, options: RunOptions, attached: bool) -> None:
-        from . import store
-
         assert options.db_path is not None
         self.options = options
         self.db_path = Path(os.path.abspath(options.db_path))
-        try:
-            store.prepare(self.db_path)
+        try:  # the database itself was examined before the agent started (spawn.begin)
             self.journal = jr.JournalWriter.create(
                 jr.journal_dir(self.db_path), limit_bytes=options.db_limit, db_path=self.db_path
             )
-        except store.StoreError as exc:
-            raise RelayError(str(exc), 2) from None
         except OSError as exc:
             raise RelayError(
                 f"cannot open database {options.db_path}: {(exc.strerror or str(exc)).lower()}", 2
@@ -612,22 +526,6 @@ class Pump:
                 pass
 
 
-class EarlySignals:
-    """Signals that arrive between the agent's spawn and the relay's start are kept, then
-    forwarded: none may slip by, and none may kill the proxy before its agent."""
-
-    def __init__(self) -> None:
-        self.pending: list[int] = []
-        self.previous = {sig: signal.signal(sig, self._keep) for sig in FORWARDED_SIGNALS}
-
-    def _keep(self, sig: int, _frame: Any) -> None:
-        self.pending.append(sig)
-
-    def restore(self) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-
 class Relay:
     def __init__(
         self,
@@ -774,9 +672,9 @@ class Relay:
     async def _wait_agent(self) -> int:
         import trio
 
-        popen = self.agent.popen
+        process = self.agent.process
         try:
-            pidfd = os.pidfd_open(popen.pid)
+            pidfd = os.pidfd_open(process.pid)
         except (AttributeError, OSError):
             pidfd = -1
         if pidfd >= 0:
@@ -784,8 +682,8 @@ class Relay:
                 await trio.lowlevel.wait_readable(pidfd)
             finally:
                 os.close(pidfd)
-            return popen.wait()
-        return await trio.to_thread.run_sync(popen.wait, abandon_on_cancel=True)
+            return process.wait()
+        return await trio.to_thread.run_sync(process.wait, abandon_on_cancel=True)
 
     async def _pump_c2a(self, client_in: Any, scope: trio.CancelScope, nursery: trio.Nursery) -> None:
         import trio
@@ -1044,21 +942,20 @@ def _restore_blocking() -> None:
 # -- entry points --------------------------------------------------------------------------
 
 
-def run(options: RunOptions) -> ExitStatus:
-    """Run the agent behind the proxy and return its exit status. Raises RelayError early."""
-    check_std_fds()
-    executable = resolve_agent(options.argv)
-    attached = os.isatty(0)
-    recording = Recording(options, attached) if options.db_path is not None else None
-    marker = supervise.new_marker()
-    supervise.become_subreaper()
-    early = EarlySignals()
+def run(options: RunOptions, begun: Begun | None = None) -> ExitStatus:
+    """Run the agent behind the proxy and return its exit status. Raises RelayError early.
+    ``begun``: the agent already started by ``spawn.begin`` (the launcher does, before it
+    imports this module); otherwise it is started here."""
+    if begun is None:
+        begun = begin(options.argv, None if options.db_path is None else os.path.abspath(options.db_path))
+    agent, marker, early = begun.agent, begun.marker, begun.early
+    recording = None
     try:
-        try:
-            agent = spawn_agent(executable, options.argv, marker, attached=attached)
-        except OSError as exc:
-            early.restore()
-            status = exec_failure(options.argv[0], executable, exc)
+        if options.db_path is not None:
+            recording = Recording(options, begun.attached)
+        if agent is None:
+            assert begun.failure is not None
+            status = exec_failure(options.argv[0], begun.executable, begun.failure)
             if recording is not None:
                 recording.start(None, marker)
                 recording.final(status)
@@ -1066,7 +963,7 @@ def run(options: RunOptions) -> ExitStatus:
             return status
         if recording is not None:
             recording.start(agent.pid, marker)
-        if attached:
+        if begun.attached:
             early.restore()
             if recording is not None:
                 recording.start_recorder()
@@ -1095,7 +992,7 @@ def _run_attached(agent: Agent, pending: list[int]) -> ExitStatus:
     from the terminal directly, TERM and HUP sent to the proxy are passed on. Only the run row
     is recorded: there is no protocol on a terminal.
     """
-    proc = agent.popen
+    proc = agent.process
 
     def forward(sig: int, _frame: Any) -> None:
         try:
@@ -1116,10 +1013,10 @@ def _run_attached(agent: Agent, pending: list[int]) -> ExitStatus:
     return ExitStatus.from_returncode(returncode)
 
 
-def run_and_exit(options: RunOptions) -> None:
+def run_and_exit(options: RunOptions, begun: Begun | None = None) -> None:
     """``acp-proxy run``: run, then leave like the agent did (a RelayError: one line, its code)."""
     try:
-        status = run(options)
+        status = run(options, begun)
     except RelayError as exc:
         say(str(exc))
         raise SystemExit(exc.code) from None

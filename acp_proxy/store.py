@@ -22,11 +22,19 @@ import re
 import sqlite3
 import stat
 import time
-import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import AcpProxyError
+from .dbfile import (  # noqa: F401 - prepare, file_uri and the constants are store's API too
+    BUSY_TIMEOUT_MS,
+    SCHEMA_VERSION,
+    StoreError,
+    check_own,
+    create_private,
+    file_uri,
+    prepare,
+)
+from .dbfile import reason as _reason
 from .locations import default_db_path
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
@@ -37,8 +45,6 @@ if TYPE_CHECKING:
 
 __all__ = ["default_db_path"]
 
-SCHEMA_VERSION = 5
-BUSY_TIMEOUT_MS = 10_000  # how long a connection waits for another's write lock before failing
 # A test hook: lower SQLite's limit on one value (SQLITE_LIMIT_LENGTH, 1e9 bytes by default) in
 # every connection that writes, so that lines over it can be tested without a gigabyte of disk.
 LENGTH_LIMIT_VAR = "ACP_PROXY_SQLITE_MAX_LENGTH"
@@ -133,60 +139,9 @@ _RUN_COLUMNS_ADDED = {
 }
 
 
-class StoreError(AcpProxyError):
-    """The database cannot be used; the message is one line meant for a person."""
-
-
 class NotYetADatabase(StoreError):
     """There is no recording at the path yet: no file, or one a proxy is still creating (no
     tables). ``tail`` waits for one; the other commands say so."""
-
-
-def prepare(path: Path) -> None:
-    """Make sure a run can record into ``path`` before its agent starts: the directories (0700)
-    and the file (0600) exist, and the file is empty or an acp-proxy database this version can
-    write. Cheap (no sqlite-utils, no write to the database); StoreError otherwise."""
-    try:
-        _create_private(path)
-    except OSError as exc:
-        raise StoreError(f"cannot open database {path}: {_reason(exc)}") from exc
-    check_own(path)
-
-
-def _create_private(path: Path) -> None:
-    from .journal import make_private_dir
-
-    make_private_dir(path.parent)
-    # Create the file ourselves so it is 0600 from its first byte, never world-readable.
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        if os.fstat(fd).st_size == 0:
-            os.fchmod(fd, 0o600)  # the umask may have taken bits away
-    finally:
-        os.close(fd)
-
-
-def check_own(path: Path) -> int:
-    """The schema version of an existing ``path`` (0: empty), examined read-only; StoreError when
-    it is not acp-proxy's or is newer than this version."""
-    try:
-        if os.stat(path).st_size == 0:
-            return 0
-        conn = sqlite3.connect(file_uri(path), uri=True, check_same_thread=False)
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = {row[0] for row in conn.execute("select name from sqlite_master where type = 'table'")}
-        finally:
-            conn.close()
-    except (OSError, sqlite3.Error) as exc:
-        raise StoreError(f"cannot open database {path}: {_reason(exc)}") from exc
-    tables = {name for name in tables if not name.startswith("sqlite_")}
-    if version > SCHEMA_VERSION:
-        raise StoreError(f"{path} was written by a newer acp-proxy (schema {version} > {SCHEMA_VERSION})")
-    if (version == 0 and tables) or (version > 0 and not {"runs", "frames"} <= tables):
-        raise StoreError(f"{path} is not an acp-proxy database (it has other tables); choose another --db")
-    return version
 
 
 def open_for_writing(path: Path, limit_bytes: int | None = None, *, recover: bool = True) -> sqlite_utils.Database:
@@ -198,7 +153,7 @@ def open_for_writing(path: Path, limit_bytes: int | None = None, *, recover: boo
     recorded first.
     """
     try:
-        _create_private(path)
+        create_private(path)
     except OSError as exc:
         raise StoreError(f"cannot open database {path}: {_reason(exc)}") from exc
     check_own(path)
@@ -338,13 +293,6 @@ def refuse_special_file(path: Path, needed: str = "a database file") -> None:
         else "not a regular file"
     )
     raise StoreError(f"{path} is {what}, not {needed}")
-
-
-def file_uri(path: Path, mode: str = "ro") -> str:
-    """An SQLite URI naming exactly ``path``: every character SQLite's URI parser would read
-    (``?``, ``#``, ``%``) is percent-escaped, so a file name can never add a query parameter
-    or name another file."""
-    return f"file:{urllib.parse.quote(os.fsencode(os.path.abspath(path)))}?mode={mode}"
 
 
 def open_for_reading(path: Path) -> ReadDb:
@@ -557,12 +505,6 @@ class SqlReader:
 
     def close(self) -> None:
         self.conn.close()
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror.lower()
-    return str(exc)
 
 
 def _set_pragmas(db: sqlite_utils.Database) -> None:

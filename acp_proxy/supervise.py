@@ -9,16 +9,19 @@ relay, the recorder (which outlives a killed proxy) or a later recovery finds an
 run's processes — ``setsid`` ones included, which no process-group signal reaches.
 
 Must not know: trio, SQL, the journal's format. Imported before the agent starts: only os,
-signal and time at import; ``ctypes`` when a ``prctl`` is made. On systems without ``prctl``
+time and the builtin ``_signal`` at import; ``ctypes`` when a ``prctl`` is made. On systems without ``prctl``
 or ``/proc`` each tool does nothing, and the process-group signals remain.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import time
-from collections.abc import Callable, Iterable
+from _signal import SIGKILL, SIGTERM  # the builtin behind ``signal``: its enums cost start-up
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 MARKER_VAR = "ACP_PROXY_RUN"
 _PR_SET_PDEATHSIG = 1
@@ -59,7 +62,7 @@ def die_with_parent(parent_pid: int) -> Callable[[], None]:
     prctl = _libc_prctl()
 
     def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        prctl(_PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
         if os.getppid() != parent_pid:
             os._exit(1)
 
@@ -103,14 +106,14 @@ def stop_marked(marker: str, grace: float, exclude: Iterable[int] = ()) -> int:
     pids = marked(marker, exclude)
     found = len(pids)
     if pids:
-        _signal_all(pids, signal.SIGTERM)
+        _signal_all(pids, SIGTERM)
         deadline = time.monotonic() + grace
         while pids and time.monotonic() < deadline:
             reap(exclude)
             pids = marked(marker, exclude)
             if pids:
                 time.sleep(0.02)  # polling the process table, with a deadline
-        _signal_all(pids, signal.SIGKILL)
+        _signal_all(pids, SIGKILL)
     reap(exclude)
     return found
 
