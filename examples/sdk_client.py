@@ -65,7 +65,7 @@ from acp.schema import (
 DEFAULT_PROMPTS = ["hello world", "second prompt"]
 CLIENT_NAME = "acp-proxy-sdk-client"
 CLIENT_VERSION = "0.1.0"
-SHUTDOWN_GRACE_S = 2.0
+SHUTDOWN_GRACE_S = 10.0  # the proxy finishes its recording before it exits: give it time to
 
 
 class ClientFailure(Exception):

@@ -98,7 +98,7 @@ async def one_turn(argv: list[str], client: RecordingClient, prompt: str, prompt
     # Rules in the environment would add to each test's own: leave them out.
     env = {key: value for key, value in os.environ.items() if key != "ACP_PROXY_FAULTS"}
     command, *args = argv
-    transport = {"stderr": None, "shutdown_timeout": 2.0}
+    transport = {"stderr": None, "shutdown_timeout": 10.0}  # the recording is finished first
     async with spawn_agent_process(client, command, *args, env=env, transport_kwargs=transport) as (conn, _):
         await asyncio.wait_for(
             conn.initialize(

@@ -10,6 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# A loaded machine must not turn a slow example into a failure: no per-example deadline anywhere.
+settings.register_profile("acp-proxy", deadline=None)
+settings.load_profile("acp-proxy")
 
 PROXY = [sys.executable, "-m", "acp_proxy"]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -73,6 +78,26 @@ def start_proxy(args: Sequence[str], *, env: dict[str, str] | None = None) -> su
         stderr=subprocess.PIPE,
         env=env or proxy_env(),
     )
+
+
+def wait_for_output(stream: object, needle: bytes, timeout: float) -> bytes:
+    """Read ``stream`` until what was read holds ``needle`` (a deadline, never a sleep); all of it."""
+    import select
+    import time
+
+    fd = stream.fileno()  # type: ignore[attr-defined]
+    deadline = time.monotonic() + timeout
+    seen = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            seen += chunk
+            if needle in seen:
+                return seen
+    raise AssertionError(f"no {needle!r} within {timeout}s; got {seen!r}")
 
 
 def watchdog(proc: subprocess.Popen[bytes], timeout: float) -> threading.Timer:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 from .conftest import PROXY, proxy_env, watchdog
+from .conftest import wait_for_output as wait_for_line
 
 RUNS = 8
 LINES_PER_RUN = 250  # `cat` echoes each: two frames per line
@@ -16,26 +16,6 @@ LINES_PER_RUN = 250  # `cat` echoes each: two frames per line
 
 def ping(n: int) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": n, "method": "ping", "params": {"n": n}}).encode() + b"\n"
-
-
-def wait_for_line(stream: object, needle: bytes, timeout: float) -> bytes:
-    """Read lines from ``stream`` until one holds ``needle`` (a deadline, never a sleep)."""
-    import os
-    import select
-
-    fd = stream.fileno()  # type: ignore[attr-defined]
-    deadline = time.monotonic() + timeout
-    seen = b""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.1)
-        if ready:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            seen += chunk
-            if needle in seen:
-                return seen
-    raise AssertionError(f"no {needle!r} within {timeout}s; got {seen!r}")
 
 
 def test_tail_waits_for_the_database_then_follows_8_concurrent_runs_frame_by_frame(tmp_path: Path) -> None:

@@ -403,9 +403,10 @@ def test_a_write_lock_held_elsewhere_does_not_hold_up_the_conversation(db_path: 
         proc.kill()
         locker.close()
     assert proc.returncode == 0
-    # The target is +50 ms; this bound only says the relay never waited for the lock (which a
-    # relay that holds back what the recorder has not written would, once its buffer is full).
-    assert max(gaps) < 1.0, f"a round trip took {max(gaps):.3f} s while the database was locked"
+    # The target is +50 ms (the benchmark's to judge); this bound only says the relay never
+    # waited for the lock, which is held until the last trip: a relay that held back what the
+    # recorder has not written would stop for good once its buffer is full, not for seconds.
+    assert max(gaps) < 10.0, f"a round trip took {max(gaps):.3f} s while the database was locked"
     conn = sqlite3.connect(db_path)
     try:
         run = conn.execute("select status, frames_c2a, frames_a2c, not_recorded from runs where status != 'locker'")

@@ -96,7 +96,7 @@ def _process_table() -> dict[int, tuple[int, str]]:
     return table
 
 
-def _find_checker(root: int, timeout: float = 20.0) -> int:
+def _find_checker(root: int, timeout: float = 120.0) -> int:
     """The live checker among ``root``'s descendants (it is forked as the writer starts)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -116,7 +116,7 @@ def _find_checker(root: int, timeout: float = 20.0) -> int:
     raise AssertionError("no live checker process appeared")
 
 
-def _wait_until(condition: object, what: str, timeout: float = 30.0) -> None:
+def _wait_until(condition: object, what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():  # type: ignore[operator]
         if time.monotonic() > deadline:

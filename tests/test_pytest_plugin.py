@@ -91,6 +91,7 @@ def test_stderr_file_collects_the_proxys_and_the_agents_lines(tmp_path: Path) ->
         [sys.executable, "-c", "import sys; sys.stderr.write('from the agent\\n'); sys.exit(4)"],
         db=tmp_path / "rec.db",
         stderr_file=tmp_path / "proxy.stderr",
+        grace=30,  # the agent exits on its own, however slowly its interpreter starts
     )
     done = subprocess.run(agent.argv, input=b"", capture_output=True, timeout=60, env=proxy_env())
     assert done.returncode == 4  # the agent's status, as always

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .conftest import PROXY, proxy_env, python_agent, run_proxy, start_proxy, watchdog
+from .conftest import PROXY, proxy_env, python_agent, run_proxy, start_proxy, wait_for_output, watchdog
 
 
 def rows(db: Path, sql: str, *params: object) -> list[tuple]:
@@ -78,7 +78,8 @@ def test_agent_path_that_is_not_executable_is_126(tmp_path: Path, db_path: Path)
 
 
 def test_exit_status_is_passed_through(db_path: Path) -> None:
-    result = run_proxy(["run", "--db", str(db_path), "--", *python_agent("import sys; sys.exit(3)")])
+    # --grace 30: the agent exits on its own, however slowly its interpreter starts.
+    result = run_proxy(["run", "--db", str(db_path), "--grace", "30", "--", *python_agent("import sys; sys.exit(3)")])
     assert result.returncode == 3
     run = the_run(db_path)
     assert (run["status"], run["exit_code"], run["exit_signal"]) == ("ended", 3, None)
@@ -86,7 +87,7 @@ def test_exit_status_is_passed_through(db_path: Path) -> None:
 
 def test_death_by_signal_is_reproduced(db_path: Path) -> None:
     agent = python_agent("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
-    result = run_proxy(["run", "--db", str(db_path), "--", *agent])
+    result = run_proxy(["run", "--db", str(db_path), "--grace", "30", "--", *agent])
     assert result.returncode == -signal.SIGKILL
     assert the_run(db_path)["exit_signal"] == signal.SIGKILL
 
@@ -102,8 +103,18 @@ def test_agent_that_ignores_sigterm_is_killed_after_another_grace(db_path: Path)
         "import signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         "print('ready', file=sys.stderr, flush=True)\nwhile True: time.sleep(1)"
     )
-    result = run_proxy(["run", "--db", str(db_path), "--grace", "0.3", "--", *agent], timeout=30)
-    assert result.returncode == -signal.SIGKILL
+    proc = start_proxy(["run", "--db", str(db_path), "--grace", "0.3", "--", *agent])
+    guard = watchdog(proc, 60)
+    try:
+        # The grace starts at stdin's EOF: only once SIGTERM is ignored may it start.
+        wait_for_output(proc.stderr, b"ready", timeout=30)
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        guard.cancel()
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def test_grandchildren_do_not_outlive_the_agent(db_path: Path) -> None:
@@ -112,9 +123,18 @@ def test_grandchildren_do_not_outlive_the_agent(db_path: Path) -> None:
         "child = subprocess.Popen(['sleep', '300'], stdout=subprocess.DEVNULL)\n"
         "print(child.pid, flush=True)\n"
     )
-    result = run_proxy(["run", "--db", str(db_path), "--grace", "0.5", "--", *agent], timeout=30)
-    assert result.returncode == 0
-    grandchild = int(result.stdout.split()[0])
+    proc = start_proxy(["run", "--db", str(db_path), "--grace", "0.5", "--", *agent])
+    guard = watchdog(proc, 60)
+    try:
+        # The agent exits on its own once it has said its child's pid; stdin's EOF comes after.
+        grandchild = int(wait_for_output(proc.stdout, b"\n", timeout=30).split()[0])
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        guard.cancel()
+        proc.kill()
+        proc.wait(timeout=10)
     assert wait_gone(grandchild)
 
 

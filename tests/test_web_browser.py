@@ -280,8 +280,9 @@ def test_a_run_started_after_the_page_loaded_appears_and_its_frames_stream_in(
         timer.cancel()
     assert client.returncode == 0
     print(f"the new run showed {appeared_after:.2f} s after it was recorded")
-    # Generous: the pages poll every 0.4 s; the machine runs other suites beside this one.
-    assert appeared_after < 5.0, f"the new run showed {appeared_after:.2f} s after it was recorded"
+    # Generous: the pages poll every 0.4 s; a loaded 2-core machine runs the browser, the
+    # client, the proxy, the agent and the recorder at once.
+    assert appeared_after < 10.0, f"the new run showed {appeared_after:.2f} s after it was recorded"
     new_ids = follow.locator("#timeline tbody tr[data-frame]").evaluate_all("rows => rows.map(r => r.dataset.frame)")
     assert any(i.startswith(f"{new_run}:") for i in new_ids)
     for page in (index, follow):
