@@ -568,13 +568,26 @@ class FrameLines:
         if room is not None and room < 0:  # only pathological ids get here (a 1,000-digit seq)
             text = cut(head, width or 0)
         else:
-            tail = tail if room is None else cut(tail, room)
+            tail = tail if room is None else self._cut_summary(tail, room, session, f.get("session_id"))
             text = self._paint(fixed, flags, tail, kind) if self.out.color else (head + tail).rstrip()
         if self.verbose:
             raw = f.get("raw")
             if raw is None and f.get("raw_bytes") is not None:
                 raw = bytes(f["raw_bytes"]).decode("utf-8", "backslashreplace")
             text += "\n    " + paint(printable(raw or ""), "dim")
+        return text
+
+    @staticmethod
+    def _cut_summary(tail: str, room: int, label: str, session_id: Any) -> str:
+        """``tail`` cut to ``room``, never through the session id short of its label: a piece
+        of an id that begins with digits could be all digits, which names a run."""
+        text = cut(tail, room)
+        if text == tail or not isinstance(session_id, str) or not session_id:
+            return text
+        kept = len(text) - 1  # cut keeps a prefix and adds "…"
+        at = tail.find(session_id)
+        if at != -1 and at < kept < at + len(session_id) and kept - at < len(label):
+            return tail[:at].rstrip() + " …" if tail[:at].strip() else "…"
         return text
 
     @staticmethod

@@ -264,3 +264,16 @@ def test_a_session_label_is_never_only_digits_and_always_names_its_session() -> 
     assert views.session_label("1234567890", 6) == "session:1234567890"
     assert views.session_label("ab", 6) == "ab"
     assert views.session_label("", 6) == ""
+
+
+@pytest.mark.parametrize("room", range(1, 40))
+def test_a_summary_is_never_cut_through_a_session_id_short_of_its_label(room: int) -> None:
+    # An id that begins with eight digits: its label runs to the first letter, and a piece of it
+    # shorter than that would be all digits, which names a run.
+    session_id = "42503778c1f24e0c"
+    label = views.session_label(session_id, 6)
+    tail = f"session {session_id} and more words after it"
+    text = views.FrameLines._cut_summary(tail, room, label, session_id)
+    assert views.cells(text) <= room
+    pieces = [word.rstrip("…") for word in text.split() if word.startswith("425")]
+    assert all(session_id.startswith(piece) and len(piece) >= len(label) for piece in pieces), text
