@@ -88,8 +88,12 @@ def check_own(path: PathLike) -> int:
         conn = sqlite3.connect(file_uri(path), uri=True, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            # One read transaction: another proxy's first migration may commit between two reads,
+            # and version 0 beside its new tables would look like somebody else's database.
+            conn.execute("BEGIN")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = {row[0] for row in conn.execute("select name from sqlite_master where type = 'table'")}
+            conn.execute("COMMIT")
         finally:
             conn.close()
     except (OSError, sqlite3.Error) as exc:

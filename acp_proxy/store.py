@@ -310,13 +310,18 @@ def open_for_reading(path: Path) -> ReadDb:
         conn.close()
         raise StoreError(f"{path} was written by a newer acp-proxy (schema {version} > {SCHEMA_VERSION})")
     if version == 0:
+        # Version and tables in one statement: a proxy's first migration may commit between two.
         try:
-            tables = conn.execute("select count(*) from sqlite_master").fetchone()[0]
+            version, tables = conn.execute(
+                "select (select user_version from pragma_user_version()), (select count(*) from sqlite_master)"
+            ).fetchone()
         except sqlite3.Error:
             tables = 1
         conn.close()
         if tables == 0:
             raise NotYetADatabase(f"{path} holds no recording yet (record one with: acp-proxy run -- AGENT)")
+        if version > 0:
+            return open_for_reading(path)  # created meanwhile
         raise StoreError(f"{path} is not an acp-proxy database")
     if version < SCHEMA_VERSION:
         conn.close()

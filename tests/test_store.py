@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlite_utils
@@ -123,3 +124,35 @@ def test_a_newer_database_is_refused_before_anything_is_written(tmp_path: Path) 
         store.open_for_writing(path)
     assert path.read_bytes() == before
     assert not Path(f"{path}-wal").exists()
+
+
+def test_a_database_being_created_by_another_proxy_is_never_taken_for_somebody_elses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Eight editors starting at once on a new database: one proxy's first migration commits while
+    # another examines the file. Between its version (0) and its tables (now there) the file
+    # looked like somebody else's database. Here the commit lands exactly there.
+    path = tmp_path / "new.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")  # a file, with no tables yet
+    real_connect = sqlite3.connect
+    migrated: list[bool] = []
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = real_connect(*args, **kwargs)
+
+        def between(statement: str) -> None:
+            if "sqlite_master" in statement and not migrated:
+                migrated.append(True)
+                other = real_connect(path, isolation_level=None)
+                store.migrate(sqlite_utils.Database(other))
+                other.close()
+
+        conn.set_trace_callback(between)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    assert store.check_own(path) == 0  # what it saw was one moment: no tables, version 0
+    assert migrated
+    monkeypatch.setattr(sqlite3, "connect", real_connect)
+    assert store.check_own(path) == store.SCHEMA_VERSION
