@@ -145,6 +145,7 @@ class JournalWriter:
 
     def __init__(self, fd: int, path: Path, limit_bytes: int | None = None, db_path: Path | None = None) -> None:
         self.fd = fd
+        self._held_fd = -1  # the descriptor (and lock) kept between ``end`` and ``release``
         self._lock = threading.Lock()  # the relay's directions append from threads of their own
         self.path = path
         self.size = os.fstat(fd).st_size
@@ -360,15 +361,34 @@ class JournalWriter:
 
     def close(self) -> None:
         """Release the journal (and its lock): the recorder finishes it, or a recovery will."""
+        self.end()
+        self.release()
+
+    def end(self) -> None:
+        """No more records: the recorder sees the wake-up pipe close and finishes. The lock is
+        kept (``release``) until the recorder holds its own: a slow recorder that had not taken
+        it yet would otherwise find a live run's journal taken for a dead one's."""
         with self._lock:
-            for fd in (self.wake_fd, self.fd):
-                if fd is not None and fd >= 0:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
+            if self.wake_fd is not None:
+                try:
+                    os.close(self.wake_fd)
+                except OSError:
+                    pass
             self.wake_fd = None
+            if self.fd >= 0:
+                self._held_fd = self.fd
             self.fd = -1  # an append after this fails (and is counted), never reaches a reused fd
+
+    def release(self) -> None:
+        """Let go of the journal's lock: from now on, a process that can lock it exclusively
+        may recover it."""
+        with self._lock:
+            fd, self._held_fd = self._held_fd, -1
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 RESERVE_BYTES = 64 * 1024
@@ -488,6 +508,16 @@ def open_journal(path: Path) -> int:
     return os.open(path, os.O_RDWR)
 
 
+def names_file(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``: a journal locked only after another
+    process recorded and removed it is an empty name's leftover, not a run to record."""
+    try:
+        named, held = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
 def dead_journals(directory: Path) -> Iterator[tuple[Path, int]]:
     """Journals in ``directory`` whose run has no live process, each exclusively locked: the
     caller recovers it and closes the descriptor."""
@@ -513,7 +543,7 @@ def dead_journals(directory: Path) -> Iterator[tuple[Path, int]]:
         if not granted:
             os.close(fd)
             continue
-        if not path.exists():  # recovered and removed between listing and locking
+        if not names_file(path, fd):  # recovered and removed between listing and locking
             os.close(fd)
             continue
         yield path, fd

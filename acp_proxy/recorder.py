@@ -1284,6 +1284,8 @@ def main(argv: list[str]) -> int:
     # died: wait until that recorder's writer is gone too.
     if not jr.lock(fd, exclusive=recovering, timeout=LOCK_PATIENCE if recovering else 0.0):
         return RESUMED_EXIT
+    if not jr.names_file(path, fd):
+        return RESUMED_EXIT  # recorded (and removed) by another process before the lock was ours
     try:
         session = Session(path, fd, wake_fd=wake_fd)
     except (store.StoreError, sqlite3.Error) as exc:

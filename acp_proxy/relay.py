@@ -265,15 +265,18 @@ class Recording:
         what it left in the journal here and now."""
         import subprocess
 
-        self.journal.close()
+        self.journal.end()
         recorder = self.recorder
         returncode = None
-        if recorder is not None:
-            try:
-                returncode = recorder.wait(timeout=RECORDER_FINISH_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                say("the recorder is still writing; it will finish on its own")
-                return
+        try:
+            if recorder is not None:
+                try:
+                    returncode = recorder.wait(timeout=RECORDER_FINISH_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    say("the recorder is still writing; it will finish on its own")
+                    return
+        finally:
+            self.journal.release()  # only now: until the recorder had its lock, ours kept the run live
         if returncode in (0, _RECORDER_LOCKED_OUT, 2) or not self.journal.path.exists():
             return
         # The recorder (or its writer) died: a recovery resumes from the last commit, once the

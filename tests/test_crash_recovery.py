@@ -23,7 +23,7 @@ import pytest
 from acp_proxy import journal as jr
 from acp_proxy import store
 
-from .conftest import proxy_env, python_agent, run_proxy, start_proxy, watchdog
+from .conftest import proxy_env, python_agent, run_proxy, start_proxy, wait_for_output, watchdog
 from .test_relay_lifecycle import the_run as run_row
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds processes in /proc (Linux)")
@@ -457,3 +457,60 @@ def test_a_stopped_writer_holds_up_neither_the_conversation_nor_its_end(db_path:
         proc.kill()
     assert_nothing_delivered_is_lost(delivered, db_path)
     assert run_row(db_path)["status"] == "ended"
+
+
+SLOW_RECORDER = """
+import os, sys
+argv = getattr(sys, "orig_argv", [])
+if "acp_proxy.recorder" in argv and "--wake-fd" in argv:
+    # A recorder slow to start (a loaded machine, nice 19): it takes its lock only once the
+    # relay has ended the journal (the wake-up pipe's end), and once the test lets it.
+    wake = int(argv[argv.index("--wake-fd") + 1])
+    while os.read(wake, 65536):
+        pass
+    os.write(2, b"slow recorder: the relay has ended the journal\\n")
+    with open(os.environ["SLOW_RECORDER_GO"], "rb") as go:
+        go.read()
+"""
+
+
+def test_a_finished_run_whose_recorder_is_slow_to_start_is_not_taken_for_a_dead_one(tmp_path: Path) -> None:
+    # Eight editors' runs on one database: a run's relay finished before its recorder (at the
+    # lowest priority) had taken its share of the journal's lock, and another run's recorder
+    # recovered the journal as a dead run's: `crashed`, and the run's own recorder found it gone.
+    db = tmp_path / "rec.db"
+    assert run_proxy(["run", "--db", str(db), "--", "cat"], input=b'{"jsonrpc":"2.0","method":"a"}\n').returncode == 0
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SLOW_RECORDER)
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    env = proxy_env(PYTHONPATH=os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]), SLOW_RECORDER_GO=str(go))
+    lines = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % n for n in range(20))
+    proc = start_proxy(["run", "--db", str(db), "--", "cat"], env=env)
+    guard = watchdog(proc, 120)
+    try:
+        assert proc.stdin is not None and proc.stderr is not None
+        proc.stdin.write(lines)
+        proc.stdin.close()
+        wait_for_output(proc.stderr, b"the relay has ended the journal", timeout=60)
+        # Another command opens the database meanwhile: it recovers the journals of dead runs.
+        listed = run_proxy(["runs", "--db", str(db)])
+        assert listed.returncode == 0, listed.stderr
+        with open(go, "wb"):
+            pass  # the recorder goes on
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    finally:
+        guard.cancel()
+        proc.kill()
+        proc.wait(timeout=10)
+    assert out == lines
+    conn = sqlite3.connect(db)
+    try:
+        runs = conn.execute("select status, frames_c2a, frames_a2c, recovered_frames from runs order by id").fetchall()
+    finally:
+        conn.close()
+    assert runs[1] == ("ended", 20, 20, 0)
+    assert not list(Path(f"{db}.journal").glob(f"*{jr.SUFFIX}"))

@@ -100,6 +100,36 @@ def test_a_live_journal_is_not_dead_and_a_released_one_is(tmp_path: Path) -> Non
         os.close(fd)
 
 
+def test_an_ended_journal_stays_live_until_its_lock_is_released(tmp_path: Path) -> None:
+    # The relay ends the journal, then waits for its recorder before it lets go of the lock.
+    journal = new_journal(tmp_path)
+    journal.record(jr.META, 0, 1, b"{}")
+    journal.end()
+    journal.record(jr.META, 0, 2, b"{}")  # after the end: refused, never written
+    assert list(jr.dead_journals(journal.path.parent)) == []
+    journal.release()
+    records, _ = read_all(journal.path)
+    assert [r.ts_ns for r in records if r.kind == jr.META] == [1]
+    found = list(jr.dead_journals(journal.path.parent))
+    assert [path for path, _ in found] == [journal.path]
+    for _, fd in found:
+        os.close(fd)
+
+
+def test_a_journal_recorded_and_removed_meanwhile_is_not_the_one_its_name_now_gives(tmp_path: Path) -> None:
+    path = tmp_path / "x.journal"
+    path.write_bytes(jr.MAGIC)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert jr.names_file(path, fd)
+        path.unlink()
+        assert not jr.names_file(path, fd)
+        path.write_bytes(jr.MAGIC)  # another file under the same name
+        assert not jr.names_file(path, fd)
+    finally:
+        os.close(fd)
+
+
 def test_a_journal_being_created_is_never_taken_for_a_dead_one(tmp_path: Path) -> None:
     directory = tmp_path / "rec.db.journal"
     jr.make_private_dir(directory)
