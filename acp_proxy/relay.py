@@ -266,15 +266,11 @@ class Recording:
         import subprocess
 
         self.journal.end()
-        recorder = self.recorder
-        returncode = None
         try:
-            if recorder is not None:
-                try:
-                    returncode = recorder.wait(timeout=RECORDER_FINISH_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    say("the recorder is still writing; it will finish on its own")
-                    return
+            returncode = None if self.recorder is None else self.recorder.wait(timeout=RECORDER_FINISH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            say("the recorder is still writing; it will finish on its own")
+            return
         finally:
             self.journal.release()  # only now: until the recorder had its lock, ours kept the run live
         if returncode in (0, _RECORDER_LOCKED_OUT, 2) or not self.journal.path.exists():
