@@ -474,24 +474,33 @@ if "acp_proxy.recorder" in argv and "--wake-fd" in argv:
 """
 
 
+def slow_recorder_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose recorders wait at start-up (``SLOW_RECORDER``), and the FIFO that
+    lets them go on once opened for writing."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SLOW_RECORDER)
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    path = os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])
+    return proxy_env(PYTHONPATH=path, SLOW_RECORDER_GO=str(go)), go
+
+
+PINGS = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % n for n in range(20))
+
+
 def test_a_finished_run_whose_recorder_is_slow_to_start_is_not_taken_for_a_dead_one(tmp_path: Path) -> None:
     # Eight editors' runs on one database: a run's relay finished before its recorder (at the
     # lowest priority) had taken its share of the journal's lock, and another run's recorder
     # recovered the journal as a dead run's: `crashed`, and the run's own recorder found it gone.
     db = tmp_path / "rec.db"
     assert run_proxy(["run", "--db", str(db), "--", "cat"], input=b'{"jsonrpc":"2.0","method":"a"}\n').returncode == 0
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(SLOW_RECORDER)
-    go = tmp_path / "go"
-    os.mkfifo(go)
-    env = proxy_env(PYTHONPATH=os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]), SLOW_RECORDER_GO=str(go))
-    lines = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % n for n in range(20))
+    env, go = slow_recorder_env(tmp_path)
     proc = start_proxy(["run", "--db", str(db), "--", "cat"], env=env)
     guard = watchdog(proc, 120)
     try:
         assert proc.stdin is not None and proc.stderr is not None
-        proc.stdin.write(lines)
+        proc.stdin.write(PINGS)
         proc.stdin.close()
         wait_for_output(proc.stderr, b"the relay has ended the journal", timeout=60)
         # Another command opens the database meanwhile: it recovers the journals of dead runs.
@@ -506,11 +515,40 @@ def test_a_finished_run_whose_recorder_is_slow_to_start_is_not_taken_for_a_dead_
         guard.cancel()
         proc.kill()
         proc.wait(timeout=10)
-    assert out == lines
+    assert out == PINGS
     conn = sqlite3.connect(db)
     try:
         runs = conn.execute("select status, frames_c2a, frames_a2c, recovered_frames from runs order by id").fetchall()
     finally:
         conn.close()
     assert runs[1] == ("ended", 20, 20, 0)
+    assert not list(Path(f"{db}.journal").glob(f"*{jr.SUFFIX}"))
+
+
+def test_kill_9_of_the_proxy_while_it_waits_for_a_slow_recorder_loses_nothing(tmp_path: Path) -> None:
+    # The proxy holds the journal's lock until its recorder exits: killed there, it lets go of
+    # it with its life, and the run is still recorded whole and never left `running`.
+    db = tmp_path / "rec.db"
+    env, go = slow_recorder_env(tmp_path)
+    proc = start_proxy(["run", "--db", str(db), "--", "cat"], env=env)
+    guard = watchdog(proc, 120)
+    try:
+        assert proc.stdin is not None and proc.stderr is not None and proc.stdout is not None
+        proc.stdin.write(PINGS)
+        proc.stdin.close()
+        wait_for_output(proc.stderr, b"the relay has ended the journal", timeout=60)
+        recorder = recorder_of(proc)
+        proc.kill()
+        proc.wait(timeout=30)
+        out = proc.stdout.read()
+        with open(go, "wb"):
+            pass  # the recorder goes on, its proxy gone
+    finally:
+        guard.cancel()
+        proc.kill()
+        proc.wait(timeout=10)
+    assert out == PINGS
+    wait_until(lambda: not alive(recorder), 60, "the recorder to exit")
+    run = run_row(db)
+    assert (run["status"], run["frames_c2a"], run["frames_a2c"]) == ("ended", 20, 20)
     assert not list(Path(f"{db}.journal").glob(f"*{jr.SUFFIX}"))
