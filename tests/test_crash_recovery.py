@@ -415,6 +415,32 @@ def test_a_write_lock_held_elsewhere_does_not_hold_up_the_conversation(db_path: 
         conn.close()
 
 
+def scheduling(pid: int) -> tuple[int, int]:
+    return os.sched_getscheduler(pid), os.getpriority(os.PRIO_PROCESS, pid)
+
+
+def test_the_recorder_and_its_writer_run_in_the_idle_class(db_path: Path) -> None:
+    # They take only CPU time nobody else wants: a core running them counts as free when the
+    # conversation's processes wake up (nice 19 alone still took a third of a busy turn's pace).
+    proc = start_proxy(["run", "--db", str(db_path), "--", *ECHO_AGENT])
+    timer = watchdog(proc, 120)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        recorder = recorder_of(proc)
+        writer = writer_of(recorder)
+        assert scheduling(recorder) == (os.SCHED_IDLE, 19)
+        assert scheduling(writer) == (os.SCHED_IDLE, 19)
+        proc.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+        proc.stdin.flush()
+        assert proc.stdout.readline().startswith(b'{"jsonrpc"')
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        timer.cancel()
+        proc.kill()
+    assert run_row(db_path)["frames"] == 2
+
+
 def test_the_next_run_recovers_a_dead_run_too(tmp_path: Path) -> None:
     db = tmp_path / "rec.db"
     journal = dead_run_journal(db, b'{"jsonrpc":"2.0","method":"a"}\n')
