@@ -27,10 +27,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from . import store
+from . import store, supervise
 
 BATCH_ROWS = 2000  # rows read per query: one short read transaction, never a long snapshot
-NICENESS = 19  # where SCHED_IDLE is missing: the lowest ordinary priority
 PROCESS_NAME = b"acp-proxy-check"  # shown by ps/top; at most 15 bytes (Linux comm)
 _SELECT_NEW = "select * from frames where run_id = ? and seq > ? and dir != 'stderr' order by seq limit ?"
 
@@ -84,27 +83,14 @@ def _become_checker(close_fds: tuple[int, ...]) -> None:
     os.close(null)
     for fd in close_fds:
         os.close(fd)
-    _lower_priority()
+    # Only CPU time nobody else wants: on two cores even a niced checker took a fifth of the
+    # relay's throughput in a chunk storm (benchmarks/relay_bench.py, "recording + check").
+    supervise.run_idle()
     try:
         with open("/proc/self/comm", "wb") as comm:
             comm.write(PROCESS_NAME)
     except OSError:
         pass  # not Linux: the name is cosmetic
-
-
-def _lower_priority() -> None:
-    """Run only on CPU time nobody else wants. The relay, recorder and writer must keep up with
-    the conversation; on two cores even a niced checker took a fifth of the relay's throughput
-    in a chunk storm (benchmarks/relay_bench.py, "recording + check")."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        return
-    except (AttributeError, OSError):
-        pass
-    try:
-        os.nice(NICENESS)
-    except OSError:
-        pass
 
 
 def follow(poke_fd: int, db_path: Path, run_id: int, *, schema: bool) -> int:

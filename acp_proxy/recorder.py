@@ -60,7 +60,6 @@ CHECKPOINT_BYTES = 16 * 1024 * 1024
 ROW_MARGIN = 64 * 1024  # room left for a row's other columns under SQLite's length limit
 CONTROL = 3  # the index slot of records that belong to no direction (START, META)
 RESUMED_EXIT = 3  # the recorder could not lock the journal: someone else is recording it
-NICENESS = 19  # the recorder and writer yield the cores to the conversation (see _lower_priority)
 
 _INSERT_FAULT = "INSERT INTO faults (run_id, seq, ts_ns, rule, action, detail) VALUES (?, ?, ?, ?, ?, ?)"
 _LENGTH = struct.Struct("<I")
@@ -1056,7 +1055,10 @@ class Session:
             RunWriter(self.db, self.run_id, self.journal_path, self.journal_fd)._finished()
             return 0
         self.db.conn.close()  # from here on, only the writer process touches the database
-        _lower_priority()
+        # Recording may lag (the journal holds it), the conversation must not. The relay starts
+        # the recorder idle-class already; one started otherwise gets there here (the writer
+        # inherits it).
+        supervise.run_idle()
         link = _WriterLink(self)
         send = link.send
         try:
@@ -1074,7 +1076,7 @@ class Session:
                 if self._drain(send):
                     last_activity = max(last_activity, looked)
                 if not relay_alive:
-                    _restore_priority((0, link.pid))
+                    supervise.run_normal((0, link.pid))  # the conversation is over: catch up
                     break
                 if looked - last_activity < jr.QUIET_SECONDS:
                     time.sleep(jr.POLL_SECONDS)
@@ -1163,39 +1165,6 @@ def _wait_readable(fd: int | None, timeout: float | None) -> None:
         select.select([fd], [], [], timeout)
     except (OSError, ValueError):
         pass
-
-
-def _lower_priority() -> None:
-    """Leave the cores to the conversation's processes: recording may lag (the journal holds
-    it), the conversation must not. On two cores, an official-SDK client and agent keep both
-    busy during a turn: a recorder at the same priority took a third of the turn's pace; at
-    nice 19 a quarter; in the idle class (SCHED_IDLE, which the writer inherits) less, as a
-    core running it counts as free for the conversation's processes. (The relay starts the
-    recorder so already; a recorder started otherwise lowers itself here.)"""
-    try:
-        if os.getpriority(os.PRIO_PROCESS, 0) < NICENESS:
-            os.setpriority(os.PRIO_PROCESS, 0, NICENESS)
-    except OSError:
-        pass
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (OSError, AttributeError):
-        pass
-
-
-def _restore_priority(pids: tuple[int, ...]) -> None:
-    """The conversation is over: catch up at the proxy's priority, where that is allowed (a
-    process may lower its own priority, but only a privileged one, or one whose RLIMIT_NICE
-    permits, may raise it again). Otherwise recording finishes at the lowest priority."""
-    for pid in pids:
-        try:
-            os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
-        except (OSError, AttributeError):
-            continue  # still idle-class: a better nice value would change nothing
-        try:
-            os.setpriority(os.PRIO_PROCESS, pid, 0)
-        except OSError:
-            pass
 
 
 def _ensure_run(

@@ -225,7 +225,7 @@ class Recording:
                 stdout=subprocess.DEVNULL,
                 pass_fds=pass_fds,
                 start_new_session=True,  # a signal to our group must not cut the recording short
-                preexec_fn=_lowest_priority if wake else None,
+                preexec_fn=supervise.run_idle if wake else None,
             )
         except OSError as exc:
             say(f"cannot start the recorder ({exc}); the journal will be recorded by the next acp-proxy command")
@@ -284,22 +284,6 @@ class Recording:
                 recovery.wait(timeout=RECORDER_FINISH_TIMEOUT)
             except subprocess.TimeoutExpired:
                 say("the recording is still being recovered; it will finish on its own")
-
-
-RECORDER_NICENESS = 19
-
-
-def _lowest_priority() -> None:
-    # Nice 19 and SCHED_IDLE: the scheduler treats a core running only idle-class tasks as
-    # free when it places a waking task, and preempts them at once.
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, RECORDER_NICENESS)
-    except OSError:
-        pass
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (OSError, AttributeError):
-        pass
 
 
 # -- streams over inherited fds ------------------------------------------------------------

@@ -421,7 +421,7 @@ def scheduling(pid: int) -> tuple[int, int]:
 
 def test_the_recorder_and_its_writer_run_in_the_idle_class(db_path: Path) -> None:
     # They take only CPU time nobody else wants: a core running them counts as free when the
-    # conversation's processes wake up (nice 19 alone still took a third of a busy turn's pace).
+    # conversation's processes wake up (nice 19 alone still took a quarter of a busy turn's pace).
     proc = start_proxy(["run", "--db", str(db_path), "--", *ECHO_AGENT])
     timer = watchdog(proc, 120)
     try:

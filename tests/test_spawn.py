@@ -11,6 +11,7 @@ import sys
 import urllib.parse
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -125,3 +126,22 @@ def test_file_uri_escapes_exactly_like_urllib_quote(name: str) -> None:
         return
     assert dbfile.file_uri(path) == f"file:{urllib.parse.quote(raw)}?mode=ro"
     assert dbfile.file_uri(path, "rw").endswith("?mode=rw")
+
+
+def test_a_process_moves_to_the_idle_class_and_back() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("raising a priority again needs privilege (or RLIMIT_NICE)")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+
+    def scheduling() -> tuple[int, int]:
+        return os.sched_getscheduler(sleeper.pid), os.getpriority(os.PRIO_PROCESS, sleeper.pid)
+
+    try:
+        supervise.run_idle(sleeper.pid)
+        assert scheduling() == (os.SCHED_IDLE, supervise.IDLE_NICENESS)
+        supervise.run_normal([sleeper.pid])
+        assert scheduling() == (os.SCHED_OTHER, 0)
+    finally:
+        assert sleeper.stdin is not None
+        sleeper.stdin.close()
+        sleeper.wait(timeout=30)

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import supervise
 from .endpoints import Endpoints
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ GONE_GRACE_S = 5.0
 FLUSH_TIMEOUT_S = 10.0
 """After the run, how long queued spans may take to reach the collector before they count lost."""
 PROCESS_NAME = b"acp-proxy-otlp"
-NICENESS = 19
 
 _SELECT_FRAMES = "select * from frames where run_id = ? and seq > ? order by seq limit ?"
 
@@ -92,13 +92,7 @@ def main(argv: list[str]) -> int:
 
 
 def _become_follower() -> None:
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        try:
-            os.nice(NICENESS)
-        except OSError:
-            pass
+    supervise.run_idle()  # spawned idle-class already where posix_spawn could say so
     try:
         with open("/proc/self/comm", "wb") as comm:
             comm.write(PROCESS_NAME)
