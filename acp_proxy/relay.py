@@ -268,7 +268,9 @@ class Recording:
 
         self.journal.end()
         try:
-            returncode = None if self.recorder is None else self.recorder.wait(timeout=RECORDER_FINISH_TIMEOUT)
+            returncode = (
+                None if self.recorder is None else supervise.wait_for_exit(self.recorder, RECORDER_FINISH_TIMEOUT)
+            )
         except subprocess.TimeoutExpired:
             say("the recorder is still writing; it will finish on its own")
             return
@@ -281,7 +283,7 @@ class Recording:
         recovery = self._spawn_recorder(["--recover", str(self.journal.path)], wake=False)
         if recovery is not None:
             try:
-                recovery.wait(timeout=RECORDER_FINISH_TIMEOUT)
+                supervise.wait_for_exit(recovery, RECORDER_FINISH_TIMEOUT)
             except subprocess.TimeoutExpired:
                 say("the recording is still being recovered; it will finish on its own")
 

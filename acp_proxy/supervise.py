@@ -23,6 +23,7 @@ from _signal import SIGKILL, SIGTERM  # the builtin behind ``signal``: its enums
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Callable, Iterable
 
 MARKER_VAR = "ACP_PROXY_RUN"
@@ -153,6 +154,29 @@ def children() -> list[int]:
         except OSError:
             pass
     return found
+
+
+def wait_for_exit(proc: subprocess.Popen[bytes], timeout: float) -> int:
+    """``proc.wait(timeout)`` without its polling: Popen sleeps up to 50 ms between looks, and
+    the proxy's own exit waits on this one (its recorder's). A pidfd becomes readable the
+    moment the process exits. Raises ``subprocess.TimeoutExpired`` like ``Popen.wait``."""
+    import select
+    import subprocess
+
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3, or the pid is gone already
+        return proc.wait(timeout=timeout)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        if not poller.poll(max(0, int(timeout * 1000))):
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+    finally:
+        os.close(fd)
+    return proc.wait()
 
 
 IDLE_NICENESS = 19

@@ -145,3 +145,18 @@ def test_a_process_moves_to_the_idle_class_and_back() -> None:
         assert sleeper.stdin is not None
         sleeper.stdin.close()
         sleeper.wait(timeout=30)
+
+
+def test_waiting_for_a_process_gives_its_status_or_times_out_like_popen() -> None:
+    # The proxy's exit waits on its recorder this way (a pidfd, not Popen's 50 ms polling).
+    held = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(7)"], stdin=subprocess.PIPE)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            supervise.wait_for_exit(held, 0.05)
+        assert held.stdin is not None
+        held.stdin.close()
+        assert supervise.wait_for_exit(held, 30) == 7
+        assert supervise.wait_for_exit(held, 30) == 7  # reaped already: the status it had
+    finally:
+        held.kill()
+        held.wait(timeout=30)
