@@ -864,28 +864,36 @@ class _Checkpointer:
 
 
 class _WriterLink:
-    """The recorder's end of the pipe to its writer process (forked, so it starts at once)."""
+    """The recorder's end of the pipe to its writer process (forked, so it starts at once).
 
-    def __init__(self, session: Session) -> None:
+    The writer says so on a second pipe as soon as the run's last transaction is committed,
+    before its housekeeping (folding the WAL into the database file): the recorder,
+    and so the proxy, exit then, with everything recorded and visible to any reader."""
+
+    def __init__(self, session: Session, writer: Callable[[int, int, Session], int] | None = None) -> None:
         read_fd, write_fd = os.pipe()
         try:  # a deeper pipe lets decoding run ahead of a briefly slow disk
             fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 1 << 20)
         except OSError:
             pass
+        done_read, done_write = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:  # the writer
             os.close(write_fd)
+            os.close(done_read)
             if session.wake_fd is not None:
                 os.close(session.wake_fd)  # the relay must see the recorder's end go with the recorder
             status = 1
             try:
-                status = _writer_main(read_fd, session)
+                status = (writer or _writer_main)(read_fd, done_write, session)
             except BaseException as exc:  # never let a bug here pass silently
                 _say(f"the database writer failed: {type(exc).__name__}: {exc}")
             finally:
                 os._exit(status)
         os.close(read_fd)
+        os.close(done_write)
         self.fd = write_fd
+        self.done_fd = done_read
         self.encoder = msgspec.msgpack.Encoder()
 
     def send(self, message: dict[str, Any]) -> None:
@@ -899,13 +907,29 @@ class _WriterLink:
         _write_all(self.fd, memoryview(payload)[written - len(header) :])
 
     def close(self) -> int:
-        """End the link; the writer's exit status."""
+        """End the link; 0 once the writer reports the run's end committed (it may still be
+        tidying up, on its own), else its exit status (non-zero)."""
         try:
             os.close(self.fd)
         except OSError:
             pass
+        try:
+            report = os.read(self.done_fd, 1)
+        except OSError:
+            report = b""
+        os.close(self.done_fd)
+        if report:
+            return 0
         _, status = os.waitpid(self.pid, 0)
         return status
+
+
+def _report_committed(fd: int) -> None:
+    try:
+        os.write(fd, b"\0")
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:
@@ -914,8 +938,9 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _writer_main(fd: int, session: Session) -> int:
-    """The writer process: length-prefixed msgpack transactions in, SQLite rows out.
+def _writer_main(fd: int, done_fd: int, session: Session) -> int:
+    """The writer process: length-prefixed msgpack transactions in, SQLite rows out; one byte
+    out on ``done_fd`` once the run's last transaction is committed (none if it never is).
 
     With a live check it forks the checker first (before any thread or connection exists here)
     and tells it about each commit."""
@@ -925,12 +950,15 @@ def _writer_main(fd: int, session: Session) -> int:
             session.db_path,
             session.run_id,
             schema=session.check != "lifecycle",
-            close_fds=(fd, session.journal_fd),
+            close_fds=(fd, done_fd, session.journal_fd),
         )
     db = _open(session.db_path, session.limit)
     conn = db.conn
     # Checkpoints happen in their own thread (see _Checkpointer), never inside a COMMIT.
     conn.execute("PRAGMA wal_autocheckpoint = 0")
+    # A savepoint's journal in memory: on disk it is a temporary file created and removed for
+    # every batch (it holds the few b-tree pages a batch changes, never the frames' text).
+    conn.execute("PRAGMA temp_store = MEMORY")
     if session.limit is not None:
         conn.execute("PRAGMA journal_size_limit = 0")  # --db-limit: a reset WAL gives its space back
     every = CHECKPOINT_BYTES if session.limit is None else max(256 * 1024, min(CHECKPOINT_BYTES, session.limit // 8))
@@ -948,15 +976,30 @@ def _writer_main(fd: int, session: Session) -> int:
         message = decoder.decode(reader.read(_LENGTH.unpack(header)[0]))
         writer.apply(message)
         ended = ended or "end" in message
-    checkpointer.stop()
-    try:
-        # With --db-limit the WAL is emptied too: what is left on disk is the database alone.
-        conn.execute(f"PRAGMA wal_checkpoint({'PASSIVE' if session.limit is None else 'TRUNCATE'})")
-    except sqlite3.Error:
-        pass
+    if session.limit is not None:
+        # --db-limit: the WAL is emptied before anyone is told: what is left on disk once the
+        # proxy exits is the database alone.
+        checkpointer.stop()
+        _checkpoint(conn, "TRUNCATE")
     if live is not None:
         live.finish()  # the proxy waits for the recorder, so a check is complete when it exits
-    return 0 if ended else 1
+    if not ended:
+        return 1  # the recorder learns it from the exit status, then has the journal recovered
+    _report_committed(done_fd)
+    os.close(session.journal_fd)  # removed already (the run ended); its lock goes with it
+    # Housekeeping nobody waits for: the last frames are committed (in the WAL, where every
+    # reader sees them); here they are copied into the database file.
+    if session.limit is None:
+        checkpointer.stop()
+        _checkpoint(conn, "PASSIVE")
+    return 0
+
+
+def _checkpoint(conn: sqlite3.Connection, mode: str) -> None:
+    try:
+        conn.execute(f"PRAGMA wal_checkpoint({mode})")
+    except sqlite3.Error:
+        pass
 
 
 def _open(db_path: Path, limit: int | None) -> Any:
@@ -1237,8 +1280,32 @@ def recover_journal(db_path: Path, journal_path: Path, fd: int) -> None:
 # -- the process ---------------------------------------------------------------------------
 
 
+_M_TRIM_THRESHOLD = -1  # glibc's mallopt() parameters
+_M_MMAP_THRESHOLD = -3
+KEEP_FREED_BYTES = 64 * 1024 * 1024
+
+
+def _reuse_freed_memory() -> None:
+    """Keep big buffers' memory for the next ones instead of handing it back to the kernel.
+
+    A big frame passes through a few buffers of its size here (the line, its text, the
+    batch to the writer, and in the writer the decoded batch). By default glibc maps each one
+    afresh and unmaps it when freed, and the kernel clears every page again at first touch:
+    that was a third of the recorder's time on 1 MiB frames (profiled). From the heap, kept
+    up to KEEP_FREED_BYTES, freed pages are reused as they are. Elsewhere than glibc: nothing."""
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, 32 * 1024 * 1024)  # glibc's largest; bigger frames still get a mapping
+    mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES)
+
+
 def main(argv: list[str]) -> int:
     """``python -m acp_proxy.recorder --journal PATH [--wake-fd N] | --recover PATH``."""
+    _reuse_freed_memory()
     # A terminal's ^C or a hang-up reaches the whole foreground group; the relay decides what
     # they mean. The recorder stops only when its journal is recorded.
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):

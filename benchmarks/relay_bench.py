@@ -29,7 +29,9 @@ Workloads:
   through the relay (one request, one response: every process is up, start-up is not
   counted); the clock starts when the client sends the request that releases the storm and
   stops when the client has read every byte *and* the relay process has exited — for the
-  recording proxy, that is when the recording is complete (the proxy waits for its recorder),
+  recording proxy, that is when the recording is complete (the proxy waits for its recorder,
+  which waits until its writer has committed the run's last transaction; the writer's last
+  checkpoint, folding the WAL into the database file, comes after and nobody waits for it),
   and with ``--check`` when every frame has been checked. ``delivered frames/s`` stops the clock
   when the client has read every byte instead: what the conversation itself sees.
 - **round trips**: the client sends a request line and waits for the agent's response line
@@ -273,31 +275,40 @@ def become_subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
-EXPORTER_LINGER_S = 120.0
+LINGER_S = 120.0
+# Processes that outlive their proxy by design and end on their own: a `run --otlp` exporter
+# (at idle priority, it exports the rest of its run and gives a collector its last seconds) and
+# a recording's database writer (once the run's last transaction is committed it reports, and
+# the proxy exits; it then folds the WAL into the database file, a checkpoint nobody waits for).
+LINGERERS = ("acp_proxy.otel.follow", "acp_proxy.recorder")
 
 
-def wait_for_exporters(timeout: float = EXPORTER_LINGER_S) -> None:
-    """Let `run --otlp` exporters finish: by design each outlives its proxy, at idle priority, to
-    export the rest of its run and give a collector its last seconds; it ends on its own."""
+def wait_for_lingerers(timeout: float = LINGER_S) -> None:
+    """Let the processes that outlive their proxy by design (``LINGERERS``) end on their own;
+    whatever is still there after ``timeout`` is a stray."""
     deadline = time.monotonic() + timeout
-    exporters: set[int] = set()
+    lingering: set[int] = set()
     while time.monotonic() < deadline:
         children = children_of(os.getpid())
-        exporters |= {pid for pid in children if "acp_proxy.otel.follow" in " ".join(cmdline(pid))}
-        exporters &= set(children)
-        for pid in list(exporters):
+        lingering |= {pid for pid in children if any(name in " ".join(cmdline(pid)) for name in LINGERERS)}
+        lingering &= set(children)
+        for pid in list(lingering):
             with contextlib.suppress(ChildProcessError):
                 if os.waitpid(pid, os.WNOHANG)[0]:  # reaped: it has ended
-                    exporters.discard(pid)
-        if not exporters:
+                    lingering.discard(pid)
+        if not lingering:
             return
         time.sleep(0.1)
 
 
 def end_strays() -> list[str]:
-    """Kill and reap whatever our runs left behind (with no run in progress, every child is one)."""
+    """Kill and reap whatever our runs left running (with no run in progress, every live child
+    is one; one that has exited on its own is only reaped)."""
     strays = []
     for pid in children_of(os.getpid()):
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                continue
         strays.append(" ".join(cmdline(pid)) or str(pid))
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -948,7 +959,7 @@ def execute(plans: list[Plan], repeat: int, workdir: Path, progress: Callable[[s
             cell.runs.append(result)
 
     def cleanup(plan: Plan, keys: list[str], scratches: dict[str, Path]) -> None:
-        wait_for_exporters()
+        wait_for_lingerers()
         for scratch in scratches.values():
             remove_db(scratch)
         strays = end_strays()
