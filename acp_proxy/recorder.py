@@ -57,6 +57,14 @@ FLUSH_SECONDS = 0.05
 LOCK_PATIENCE = 600.0  # seconds to wait for the database at start-up before leaving the journal to a recovery
 WRITE_PATIENCE = float("inf")  # a commit waits out any write lock: the journal holds the frames meanwhile
 CHECKPOINT_BYTES = 16 * 1024 * 1024
+# Yielding to a flood (see FloodWatch): small frames faster than anyone reads them, for at most
+# this long and this far behind; a pause this long ends it.
+FLOOD_LINES_PER_S = 5000
+FLOOD_MAX_SECONDS = 10.0
+FLOOD_MAX_BYTES = 64 * 1024 * 1024
+FLOOD_PAUSE = 0.1
+FLOOD_SAMPLE_BYTES = 64 * 1024  # the newest journal bytes whose newlines estimate the rate
+FLOOD_SAMPLE_LINES = 8  # fewer in a sample: big frames, whose cost is per byte, not per frame
 ROW_MARGIN = 64 * 1024  # room left for a row's other columns under SQLite's length limit
 CONTROL = 3  # the index slot of records that belong to no direction (START, META)
 RESUMED_EXIT = 3  # the recorder could not lock the journal: someone else is recording it
@@ -1009,6 +1017,60 @@ def _open(db_path: Path, limit: int | None) -> Any:
     )
 
 
+class FloodWatch:
+    """When the recorder lets the conversation have the CPU: while small frames pour in.
+
+    The recorder's cost is per frame (decoding, tracking, one row each): about 9 µs, so
+    recording a flood of small frames as it comes took a fifth of the pace of an official-SDK
+    pair that kept both cores busy, idle class or not (the scheduler still gives an idle-class
+    task every gap the conversation leaves, and each gap it takes delays the next wake-up). So
+    while more than FLOOD_LINES_PER_S lines a second arrive, the recorder only watches the
+    journal grow; it catches up once they pause for FLOOD_PAUSE, once it is FLOOD_MAX_SECONDS
+    or ``max_backlog`` bytes behind, or once the relay is gone. Nothing waits in memory
+    meanwhile: the journal holds it. Live views (``tail``, the web inspector, ``--check``,
+    OTLP) lag by as much during such a flood; no conversation between a person and an agent
+    comes near that rate, and big frames, whose cost is per byte, never count as one.
+    """
+
+    def __init__(self, now: float, max_backlog: int = FLOOD_MAX_BYTES) -> None:
+        self.max_backlog = max_backlog
+        self.seen_size = 0
+        self.seen_at = now
+        self.since: float | None = None  # when the current flood began
+        self.last_flood = now
+
+    def flooded(self, now: float, size: int, lines: float, backlog: int) -> bool:
+        """``size``: the journal's size now; ``lines``: the lines it gained since the last
+        look (an estimate); ``backlog``: its bytes not yet indexed. True: do not index now."""
+        elapsed = max(now - self.seen_at, 1e-3)
+        self.seen_size, self.seen_at = size, now
+        if lines >= FLOOD_LINES_PER_S * elapsed:
+            self.last_flood = now
+            if self.since is None:
+                self.since = now
+        if self.since is None:
+            return False
+        if now - self.last_flood > FLOOD_PAUSE or now - self.since > FLOOD_MAX_SECONDS or backlog > self.max_backlog:
+            self.since = None
+            return False
+        return True
+
+
+def new_lines(fd: int, since: int, size: int) -> float:
+    """The lines in the journal's bytes ``since``..``size``, estimated from the newest
+    FLOOD_SAMPLE_BYTES of them; 0 when they hold fewer than FLOOD_SAMPLE_LINES (big frames)."""
+    grown = size - since
+    if grown <= 0:
+        return 0.0
+    take = min(grown, FLOOD_SAMPLE_BYTES)
+    try:
+        sample = os.pread(fd, take, size - take)
+    except OSError:
+        return 0.0
+    count = sample.count(b"\n")
+    return 0.0 if count < FLOOD_SAMPLE_LINES or not sample else count * grown / len(sample)
+
+
 # -- a recording session: one journal, live or recovered ------------------------------------
 
 
@@ -1109,6 +1171,8 @@ class Session:
                 send({"learn": self.learned})
             relay_alive = True
             last_activity = time.monotonic()
+            backlog_limit = FLOOD_MAX_BYTES if self.limit is None else min(FLOOD_MAX_BYTES, self.limit // 8)
+            flood = FloodWatch(last_activity, backlog_limit)
             while relay_alive:
                 # The wake-up rule (journal.WAKE_INTERVAL) needs "now" taken before looking, and
                 # a wake-up byte's time taken after it was read.
@@ -1116,6 +1180,9 @@ class Session:
                 woken, relay_alive = _drain_wakes(self.wake_fd)
                 if woken:
                     last_activity = time.monotonic()
+                if relay_alive and self._flooded(flood, looked):
+                    time.sleep(jr.POLL_SECONDS)  # the conversation is in full flood: let it have the CPU
+                    continue
                 if self._drain(send):
                     last_activity = max(last_activity, looked)
                 if not relay_alive:
@@ -1139,6 +1206,14 @@ class Session:
             self._resume_after_writer_died()
         status = link.close()
         return 0 if status == 0 else 1
+
+    def _flooded(self, flood: FloodWatch, now: float) -> bool:
+        try:
+            size = os.fstat(self.journal_fd).st_size
+        except OSError:
+            return False
+        lines = new_lines(self.journal_fd, max(flood.seen_size, self.reader.offset), size)
+        return flood.flooded(now, size, lines, size - self.reader.offset)
 
     def _resume_after_writer_died(self) -> None:
         # A new process image resumes from what the writer committed; the wake-up pipe is kept.

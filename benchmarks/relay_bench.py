@@ -290,7 +290,10 @@ def wait_for_lingerers(timeout: float = LINGER_S) -> None:
     lingering: set[int] = set()
     while time.monotonic() < deadline:
         children = children_of(os.getpid())
-        lingering |= {pid for pid in children if any(name in " ".join(cmdline(pid)) for name in LINGERERS)}
+        # An empty command line: a process in the middle of exiting (or exited, not yet reaped).
+        lingering |= {
+            pid for pid in children if not cmdline(pid) or any(name in " ".join(cmdline(pid)) for name in LINGERERS)
+        }
         lingering &= set(children)
         for pid in list(lingering):
             with contextlib.suppress(ChildProcessError):
