@@ -63,6 +63,7 @@ FLOOD_LINES_PER_S = 5000
 FLOOD_MAX_SECONDS = 10.0
 FLOOD_MAX_BYTES = 64 * 1024 * 1024
 FLOOD_PAUSE = 0.1
+FLOOD_WINDOW = 0.02  # the longest span a look's lines are spread over (2 x POLL_SECONDS)
 FLOOD_SAMPLE_BYTES = 64 * 1024  # the newest journal bytes whose newlines estimate the rate
 FLOOD_SAMPLE_LINES = 8  # fewer in a sample: big frames, whose cost is per byte, not per frame
 ROW_MARGIN = 64 * 1024  # room left for a row's other columns under SQLite's length limit
@@ -1042,7 +1043,9 @@ class FloodWatch:
     def flooded(self, now: float, size: int, lines: float, backlog: int) -> bool:
         """``size``: the journal's size now; ``lines``: the lines it gained since the last
         look (an estimate); ``backlog``: its bytes not yet indexed. True: do not index now."""
-        elapsed = max(now - self.seen_at, 1e-3)
+        # After a quiet spell the recorder wakes at the first append: what it finds came since
+        # then, not since its last look, so a burst after quiet counts as one.
+        elapsed = min(max(now - self.seen_at, 1e-3), FLOOD_WINDOW)
         self.seen_size, self.seen_at = size, now
         if lines >= FLOOD_LINES_PER_S * elapsed:
             self.last_flood = now

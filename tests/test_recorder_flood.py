@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from acp_proxy.recorder import FLOOD_LINES_PER_S, FLOOD_MAX_SECONDS, FLOOD_PAUSE, FloodWatch, new_lines
+from acp_proxy.recorder import (
+    FLOOD_LINES_PER_S,
+    FLOOD_MAX_SECONDS,
+    FLOOD_PAUSE,
+    FLOOD_WINDOW,
+    FloodWatch,
+    new_lines,
+)
 
 from .conftest import start_proxy, watchdog
 
@@ -25,6 +32,13 @@ def looks(watch: FloodWatch, start: float, count: int, lines: float, backlog: in
 
 def test_a_conversation_slower_than_the_flood_rate_is_recorded_as_it_comes() -> None:
     assert looks(FloodWatch(0.0), 0.0, 500, SLOW) == [False] * 500
+
+
+def test_a_burst_after_a_quiet_spell_is_a_flood_and_a_line_is_not() -> None:
+    # The recorder blocks when the journal is quiet and wakes at the first append.
+    watch = FloodWatch(0.0)
+    assert not watch.flooded(30.0, 0, 1, 0)
+    assert watch.flooded(60.0, 0, FLOOD_LINES_PER_S * FLOOD_WINDOW * 2, 0)
 
 
 def test_a_flood_is_yielded_to_until_it_pauses() -> None:
