@@ -857,10 +857,7 @@ class _Checkpointer:
             self.wake.clear()
             if self.stopping:
                 break
-            try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error:
-                pass
+            _checkpoint(conn, "PASSIVE")
         conn.close()
 
     def stop(self) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -578,3 +580,36 @@ def test_kill_9_of_the_proxy_while_it_waits_for_a_slow_recorder_loses_nothing(tm
     run = run_row(db)
     assert (run["status"], run["frames_c2a"], run["frames_a2c"]) == ("ended", 20, 20)
     assert not list(Path(f"{db}.journal").glob(f"*{jr.SUFFIX}"))
+
+
+def test_the_writer_outlives_its_proxy_only_to_fold_the_wal_into_the_database(db_path: Path) -> None:
+    # The proxy exits once the run's last transaction is committed; the writer then copies the
+    # WAL into the database file on its own and ends: afterwards the file alone holds the run.
+    count = 20_000
+    proc = start_proxy(["run", "--db", str(db_path), "--", *storm_agent(count)])
+    timer = watchdog(proc, 120)
+    try:
+        client = Client(proc)
+        writer = writer_of(recorder_of(proc))
+        pidfd = os.pidfd_open(writer)
+        assert proc.stdin is not None
+        proc.stdin.close()
+        delivered = client.finish(60)
+        assert proc.wait(timeout=60) == 0
+        ready, _, _ = select.select([pidfd], [], [], 60)
+        os.close(pidfd)
+        assert ready, "the writer did not end on its own"
+    finally:
+        timer.cancel()
+        proc.kill()
+    # Copied before anything else opens the database: closing the last connection would fold
+    # the WAL in too, and hide a writer that did not.
+    alone = db_path.parent / "alone.db"
+    shutil.copyfile(db_path, alone)  # the database file without its -wal and -shm
+    assert run_row(db_path)["status"] == "ended"
+    conn = sqlite3.connect(f"file:{alone}?mode=ro", uri=True)
+    try:
+        (frames,) = conn.execute("select count(*) from frames where dir = 'a2c'").fetchone()
+    finally:
+        conn.close()
+    assert frames == delivered.count(b"\n")
