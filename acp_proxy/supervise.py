@@ -199,13 +199,25 @@ def run_idle(pid: int = 0) -> None:
 
 def run_normal(pids: Iterable[int]) -> None:
     """Back to the normal class and priority, where that is allowed (a process may lower its own
-    priority, but raise it again only if privileged or its RLIMIT_NICE permits)."""
+    priority, but raise it again only if privileged or its RLIMIT_NICE permits).
+
+    Every thread of each process: Linux schedules threads, and one started while its process
+    was idle-class (the writer's reader and checkpoint threads) stays so unless named."""
     for pid in pids:
-        try:
-            os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
-        except (AttributeError, OSError):
-            continue  # still idle-class: a better nice value would change nothing
-        try:
-            os.setpriority(os.PRIO_PROCESS, pid, 0)
-        except OSError:
-            pass
+        for tid in _threads(pid):
+            try:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            except (AttributeError, OSError):
+                continue  # still idle-class: a better nice value would change nothing
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, 0)
+            except OSError:
+                pass
+
+
+def _threads(pid: int) -> list[int]:
+    """The thread ids of ``pid`` (0: this process); just ``pid`` where /proc cannot say."""
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid or os.getpid()}/task")]
+    except (OSError, ValueError):
+        return [pid]

@@ -147,6 +147,36 @@ def test_a_process_moves_to_the_idle_class_and_back() -> None:
         sleeper.wait(timeout=30)
 
 
+def test_every_thread_of_a_process_comes_back_from_the_idle_class() -> None:
+    # The writer starts its reader and checkpoint threads while idle-class; Linux schedules
+    # threads, so moving only the process's first one back left those two idle.
+    if os.geteuid() != 0:
+        pytest.skip("raising a priority again needs privilege (or RLIMIT_NICE)")
+    code = (
+        "import sys, threading\n"
+        "from acp_proxy import supervise\n"
+        "supervise.run_idle()\n"
+        "threading.Thread(target=sys.stdin.read, daemon=True).start()\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"ready\n"
+        tids = [int(tid) for tid in os.listdir(f"/proc/{child.pid}/task")]
+        assert len(tids) == 2
+        assert {os.sched_getscheduler(tid) for tid in tids} == {os.SCHED_IDLE}
+        supervise.run_normal([child.pid])
+        assert {(os.sched_getscheduler(tid), os.getpriority(os.PRIO_PROCESS, tid)) for tid in tids} == {
+            (os.SCHED_OTHER, 0)
+        }
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=30)
+
+
 def test_waiting_for_a_process_gives_its_status_or_times_out_like_popen() -> None:
     # The proxy's exit waits on its recorder this way (a pidfd, not Popen's 50 ms polling).
     held = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(7)"], stdin=subprocess.PIPE)
