@@ -85,17 +85,22 @@ def assert_recorded_whole(db: Path, lines: list[bytes]) -> None:
     assert run["frames_c2a"] == run["frames_a2c"] == len(lines)
 
 
-@pytest.mark.parametrize("gate", [False, True], ids=["recorder", "gate"])
-def test_every_hostile_line_is_relayed_and_recorded(tmp_path: Path, gate: bool) -> None:
-    lines = list(HOSTILE.values())
+def relay_through_cat(db: Path, lines: list[bytes], *, gate: bool) -> None:
+    """``lines`` through a recording proxy to ``cat`` and back, every byte relayed as it was."""
     data = b"".join(line + b"\n" for line in lines)
-    db = tmp_path / "rec.db"
     # A rule that matches nothing makes both directions go through the gate line by line.
     faults = ["--fault", "drop if method:_never/this"] if gate else []
     result = run_proxy(["run", "--db", str(db), *faults, "--", "cat"], input=data, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout == data
     assert b"Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("gate", [False, True], ids=["recorder", "gate"])
+def test_every_hostile_line_is_relayed_and_recorded(tmp_path: Path, gate: bool) -> None:
+    lines = list(HOSTILE.values())
+    db = tmp_path / "rec.db"
+    relay_through_cat(db, lines, gate=gate)
     assert_recorded_whole(db, lines)
 
 

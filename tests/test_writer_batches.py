@@ -24,6 +24,7 @@ from acp_proxy.protocol.framing import Line
 from acp_proxy.recorder import LINE_BESIDE_BYTES
 
 from .conftest import run_proxy
+from .test_hostile_input import relay_through_cat
 
 LONG = LINE_BESIDE_BYTES
 
@@ -105,12 +106,8 @@ def test_raw_given_as_bytes_is_stored_as_text(tmp_path: Path) -> None:
 @pytest.mark.parametrize("gate", [False, True], ids=["recorder", "gate"])
 def test_long_lines_are_relayed_and_recorded_exactly(tmp_path: Path, gate: bool) -> None:
     lines = _requests_and_notices()
-    data = b"".join(line + b"\n" for line in lines)
     db = tmp_path / "rec.db"
-    faults = ["--fault", "drop if method:_never/this"] if gate else []
-    result = run_proxy(["run", "--db", str(db), *faults, "--", "cat"], input=data, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == data
+    relay_through_cat(db, lines, gate=gate)
     conn = sqlite3.connect(db)
     rows = conn.execute("SELECT dir, typeof(raw), raw, raw_bytes FROM frames WHERE batch_seq IS NULL ORDER BY seq")
     got = [(d, kind, raw.encode() if raw is not None else raw_bytes) for d, kind, raw, raw_bytes in rows]
