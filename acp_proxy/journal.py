@@ -13,7 +13,8 @@ nothing it has forwarded may be lost when any acp-proxy process is killed. So th
 recording work is one ``writev`` to this file per chunk, and the journal is the queue between
 the relay and the recorder: bounded by the disk, not by memory. The recorder reads it at its
 own pace and the writer commits, with each batch of frames, the journal position they came
-from (exactly-once: a recovery resumes there). Committed space is punched out of the file.
+from (exactly-once: a recovery resumes there). Committed space is punched out of the file,
+all but its head.
 
 Rule: a chunk is journaled just *before* it is forwarded. A process killed between the two
 leaves a chunk recorded that its receiver may not have got; the other order would lose chunks
@@ -574,6 +575,7 @@ def _remove_abandoned(path: Path) -> None:
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_PUNCH_HOLE = 0x02
 PUNCH_STEP = 1 << 20  # punch when at least this much more is committed
+_PAGE_MASK = 0xFFF
 
 
 class SpaceFreer:
@@ -583,12 +585,14 @@ class SpaceFreer:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.freed = 0
+        self.freed = -1  # not known yet: where the journal's head ends
         self._fallocate: Callable[..., int] | None = None
         self.supported = True
 
     def free_to(self, offset: int, *, force: bool = False) -> None:
-        upto = offset & ~0xFFF  # whole pages: a partial page would only be zeroed
+        if self.freed < 0:
+            self.freed = self._head_end()
+        upto = offset & ~_PAGE_MASK  # whole pages: a partial page would only be zeroed
         if not self.supported or upto <= self.freed or (upto - self.freed < PUNCH_STEP and not force):
             return
         if self._fallocate is None:
@@ -606,3 +610,19 @@ class SpaceFreer:
             self.supported = False  # EOPNOTSUPP and friends: freed when the journal is removed
             return
         self.freed = upto
+
+    def _head_end(self) -> int:
+        """The first page boundary after the magic line and the START record. They stay: a
+        recorder that resumes, or the next command recovering the run, reads them first to learn
+        which run and database the journal belongs to."""
+        head = b""
+        try:
+            head = os.pread(self.fd, len(MAGIC) + HEADER.size, 0)
+            mark, kind, _direction, length, _ts = HEADER.unpack_from(head, len(MAGIC))
+        except (OSError, struct.error):
+            mark, kind, length = 0, 0, 0
+        if not head.startswith(MAGIC) or mark != MARK or kind != START:
+            self.supported = False  # not a head we know the end of: free nothing
+            return 0
+        end = len(MAGIC) + HEADER.size + length
+        return (end + _PAGE_MASK) & ~_PAGE_MASK

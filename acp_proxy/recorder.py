@@ -1522,7 +1522,10 @@ def main(argv: list[str]) -> int:
     except (store.StoreError, sqlite3.Error) as exc:
         _say(f"cannot record: {exc} (the journal {path.name} is kept for the next acp-proxy command)")
         return 2
-    except (OSError, jr.JournalDamaged):
+    except jr.JournalDamaged as exc:
+        _say(f"cannot record: the journal {path.name} is damaged ({exc})")
+        return 2
+    except OSError:
         return 2
     if recovering:
         session.recover()

@@ -180,15 +180,37 @@ def test_kill_9_of_the_proxy_mid_storm_loses_nothing_the_client_received(db_path
     assert not list((db_path.parent / (db_path.name + ".journal")).glob("*.journal"))
 
 
-def storm_with_a_death(db: Path, victim: Callable[[subprocess.Popen[bytes]], int], count: int) -> tuple[bytes, bytes]:
-    """The whole storm reaches the client although ``victim`` (a pid) is SIGKILLed early on;
-    (what the client got, what the proxy said)."""
-    proc = start_proxy(["run", "--db", str(db), "--", *storm_agent(count, "sys.stdin.read()\n")])
+def long_line_storm_agent(count: int, pad: int) -> list[str]:
+    """Writes ``count`` distinct lines of ``pad`` bytes and more, then reads stdin to its end."""
+    head = LINE.split(b"}}")[0]  # ...{"n":%d
+    tail = b',"pad":"' + b"x" * pad + b'"}}}\n'
+    return python_agent(
+        "import sys\n"
+        "out = sys.stdout.buffer\n"
+        f"head, tail = {head!r}, {tail!r}\n"
+        f"for i in range({count}):\n"
+        "    out.write(head % i + tail)\n"
+        "out.flush()\n"
+        "sys.stdin.read()\n"
+    )
+
+
+def storm_with_a_death(
+    db: Path,
+    victim: Callable[[subprocess.Popen[bytes]], int],
+    count: int,
+    agent: list[str] | None = None,
+    kill_after: int = 20_000,
+) -> tuple[bytes, bytes]:
+    """The whole storm reaches the client although ``victim`` (a pid) is SIGKILLed once
+    ``kill_after`` lines have; (what the client got, what the proxy said)."""
+    agent = agent or storm_agent(count, "sys.stdin.read()\n")
+    proc = start_proxy(["run", "--db", str(db), "--", *agent])
     timer = watchdog(proc, 180)
     try:
         client = Client(proc)
         pid = victim(proc)
-        wait_until(lambda: client.lines() > 20_000, 60, "frames at the client")
+        wait_until(lambda: client.lines() > kill_after, 60, "frames at the client")
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: client.lines() == count, 120, "the whole storm at the client")
         assert proc.stdin is not None and proc.stderr is not None
@@ -237,6 +259,33 @@ def test_kill_9_of_the_writer_mid_storm_the_recorder_resumes_from_the_last_commi
         conn.close()
 
 
+LONG_LINES = 400  # of ~100 KiB: they cross to the writer beside their batch, not inside it
+
+
+@pytest.mark.parametrize("victim", ["recorder", "writer"])
+def test_kill_9_mid_storm_of_long_lines_loses_none_and_records_each_once(db_path: Path, victim: str) -> None:
+    pick: Callable[[subprocess.Popen[bytes]], int] = (
+        recorder_of if victim == "recorder" else lambda proc: writer_of(recorder_of(proc))
+    )
+    agent = long_line_storm_agent(LONG_LINES, 100_000)
+    delivered, stderr = storm_with_a_death(db_path, pick, LONG_LINES, agent, kill_after=LONG_LINES // 4)
+    assert stderr.count(b"stopped") == 1, stderr
+    assert delivered.count(b"\n") == LONG_LINES
+    recorded = assert_nothing_delivered_is_lost(delivered, db_path)
+    assert len(recorded) == LONG_LINES
+    run = run_row(db_path)
+    assert (run["status"], run["frames_a2c"], run["not_recorded"]) == ("crashed", LONG_LINES, 0)
+    assert run["bytes_a2c"] == len(delivered)
+    conn = sqlite3.connect(db_path)
+    try:  # every long line stored whole, as text, exactly once
+        assert conn.execute(
+            "select count(*), count(distinct raw), min(length(raw)), sum(typeof(raw) = 'text') "
+            "from frames where dir = 'a2c'"
+        ).fetchone() == (LONG_LINES, LONG_LINES, len(recorded[0]) - 1, LONG_LINES)
+    finally:
+        conn.close()
+
+
 def test_when_every_process_is_killed_the_next_command_recovers_the_run(db_path: Path) -> None:
     proc = start_proxy(["run", "--db", str(db_path), "--", *storm_agent(2_000_000)])
     timer = watchdog(proc, 120)
@@ -261,6 +310,48 @@ def test_when_every_process_is_killed_the_next_command_recovers_the_run(db_path:
     assert run["recovered_frames"] > 0
     assert_nothing_delivered_is_lost(delivered, db_path)
     assert json.loads(listed.stdout)[0]["status"] == "crashed"
+
+
+def committed_a2c(db: Path) -> int:
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.1)
+        try:
+            return int(conn.execute("select count(*) from frames where dir = 'a2c'").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+
+
+def test_the_next_command_recovers_a_killed_run_whose_committed_journal_space_was_given_back(
+    db_path: Path,
+) -> None:
+    # Megabytes committed before the kill: the writer has punched them out of the journal, and
+    # the recovery still finds the run it belongs to in the journal's head.
+    proc = start_proxy(["run", "--db", str(db_path), "--", *long_line_storm_agent(2_000, 100_000)])
+    timer = watchdog(proc, 120)
+    try:
+        client = Client(proc)
+        recorder = recorder_of(proc)
+        writer = writer_of(recorder)
+        wait_until(lambda: committed_a2c(db_path) >= 40, 60, "4 MB committed")
+        for pid in (writer, recorder, proc.pid):  # the writer first: nothing commits after this
+            os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        delivered = client.finish(30)
+    finally:
+        timer.cancel()
+        proc.kill()
+    wait_until(lambda: not alive(recorder) and not alive(writer), 30, "the recorder and writer to be gone")
+    assert run_row(db_path)["status"] == "running"
+    listed = run_proxy(["runs", "--db", str(db_path), "--json"], timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    run = run_row(db_path)
+    assert (run["status"], run["not_recorded"]) == ("crashed", 0)
+    assert run["recovered_frames"] > 0
+    assert_nothing_delivered_is_lost(delivered, db_path)
+    assert run["frames_a2c"] == committed_a2c(db_path)  # a torn last line included
+    assert not list((db_path.parent / (db_path.name + ".journal")).glob("*.journal"))
 
 
 def dead_run_journal(db: Path, *a2c_chunks: bytes) -> Path:

@@ -157,23 +157,59 @@ def test_what_cannot_be_appended_is_reported_as_a_gap_once_appends_work_again(tm
     assert journal.problem is not None and "cannot write the journal" in journal.problem
 
 
-def test_committed_space_is_given_back(tmp_path: Path) -> None:
-    journal = new_journal(tmp_path)
-    for i in range(64):
-        journal.data(jr.A2C, i, b"z" * 65536)
-    os.fsync(journal.fd)
-    before = journal.path.stat().st_blocks
+def _free_all_but_the_last_64k(journal: jr.JournalWriter) -> jr.SpaceFreer:
     fd = os.open(journal.path, os.O_RDWR)
     try:
         freer = jr.SpaceFreer(fd)
         freer.free_to(journal.size - 65536)
         if not freer.supported:
             pytest.skip("this file system cannot punch holes; journals are freed when removed")
-        after = journal.path.stat().st_blocks
     finally:
         os.close(fd)
+    return freer
+
+
+@pytest.mark.parametrize("start_bytes", [20, 3 * 4096 + 5], ids=["small-start", "start-over-pages"])
+def test_committed_space_is_given_back_but_the_head_stays(tmp_path: Path, start_bytes: int) -> None:
+    journal = new_journal(tmp_path)
+    start = b'{"argv":["' + b"a" * start_bytes + b'"]}'
+    journal.record(jr.START, 0, 1, start)
+    for i in range(64):
+        journal.data(jr.A2C, i, b"z" * 65536)
+    os.fsync(journal.fd)
+    before = journal.path.stat().st_blocks
+    freer = _free_all_but_the_last_64k(journal)
+    after = journal.path.stat().st_blocks
     assert after * 512 < before * 512 - 3 * 1024 * 1024
     assert journal.path.stat().st_size == journal.size  # offsets stay valid
+    # A recorder that resumes, or a recovery, reads the magic line and START first.
+    head_end = len(jr.MAGIC) + jr.HEADER.size + len(start)
+    kept = -(-head_end // 4096) * 4096
+    with open(journal.path, "rb") as handle:
+        handle.seek(kept)
+        assert handle.read(4096) == bytes(4096)  # punched from the first page after the head
+    assert freer.freed > kept
+    fd = os.open(journal.path, os.O_RDONLY)
+    try:
+        first = next(iter(jr.JournalReader(fd).records()))
+    finally:
+        os.close(fd)
+    assert (first.kind, first.payload) == (jr.START, start)
+    journal.close()
+
+
+def test_a_journal_without_a_start_record_is_not_punched(tmp_path: Path) -> None:
+    journal = new_journal(tmp_path)
+    for i in range(64):
+        journal.data(jr.A2C, i, b"z" * 65536)
+    fd = os.open(journal.path, os.O_RDWR)
+    try:
+        freer = jr.SpaceFreer(fd)
+        freer.free_to(journal.size)
+    finally:
+        os.close(fd)
+    assert not freer.supported
+    assert len(read_all(journal.path)[0]) == 64
     journal.close()
 
 
