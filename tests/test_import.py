@@ -194,8 +194,10 @@ def jetbrains_log(frames: list[dict[str, Any]]) -> str:
     first = frames[0]["ts_ns"]
     lines = ["2025-12-17 11:26:20,001 [    100]   INFO - #c.i.m.l.a.AcpProcess - starting agent"]
     for f in frames:
-        when = dt.datetime.fromtimestamp(f["ts_ns"] / 1e9)
-        stamp = when.strftime("%Y-%m-%d %H:%M:%S,") + f"{when.microsecond // 1000:03d}"
+        # Whole seconds, then milliseconds, in integers: a float timestamp rounds to the nearest
+        # microsecond, which moves a frame within 0.5 us of a millisecond into the next one.
+        when = dt.datetime.fromtimestamp(f["ts_ns"] // 1_000_000_000)
+        stamp = when.strftime("%Y-%m-%d %H:%M:%S,") + f"{f['ts_ns'] // 1_000_000 % 1000:03d}"
         uptime = 12_000 + (f["ts_ns"] - first) // 1_000_000
         marker = "OUT" if f["dir"] == "c2a" else "IN"
         lines.append(f"{stamp} [{uptime:>7}]   FINE - AcpTransport - {marker}: {f['raw']}")
