@@ -85,17 +85,15 @@ def check_own(path: PathLike) -> int:
     import sqlite3
 
     try:
-        conn = sqlite3.connect(file_uri(path), uri=True, check_same_thread=False)
         try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            # One read transaction: another proxy's first migration may commit between two reads,
-            # and version 0 beside its new tables would look like somebody else's database.
-            conn.execute("BEGIN")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = {row[0] for row in conn.execute("select name from sqlite_master where type = 'table'")}
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
+            version, tables = _examine(path, "ro")
+        except sqlite3.OperationalError:
+            if not _has_hot_journal(path):
+                raise
+            # A writer was killed inside a transaction. A read-only connection cannot roll its
+            # journal back, and every reader fails until someone does: any SQLite connection
+            # that may write does it first, restoring the last committed state.
+            version, tables = _examine(path, "rw")
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"cannot open database {path}: {reason(exc)}") from exc
     tables = {name for name in tables if not name.startswith("sqlite_")}
@@ -104,6 +102,30 @@ def check_own(path: PathLike) -> int:
     if (version == 0 and tables) or (version > 0 and not {"runs", "frames"} <= tables):
         raise StoreError(f"{path} is not an acp-proxy database (it has other tables); choose another --db")
     return version
+
+
+def _examine(path: PathLike, mode: str) -> tuple[int, set[str]]:
+    import sqlite3
+
+    conn = sqlite3.connect(file_uri(path, mode), uri=True, check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # One read transaction: another proxy's first migration may commit between two reads,
+        # and version 0 beside its new tables would look like somebody else's database.
+        conn.execute("BEGIN")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {row[0] for row in conn.execute("select name from sqlite_master where type = 'table'")}
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    return version, tables
+
+
+def _has_hot_journal(path: PathLike) -> bool:
+    try:
+        return os.stat(f"{os.fspath(path)}-journal").st_size > 0
+    except OSError:
+        return False
 
 
 def file_uri(path: PathLike, mode: str = "ro") -> str:

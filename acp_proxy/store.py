@@ -303,8 +303,15 @@ def open_for_reading(path: Path) -> ReadDb:
     if not os.path.lexists(path):
         raise NotYetADatabase(f"no database at {path} (record one with: acp-proxy run -- AGENT)")
     refuse_special_file(path)
-    if Path(f"{path}.journal").is_dir() and 0 < check_own(path) <= SCHEMA_VERSION:
-        recover_dead_runs(path)
+    journals = Path(f"{path}.journal")
+    if journals.is_dir() or os.path.lexists(f"{path}-journal"):
+        if check_own(path) > 0:  # it also rolls back what a writer killed mid-transaction left
+            recover_dead_runs(path)
+        elif any(journals.glob("*.journal")):
+            # Runs were relayed before their recorder created the schema (all killed then, or
+            # still starting): the database is ours in the making, not a typo. Create it and
+            # record the dead runs' journals, instead of answering "no recording yet".
+            open_for_writing(path).conn.close()
     conn, version = _connect_read_only(path)
     if version > SCHEMA_VERSION:
         conn.close()

@@ -673,6 +673,50 @@ def test_kill_9_of_the_proxy_while_it_waits_for_a_slow_recorder_loses_nothing(tm
     assert not list(Path(f"{db}.journal").glob(f"*{jr.SUFFIX}"))
 
 
+def test_a_run_killed_before_its_recorder_made_the_database_is_recovered_by_the_next_query(tmp_path: Path) -> None:
+    # The relay forwards at once; the database's tables come with the recorder, at the lowest
+    # priority. Everything killed in between left an empty file beside the run's journal, and
+    # query commands answered "no recording yet" instead of recovering it.
+    db = tmp_path / "rec.db"
+    env, _go = slow_recorder_env(tmp_path)
+    proc = start_proxy(["run", "--db", str(db), "--", "cat"], env=env)
+    guard = watchdog(proc, 120)
+    try:
+        assert proc.stdin is not None and proc.stderr is not None and proc.stdout is not None
+        proc.stdin.write(PINGS)
+        proc.stdin.close()
+        wait_for_output(proc.stderr, b"the relay has ended the journal", timeout=60)
+        recorder = recorder_of(proc)
+        for pid in (recorder, proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        out = proc.stdout.read()
+    finally:
+        guard.cancel()
+        proc.kill()
+        proc.wait(timeout=10)
+    assert out == PINGS
+    wait_until(lambda: not alive(recorder), 30, "the recorder to be gone")
+    assert db.stat().st_size == 0
+    listed = run_proxy(["runs", "--db", str(db), "--json"])
+    assert listed.returncode == 0, listed.stderr
+    assert [run["status"] for run in json.loads(listed.stdout)] == ["crashed"]
+    run = run_row(db)
+    assert (run["frames_c2a"], run["frames_a2c"], run["recovered_frames"]) == (20, 20, 40)
+    assert b"".join(recorded_a2c(db)) == PINGS
+    assert not list(Path(f"{db}.journal").glob(f"*{jr.SUFFIX}"))
+
+
+def test_a_query_on_an_empty_database_without_journals_still_says_no_recording_yet(tmp_path: Path) -> None:
+    db = tmp_path / "rec.db"
+    db.touch()
+    jr.journal_dir(db).mkdir()
+    listed = run_proxy(["runs", "--db", str(db)])
+    assert listed.returncode == 2
+    assert b"holds no recording yet" in listed.stderr
+    assert db.stat().st_size == 0
+
+
 def test_the_writer_outlives_its_proxy_only_to_fold_the_wal_into_the_database(db_path: Path) -> None:
     # The proxy exits once the run's last transaction is committed; the writer then copies the
     # WAL into the database file on its own and ends: afterwards the file alone holds the run.

@@ -126,6 +126,36 @@ def test_a_newer_database_is_refused_before_anything_is_written(tmp_path: Path) 
     assert not Path(f"{path}-wal").exists()
 
 
+KILLED_IN_A_TRANSACTION = """
+import os, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA cache_size = 10")  # small: the transaction's pages reach the file
+conn.execute("BEGIN")
+conn.execute("create table half_made (x)")
+for _ in range(2000):
+    conn.execute("insert into half_made values (?)", ["x" * 1000])
+os._exit(9)  # kill -9 before COMMIT: the rollback journal is left hot
+"""
+
+
+def test_a_database_whose_creator_was_killed_mid_transaction_is_rolled_back_and_used(tmp_path: Path) -> None:
+    # A read-only connection cannot roll a hot journal back, so every command failed with
+    # "attempt to write a readonly database" until some writer did.
+    path = tmp_path / "rec.db"
+    killed = subprocess.run([sys.executable, "-c", KILLED_IN_A_TRANSACTION, str(path)], timeout=60)
+    assert killed.returncode == 9
+    assert Path(f"{path}-journal").stat().st_size > 0 and path.stat().st_size > 0
+    queried = run_proxy(["runs", "--db", str(path)], timeout=60)
+    assert queried.returncode == 2 and b"holds no recording yet" in queried.stderr, queried.stderr
+    assert not Path(f"{path}-journal").exists() or Path(f"{path}-journal").stat().st_size == 0
+    frame = b'{"jsonrpc":"2.0","method":"ping"}\n'
+    done = run_proxy(["run", "--db", str(path), "--", "cat"], input=frame, timeout=60)
+    assert (done.returncode, done.stdout) == (0, frame), done.stderr
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("select count(*) from frames").fetchone() == (2,)
+        assert conn.execute("select count(*) from sqlite_master where name = 'half_made'").fetchone() == (0,)
+
+
 @pytest.mark.parametrize("opener", ["check_own", "open_for_reading"])
 def test_a_database_being_created_by_another_proxy_is_never_taken_for_somebody_elses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opener: str
