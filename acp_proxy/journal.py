@@ -615,14 +615,11 @@ class SpaceFreer:
         """The first page boundary after the magic line and the START record. They stay: a
         recorder that resumes, or the next command recovering the run, reads them first to learn
         which run and database the journal belongs to."""
-        head = b""
         try:
-            head = os.pread(self.fd, len(MAGIC) + HEADER.size, 0)
-            mark, kind, _direction, length, _ts = HEADER.unpack_from(head, len(MAGIC))
-        except (OSError, struct.error):
-            mark, kind, length = 0, 0, 0
-        if not head.startswith(MAGIC) or mark != MARK or kind != START:
+            first = next(iter(JournalReader(self.fd).records()), None)
+        except (OSError, JournalDamaged):
+            first = None
+        if first is None or first.kind != START:
             self.supported = False  # not a head we know the end of: free nothing
             return 0
-        end = len(MAGIC) + HEADER.size + length
-        return (end + _PAGE_MASK) & ~_PAGE_MASK
+        return (first.end + _PAGE_MASK) & ~_PAGE_MASK

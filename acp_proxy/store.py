@@ -305,9 +305,11 @@ def open_for_reading(path: Path) -> ReadDb:
     refuse_special_file(path)
     journals = Path(f"{path}.journal")
     if journals.is_dir() or os.path.lexists(f"{path}-journal"):
+        from .journal import SUFFIX
+
         if check_own(path) > 0:  # it also rolls back what a writer killed mid-transaction left
             recover_dead_runs(path)
-        elif any(journals.glob("*.journal")):
+        elif any(journals.glob(f"*{SUFFIX}")):
             # Runs were relayed before their recorder created the schema (all killed then, or
             # still starting): the database is ours in the making, not a typo. Create it and
             # record the dead runs' journals, instead of answering "no recording yet".

@@ -644,9 +644,10 @@ def test_a_finished_run_whose_recorder_is_slow_to_start_is_not_taken_for_a_dead_
     assert not list(Path(f"{db}.journal").glob(f"*{jr.SUFFIX}"))
 
 
-def test_kill_9_of_the_proxy_while_it_waits_for_a_slow_recorder_loses_nothing(tmp_path: Path) -> None:
-    # The proxy holds the journal's lock until its recorder exits: killed there, it lets go of
-    # it with its life, and the run is still recorded whole and never left `running`.
+def pings_then_a_kill_once_the_relay_ended(tmp_path: Path, *, recorder_too: bool) -> tuple[Path, bytes, int]:
+    """PINGS through ``cat`` with a recorder slow to start; once the relay has ended the journal,
+    SIGKILL the proxy, and the recorder with ``recorder_too`` (else it is let go on, its proxy
+    gone). (The database, what the client got, the recorder's pid.)"""
     db = tmp_path / "rec.db"
     env, go = slow_recorder_env(tmp_path)
     proc = start_proxy(["run", "--db", str(db), "--", "cat"], env=env)
@@ -657,15 +658,24 @@ def test_kill_9_of_the_proxy_while_it_waits_for_a_slow_recorder_loses_nothing(tm
         proc.stdin.close()
         wait_for_output(proc.stderr, b"the relay has ended the journal", timeout=60)
         recorder = recorder_of(proc)
-        proc.kill()
+        for pid in (recorder, proc.pid) if recorder_too else (proc.pid,):
+            os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=30)
         out = proc.stdout.read()
-        with open(go, "wb"):
-            pass  # the recorder goes on, its proxy gone
+        if not recorder_too:
+            with open(go, "wb"):
+                pass  # the recorder goes on
     finally:
         guard.cancel()
         proc.kill()
         proc.wait(timeout=10)
+    return db, out, recorder
+
+
+def test_kill_9_of_the_proxy_while_it_waits_for_a_slow_recorder_loses_nothing(tmp_path: Path) -> None:
+    # The proxy holds the journal's lock until its recorder exits: killed there, it lets go of
+    # it with its life, and the run is still recorded whole and never left `running`.
+    db, out, recorder = pings_then_a_kill_once_the_relay_ended(tmp_path, recorder_too=False)
     assert out == PINGS
     wait_until(lambda: not alive(recorder), 60, "the recorder to exit")
     run = run_row(db)
@@ -677,24 +687,7 @@ def test_a_run_killed_before_its_recorder_made_the_database_is_recovered_by_the_
     # The relay forwards at once; the database's tables come with the recorder, at the lowest
     # priority. Everything killed in between left an empty file beside the run's journal, and
     # query commands answered "no recording yet" instead of recovering it.
-    db = tmp_path / "rec.db"
-    env, _go = slow_recorder_env(tmp_path)
-    proc = start_proxy(["run", "--db", str(db), "--", "cat"], env=env)
-    guard = watchdog(proc, 120)
-    try:
-        assert proc.stdin is not None and proc.stderr is not None and proc.stdout is not None
-        proc.stdin.write(PINGS)
-        proc.stdin.close()
-        wait_for_output(proc.stderr, b"the relay has ended the journal", timeout=60)
-        recorder = recorder_of(proc)
-        for pid in (recorder, proc.pid):
-            os.kill(pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        out = proc.stdout.read()
-    finally:
-        guard.cancel()
-        proc.kill()
-        proc.wait(timeout=10)
+    db, out, recorder = pings_then_a_kill_once_the_relay_ended(tmp_path, recorder_too=True)
     assert out == PINGS
     wait_until(lambda: not alive(recorder), 30, "the recorder to be gone")
     assert db.stat().st_size == 0
