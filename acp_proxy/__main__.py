@@ -1,3 +1,3 @@
-from .launch import main
+from acp_proxy.relay.launch import main
 
 main()

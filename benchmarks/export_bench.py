@@ -28,8 +28,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from acp_proxy import exports, importers  # noqa: E402
 from acp_proxy.otel.spans import build  # noqa: E402
+from acp_proxy.read import exports  # noqa: E402
+from acp_proxy.record import importers  # noqa: E402
 
 SID = "sess_bench"
 

@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from acp_proxy import journal, recorder, store
+from acp_proxy.record import journal, recorder
+from acp_proxy.store import database as store
 
 CHUNKS_PER_TURN = 400
 TURNS_PER_RUN = 25

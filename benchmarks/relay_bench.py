@@ -293,7 +293,7 @@ LINGER_S = 120.0
 # (at idle priority, it exports the rest of its run and gives a collector its last seconds) and
 # a recording's database writer (once the run's last transaction is committed it reports, and
 # the proxy exits; it then folds the WAL into the database file, a checkpoint nobody waits for).
-LINGERERS = ("acp_proxy.otel.follow", "acp_proxy.recorder")
+LINGERERS = ("acp_proxy.otel.follow", "acp_proxy.record.recorder")
 
 
 def wait_for_lingerers(timeout: float = LINGER_S) -> None:
@@ -335,7 +335,7 @@ def end_strays() -> list[str]:
 
 def role(argv: list[str]) -> str:
     joined = " ".join(argv)
-    if "acp_proxy.recorder" in joined:
+    if "acp_proxy.record.recorder" in joined:
         return "recorder"
     if "acp_proxy" in joined:
         return "proxy"

@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_agent import GO, HELLO, READY, chunk_line
 
-from acp_proxy.gate import Gate
+from acp_proxy.faults.gate import Gate
 from acp_proxy.protocol import wire
-from acp_proxy.record import FrameRecord
-from acp_proxy.tracker import Tracker
+from acp_proxy.protocol.frames import FrameRecord
+from acp_proxy.protocol.tracker import Tracker
 
 FLUSH_ROWS = 4000
 READ_BYTES = 1 << 20

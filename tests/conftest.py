@@ -13,7 +13,9 @@ import pytest
 from hypothesis import settings
 
 # A loaded machine must not turn a slow example into a failure: no per-example deadline anywhere.
-settings.register_profile("acp-proxy", deadline=None)
+# No example database (a fresh clone's first run must not replay an earlier failure) and the
+# same examples on every run: the README's test command gives the same answer each time.
+settings.register_profile("acp-proxy", deadline=None, database=None, derandomize=True)
 settings.load_profile("acp-proxy")
 
 PROXY = [sys.executable, "-m", "acp_proxy"]
@@ -25,7 +27,7 @@ TRAFFIC = FIXTURES / "traffic"
 def sdk_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The official Python SDK pair through the proxy, twice: a session with a permission
     request, then the same session loaded again with one more prompt. Shared, read-only."""
-    from .peers import agent_argv, proxied, run_client, session_of, transcript
+    from tests.peers import agent_argv, proxied, run_client, session_of, transcript
 
     tmp = tmp_path_factory.mktemp("sdk-recording")
     db = tmp / "rec.db"

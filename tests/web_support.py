@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from acp_proxy import journal, recorder
+from acp_proxy.record import journal, recorder
 
 SESSION = "sess-web-1"
 SECRETS = {

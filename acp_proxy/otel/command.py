@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import AcpProxyError, UsageError
-from . import INSTALL_HINT
-from .endpoints import Endpoints, endpoints
+from acp_proxy.errors import AcpProxyError, UsageError
+from acp_proxy.otel import INSTALL_HINT
+from acp_proxy.otel.endpoints import Endpoints, endpoints
 
 FROM_ENVIRONMENT = "env"
 """``--otlp`` given without a URL: the collector named by ``OTEL_EXPORTER_OTLP_ENDPOINT``."""
@@ -66,7 +66,7 @@ def start_live(db_path: Path, where: Endpoints, content: bool) -> None:
     frames: nothing to follow)."""
     if os.isatty(0):
         return
-    from .follow import spawn
+    from acp_proxy.otel.follow import spawn
 
     spawn(db_path, proxy_pid=os.getpid(), not_before_ns=time.time_ns(), where=where, content=content)
 
@@ -76,7 +76,8 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
     ``endpoint`` (else the environment's); the line to print. ``redactor``: masks what
     ``content`` lets into spans (None: the built-in rules). Raises ``UsageError`` for a bad
     option or reference, ``OtlpExportError`` when spans were lost."""
-    from .. import queries, store
+    from acp_proxy.read import queries
+    from acp_proxy.store import database as store
 
     where = endpoints(endpoint, os.environ)
     if where is None:
@@ -91,8 +92,8 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
     run_ids = queries.run_ids_of(db, ref)
     if not run_ids:
         raise UsageError(f"{ref.describe()} has no recorded run")
-    from .exporter import Exporter
-    from .spans import build
+    from acp_proxy.otel.exporter import Exporter
+    from acp_proxy.otel.spans import build
 
     exporter = Exporter(where)
     total = 0
@@ -131,8 +132,8 @@ reads them as they come; an export reads them all)."""
 
 def run_annotations(db: Any, run_id: int) -> list[Any]:
     """A run's applied faults and stored findings, as span events on their frames' spans."""
-    from .. import queries
-    from .spans import fault_annotation, finding_annotation
+    from acp_proxy.otel.spans import fault_annotation, finding_annotation
+    from acp_proxy.read import queries
 
     faults = [fault_annotation(f) for f in queries.rows(db, FAULTS_SQL, [run_id, 0])]
     return faults + [finding_annotation(x) for x in queries.rows(db, FINDINGS_SQL, [run_id, 0])]

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..errors import UsageError
+from acp_proxy.errors import UsageError
 
 
 class OtlpError(UsageError):

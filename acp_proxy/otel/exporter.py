@@ -22,11 +22,11 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
-from .endpoints import Endpoints
+from acp_proxy import __version__
+from acp_proxy.otel.endpoints import Endpoints
 
 if TYPE_CHECKING:
-    from .spans import Point, Span
+    from acp_proxy.otel.spans import Point, Span
 
 EXPORT_TIMEOUT_S = 5.0
 """How long one delivery may take, retries included (the SDK's own default is 10 s)."""

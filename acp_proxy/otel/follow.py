@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import supervise
-from .endpoints import Endpoints
+from acp_proxy.otel.endpoints import Endpoints
+from acp_proxy.record import supervise
 
 if TYPE_CHECKING:
-    from .spans import SpanBuilder
+    from acp_proxy.otel.spans import SpanBuilder
 
 POLL_S = 0.2  # polling the database: there is no change feed to wait on (as `tail`)
 BATCH_ROWS = 2000
@@ -68,7 +68,7 @@ def spawn(db_path: Path, *, proxy_pid: int, not_before_ns: int, where: Endpoints
 
 
 def main(argv: list[str]) -> int:
-    from .. import store
+    from acp_proxy.store import database as store
 
     try:
         config = json.loads(argv[0])
@@ -111,7 +111,7 @@ def _alive(pid: int) -> bool:
 
 
 def _connect(db_path: Path) -> sqlite3.Connection | None:
-    from ..store import BUSY_TIMEOUT_MS, file_uri
+    from acp_proxy.store.database import BUSY_TIMEOUT_MS, file_uri
 
     if not db_path.exists():
         return None
@@ -148,10 +148,10 @@ def _find_run(db_path: Path, proxy_pid: int, not_before_ns: int) -> int | None:
 
 
 def follow(db_path: Path, run_id: int, config: dict[str, Any]) -> int:
-    from .. import store
-    from .command import FAULTS_SQL
-    from .exporter import Exporter
-    from .spans import SpanBuilder, fault_annotation
+    from acp_proxy.otel.command import FAULTS_SQL
+    from acp_proxy.otel.exporter import Exporter
+    from acp_proxy.otel.spans import SpanBuilder, fault_annotation
+    from acp_proxy.store import database as store
 
     conn = _connect(db_path)
     if conn is None:
@@ -202,8 +202,8 @@ def follow(db_path: Path, run_id: int, config: dict[str, Any]) -> int:
 
 def _findings(conn: sqlite3.Connection, builder: SpanBuilder, run_id: int, after_id: int) -> int:
     """Findings the live checker stored since the last look (it may lag behind the frames)."""
-    from .command import FINDINGS_SQL
-    from .spans import finding_annotation
+    from acp_proxy.otel.command import FINDINGS_SQL
+    from acp_proxy.otel.spans import finding_annotation
 
     for row in conn.execute(FINDINGS_SQL, [run_id, after_id]).fetchall():
         builder.annotate(*finding_annotation(row))

@@ -55,9 +55,9 @@ from typing import Any
 
 import msgspec
 
-from ..protocol import events as ev
-from ..protocol.state import ConnectionState, RecordedFrame
-from ..redact import Redactor
+from acp_proxy.protocol import events as ev
+from acp_proxy.protocol.redact import Redactor
+from acp_proxy.protocol.state import ConnectionState, RecordedFrame
 
 __all__ = ["Annotation", "Point", "Span", "SpanBuilder", "SpanEvent", "build", "fault_annotation", "finding_annotation"]
 

@@ -39,10 +39,10 @@ from typing import Any, Protocol
 import msgspec
 from msgspec import UNSET, Raw, Struct
 
-from . import events as ev
-from . import vocabulary as acp
-from .vocabulary import A2C, C2A, OTHER
-from .wire import canonical_id
+from acp_proxy.protocol import events as ev
+from acp_proxy.protocol import vocabulary as acp
+from acp_proxy.protocol.vocabulary import A2C, C2A, OTHER
+from acp_proxy.protocol.wire import canonical_id
 
 __all__ = [
     "NO_EVENTS",

@@ -20,8 +20,8 @@ from typing import Any
 
 import click
 
-from ..errors import AcpProxyError
-from ..options import db_option
+from acp_proxy.cli.options import db_option
+from acp_proxy.errors import AcpProxyError
 
 INSTALL_HINT = "acp-proxy ui needs the [ui] extra: pip install 'acp-proxy[ui]'"
 LOOPBACK = "127.0.0.1"
@@ -133,9 +133,9 @@ def ui(
     missing = _missing_extra()
     if missing:
         raise MissingExtra(missing)
-    from .. import store
-    from ..locations import default_db_path
-    from ..redact import Redactor
+    from acp_proxy.locations import default_db_path
+    from acp_proxy.protocol.redact import Redactor
+    from acp_proxy.store import database as store
 
     Redactor(redact_rules)  # a bad rule is a RedactError: one line, exit 2
     path = db_path if db_path is not None else default_db_path()
@@ -160,8 +160,8 @@ def build(path: Path, host: str, port: int, token: str, rules: list[str], no_red
     """The Datasette instance ``ui`` serves (the guard set on it), not yet started."""
     from datasette.app import Datasette
 
-    from . import plugin
-    from .guard import Guard
+    from acp_proxy.web import plugin
+    from acp_proxy.web.guard import Guard
 
     ds = Datasette(
         files=[],
@@ -179,7 +179,7 @@ def _file_database(ds: Any, path: Path) -> Any:
     it short (and open, or create, another file)."""
     from datasette.database import Database
 
-    from ..store import file_uri
+    from acp_proxy.store.database import file_uri
 
     class EscapedPathDatabase(Database):
         def connect(self, write: bool = False) -> Any:

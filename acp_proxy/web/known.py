@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from ..protocol import vocabulary as acp
+from acp_proxy.protocol import vocabulary as acp
 
 __all__ = ["marks"]
 

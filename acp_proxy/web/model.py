@@ -19,11 +19,13 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from .. import diff as df
-from .. import filters, queries, transcript
-from .. import fold as fd
-from ..redact import Redactor
-from . import known, timeline
+from acp_proxy.cli import transcript
+from acp_proxy.protocol import filters
+from acp_proxy.protocol.redact import Redactor
+from acp_proxy.read import diff as df
+from acp_proxy.read import fold as fd
+from acp_proxy.read import queries
+from acp_proxy.web import known, timeline
 
 DEFAULT_LIMIT = 2000
 MAX_LIMIT = 20000
@@ -40,7 +42,7 @@ class NotFound(Exception):
 
 def run_summary(row: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
     """A ``runs`` row (as ``queries.runs`` gives it) as the pages show it."""
-    from ..views import exit_status
+    from acp_proxy.cli.views import exit_status
 
     def parsed(name: str) -> Any:
         text = row.get(name)

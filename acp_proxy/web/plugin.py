@@ -28,10 +28,10 @@ import jinja2
 from datasette import hookimpl
 from datasette.utils.asgi import Response, asgi_static
 
-from ..redact import Redactor
-from . import guard as guard_mod
-from . import model
-from .metadata import TABLES
+from acp_proxy.protocol.redact import Redactor
+from acp_proxy.web import guard as guard_mod
+from acp_proxy.web import model
+from acp_proxy.web.metadata import TABLES
 
 PLUGIN = "acp-proxy"
 HERE = Path(str(files("acp_proxy.web")))

@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .. import fold as fd
+from acp_proxy.read import fold as fd
 
 PREVIEW_CHARS = 160
 CHUNK_TEXT_CHARS = 2000

@@ -1,0 +1,361 @@
+"""Read-side queries over a recording: references, runs, sessions, frames, latency statistics.
+
+Owns: resolving a user's REF (a run id, ``last``, or a session id or unique prefix) and the SQL
+the query commands run. Returns plain dicts and lists, ready to render or dump as JSON.
+
+Must not know: click, rich, terminals. Never writes: every connection it gets is read-only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from acp_proxy.errors import UsageError
+from acp_proxy.store.database import ReadDb
+
+
+class RefError(UsageError):
+    """A reference that names nothing, or more than one thing; the message is for a person."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """What a REF named: one run, or one ACP session (which may span several runs)."""
+
+    text: str
+    run_id: int | None = None
+    session_row: int | None = None
+    session_id: str | None = None
+
+    @property
+    def is_session(self) -> bool:
+        return self.session_id is not None
+
+    def describe(self) -> str:
+        return f"session {self.session_id}" if self.is_session else f"run {self.run_id}"
+
+
+_INT_MAX = 2**63 - 1  # SQLite's integers: a larger run id cannot exist
+
+
+def resolve(db: ReadDb, text: str) -> Ref:
+    """What a REF names. A number is a run id and nothing else (``session:123`` for a session
+    whose id starts with digits); ``last`` is the newest run; ``run:N`` and ``session:S`` say
+    which explicitly; any other text is a session id or the unique start of one."""
+    text = text.strip()
+    if not text:
+        raise RefError("empty reference: use a run id, 'last', or a session id (or a unique prefix)")
+    if not _is_utf8(text):
+        raise RefError(f"the reference {text!r} is not valid UTF-8 text")
+    if text == "last":
+        row = db.execute("select max(id) from runs").fetchone()
+        if row[0] is None:
+            raise RefError("the database holds no runs yet")
+        return Ref(text, run_id=row[0])
+    spelled_run = text[4:] if text.startswith("run:") else None
+    if spelled_run is not None and spelled_run == "last":
+        return resolve(db, "last")
+    number = spelled_run if spelled_run is not None else text
+    if number.isascii() and number.isdigit():
+        run_id = int(number)
+        if run_id <= _INT_MAX and db.execute("select 1 from runs where id = ?", [run_id]).fetchone():
+            return Ref(text, run_id=run_id)
+        low, high = db.execute("select min(id), max(id) from runs").fetchone()
+        known = f"runs are {low}..{high}" if low is not None else "the database holds no runs yet"
+        hint = f"; for a session whose id starts with {number}, write session:{number}" if spelled_run is None else ""
+        raise RefError(f"no run {number} ({known}{hint})")
+    if spelled_run is not None:
+        raise RefError(f"run:{spelled_run} is not a run id (write run:N or last)")
+    prefix = text[8:] if text.startswith("session:") else text
+    if not prefix:
+        raise RefError("session: needs an id or the start of one, e.g. session:3f2a")
+    matches = db.execute(
+        "select id, session_id from sessions where session_id = ? or session_id like ? escape '\\' "
+        "order by session_id = ? desc, id desc",
+        [prefix, _like_prefix(prefix), prefix],
+    ).fetchall()
+    exact = [m for m in matches if m[1] == prefix]
+    if exact:
+        return Ref(text, session_row=exact[0][0], session_id=prefix)
+    ids = sorted({m[1] for m in matches})
+    if len(ids) == 1:
+        row = next(m for m in matches if m[1] == ids[0])
+        return Ref(text, session_row=row[0], session_id=ids[0])
+    if len(ids) > 1:
+        shown = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
+        raise RefError(f"{prefix!r} is the start of {len(ids)} session ids ({shown}); type more of it")
+    if prefix is not text:
+        raise RefError(f"no session matches {prefix!r} (try: acp-proxy sessions)")
+    raise RefError(f"no run or session matches {text!r} (try: acp-proxy runs, acp-proxy sessions)")
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def session_prefix_length(db: ReadDb, minimum: int = 6) -> int:
+    """How many leading characters name every recorded session id unambiguously (as git
+    abbreviates commit ids): ``minimum``, or more where two ids begin alike."""
+    longest = minimum
+    previous: str | None = None
+    for (session_id,) in db.execute("select session_id from sessions where session_id is not null order by 1"):
+        if previous is not None:
+            common = _common_prefix(previous, session_id)
+            longest = max(longest, common + 1)
+        previous = session_id
+    return longest
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def seq_width(db: ReadDb) -> int:
+    """Room for ``RUN:SEQ`` of the biggest run id and the longest run."""
+    row = db.execute("select max(id), max(frames) from runs").fetchone()
+    return len(f"{row[0] or 0}:{row[1] or 0}")
+
+
+def rows(db: ReadDb, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    cursor = db.execute(sql, list(params))
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def iter_rows(db: ReadDb, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> Iterator[dict]:
+    cursor = db.execute(sql, list(params))
+    names = [d[0] for d in cursor.description]
+    for row in cursor:
+        yield dict(zip(names, row, strict=True))
+
+
+def runs(db: ReadDb, limit: int | None = 20) -> list[dict[str, Any]]:
+    sql = """
+        select r.*, (select count(*) from faults f where f.run_id = r.id) as faults_applied,
+               (select count(*) from findings x where x.run_id = r.id) as findings
+        from runs r order by r.id desc
+    """
+    if limit:
+        sql += " limit ?"
+        return rows(db, sql, [limit])
+    return rows(db, sql)
+
+
+def sessions(db: ReadDb, limit: int | None = 50) -> list[dict[str, Any]]:
+    sql = """
+        select s.id as row_id, s.session_id, s.title, s.cwd, s.created_by, s.first_seen_ns, s.last_seen_ns,
+               (select group_concat(run_id, ',') from
+                   (select run_id from session_runs sr where sr.session_row = s.id order by run_id)) as runs,
+               (select count(*) from turns t where t.session_row = s.id) as turns
+        from sessions s order by s.last_seen_ns desc, s.id desc
+    """
+    if limit:
+        sql += " limit ?"
+        return rows(db, sql, [limit])
+    return rows(db, sql)
+
+
+def run_ids_of(db: ReadDb, ref: Ref) -> list[int]:
+    if not ref.is_session:
+        assert ref.run_id is not None
+        return [ref.run_id]
+    found = [
+        r[0]
+        for r in db.execute(
+            "select distinct run_id from session_runs where session_row = ? order by run_id", [ref.session_row]
+        ).fetchall()
+    ]
+    if not found:  # a session only seen in frames (e.g. recorded before it was announced)
+        found = [
+            r[0]
+            for r in db.execute(
+                "select distinct run_id from frames where session_id = ? order by run_id", [ref.session_id]
+            ).fetchall()
+        ]
+    return found
+
+
+def frames_of(db: ReadDb, ref: Ref, include_stderr: bool = False) -> list[dict[str, Any]]:
+    """Every frame of a run, or every frame that concerns a session (responses included)."""
+    stderr = "" if include_stderr else "and f.dir != 'stderr'"
+    if not ref.is_session:
+        return rows(db, f"select * from frames f where f.run_id = ? {stderr} order by f.seq", [ref.run_id])
+    run_ids = run_ids_of(db, ref)
+    marks = ",".join("?" * len(run_ids)) or "null"
+    # A response carries no sessionId of its own: it belongs to the session of its request.
+    sql = f"""
+        select f.* from frames f
+        where f.run_id in ({marks}) {stderr}
+          and (f.session_id = ?
+               or exists (select 1 from frames q where q.run_id = f.run_id and q.seq = f.request_seq
+                          and q.session_id = ?))
+        order by f.run_id, f.seq
+    """
+    return rows(db, sql, [*run_ids, ref.session_id, ref.session_id])
+
+
+def export_frames(db: ReadDb, ref: Ref | None) -> Iterator[dict[str, Any]]:
+    """What an export of ``ref`` holds, streamed: every frame of a run (stderr included), every
+    run for ``None`` (``export all``), or a session's frames together with what its runs said
+    before the session began — ``initialize``, ``authenticate``, the ``session/new`` request —
+    so that the export is a conversation a client or a replay can start from. Requests of that
+    prelude answered with another session's id are left out, with the other sessions."""
+    if ref is None:
+        yield from iter_rows(db, "select * from frames order by run_id, seq")
+        return
+    if not ref.is_session:
+        yield from iter_rows(db, "select * from frames where run_id = ? order by seq", [ref.run_id])
+        return
+    for run_id in run_ids_of(db, ref):
+        first = db.execute(
+            "select min(seq) from frames where run_id = ? and session_id = ?", [run_id, ref.session_id]
+        ).fetchone()[0]
+        sql = """
+            select f.* from frames f
+            where f.run_id = ? and f.dir != 'stderr'
+              and (f.session_id = ?
+                   or exists (select 1 from frames q where q.run_id = f.run_id and q.seq = f.request_seq
+                              and q.session_id = ?)
+                   or (f.session_id is null and f.seq < ?
+                       and not exists (select 1 from frames r where r.run_id = f.run_id and r.request_seq = f.seq
+                                       and r.session_id is not null and r.session_id != ?)))
+            order by f.seq
+        """
+        yield from iter_rows(db, sql, [run_id, ref.session_id, ref.session_id, first or 0, ref.session_id])
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float | None:
+    """Nearest-rank percentile of an already sorted list."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def latency_stats(db: ReadDb, run_ids: list[int] | None) -> list[dict[str, Any]]:
+    """Per method and direction: count, errors, p50/p95/p99/max latency in milliseconds."""
+    where, params = _runs_clause(run_ids, "run_id")
+    by_method: dict[tuple[str, str], list[float]] = {}
+    errors: dict[tuple[str, str], int] = {}
+    sql = f"""
+        select method, dir, kind, latency_ns from frames
+        where kind in ('response', 'error') and latency_ns is not null {where}
+    """
+    for method, direction, kind, latency in db.execute(sql, params):
+        # The request travelled the other way: name the pair by the request's direction.
+        key = (method or "?", "a2c" if direction == "c2a" else "c2a")
+        by_method.setdefault(key, []).append(latency / 1e6)
+        if kind == "error":
+            errors[key] = errors.get(key, 0) + 1
+    out = []
+    for (method, direction), values in sorted(by_method.items()):
+        values.sort()
+        out.append(
+            {
+                "method": method,
+                "dir": direction,
+                "count": len(values),
+                "errors": errors.get((method, direction), 0),
+                "p50_ms": percentile(values, 0.50),
+                "p95_ms": percentile(values, 0.95),
+                "p99_ms": percentile(values, 0.99),
+                "max_ms": values[-1],
+            }
+        )
+    return out
+
+
+def turn_stats(db: ReadDb, run_ids: list[int] | None, session_id: str | None) -> list[dict]:
+    where, params = _runs_clause(run_ids, "run_id")
+    if session_id is not None:
+        where += " and session_id = ?"
+        params.append(session_id)
+    return rows(db, f"select * from turn_metrics where 1 = 1 {where} order by run_id, turn_index", params)
+
+
+def unanswered(db: ReadDb, run_ids: list[int] | None) -> list[dict[str, Any]]:
+    where, params = _runs_clause(run_ids, "run_id")
+    return rows(db, f"select * from unanswered where 1 = 1 {where} order by run_id, seq", params)
+
+
+def errors(db: ReadDb, run_ids: list[int] | None) -> list[dict[str, Any]]:
+    where, params = _runs_clause(run_ids, "run_id")
+    sql = f"""
+        select run_id, seq, dir, method, rpc_id, error_code, error_message from frames
+        where kind = 'error' {where} order by run_id, seq
+    """
+    return rows(db, sql, params)
+
+
+def _runs_clause(run_ids: list[int] | None, column: str) -> tuple[str, list[Any]]:
+    if run_ids is None:
+        return "", []
+    return f" and {column} in ({','.join('?' * len(run_ids)) or 'null'})", list(run_ids)
+
+
+class Follower:
+    """``tail``'s memory: which runs may still get frames and how far each has been read.
+
+    Every run is followed — those running when it starts, and every run that appears later —
+    and each poll reads, per run, every frame up to that run's highest committed ``seq``, so a
+    frame is shown once, in order within its run, however many proxies record at once and
+    however long a poll takes. A run is let go one poll after it is seen ended, by which time
+    its last frames are committed. ``from_start``: begin with every frame already recorded.
+    """
+
+    def __init__(self, db: ReadDb, *, from_start: bool = False) -> None:
+        self.db = db
+        self.last: dict[int, int] = {}
+        self.ending: set[int] = set()
+        self.newest = 0
+        for run_id, status in db.execute("select id, status from runs order by id").fetchall():
+            self.newest = max(self.newest, run_id)
+            if from_start:
+                self.last[run_id] = 0
+            elif status == "running":
+                self.last[run_id] = self._high(run_id)
+
+    def _high(self, run_id: int) -> int:
+        return self.db.execute("select coalesce(max(seq), 0) from frames where run_id = ?", [run_id]).fetchone()[0]
+
+    def poll(self, where: str = "1", params: list[Any] | None = None) -> Iterator[dict[str, Any]]:
+        """The frames recorded since the last poll that match ``where``, run by run."""
+        for (run_id,) in self.db.execute("select id from runs where id > ? order by id", [self.newest]).fetchall():
+            self.newest = run_id
+            self.last.setdefault(run_id, 0)
+        if not self.last:
+            return
+        marks = ",".join("?" * len(self.last))
+        ended = {
+            run_id
+            for run_id, status in self.db.execute(
+                f"select id, status from runs where id in ({marks})", list(self.last)
+            ).fetchall()
+            if status != "running"
+        }
+        sql = f"select * from frames where run_id = ? and seq > ? and seq <= ? and ({where}) order by seq"
+        for run_id in sorted(self.last):
+            high = self._high(run_id)
+            if high > self.last[run_id]:
+                yield from iter_rows(self.db, sql, [run_id, self.last[run_id], high, *(params or [])])
+                self.last[run_id] = high
+            if run_id in self.ending:
+                del self.last[run_id]
+                self.ending.discard(run_id)
+            elif run_id in ended:
+                self.ending.add(run_id)

@@ -1,0 +1,1039 @@
+"""The relay: the only code that touches trio, processes, pipes and signals.
+
+Owns: starting the agent before anything heavy is loaded (in a process group of its own, with
+a parent-death signal, an environment marker for its descendants), moving bytes client -> agent
+and agent -> client as soon as they are read, passing the agent's stderr through, journaling
+every chunk just before it is forwarded, starting the recorder that follows the journal, the
+shutdown sequence (client EOF -> close agent stdin -> grace -> SIGTERM -> grace -> SIGKILL, to
+the agent's group and to every process carrying the run's marker), forwarding SIGINT/SIGTERM/
+SIGHUP to the agent's group, and reporting the agent's exit status so the proxy can reproduce it.
+
+Must not know: SQL, JSON-RPC, ACP. Without an option that needs a decision per frame, it never
+looks inside the bytes: forwarding does not wait for a newline, and nothing but agent bytes is
+ever written to stdout.
+
+Rule: journal, forward, and never wait for the recording. A chunk is appended to the run's
+journal (one ``writev``) and then forwarded; the recorder reads the journal at its own pace,
+so the conversation never waits for the recorder, its writer or a database lock. When the
+agent closes its stdout, the client's stdout is closed at once.
+
+Shape: without a gate, each direction is a ``Pump`` thread (poll, read, journal, write) and
+trio only waits for the agent, forwards signals and runs the shutdown; with a gate (faults,
+notice stripping), the directions are trio tasks that carry out the gate's steps.
+
+Start-up order (an editor waits for the agent's first answer): check that the database can be
+recorded into (a cheap read-only look), create the journal, spawn the agent, and only then
+start the recorder and import trio — both overlap with the agent's own start-up.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import stat
+import sys
+import time
+from pathlib import Path
+
+from acp_proxy.record import journal as jr
+from acp_proxy.record import supervise
+from acp_proxy.relay.spawn import (  # noqa: F401 - the agent's start, as the relay's own API
+    FORWARDED_SIGNALS,
+    Agent,
+    AgentProcess,
+    Begun,
+    EarlySignals,
+    RelayError,
+    begin,
+    check_std_fds,
+    resolve_agent,
+    say,
+    spawn_agent,
+)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
+if TYPE_CHECKING:
+    import subprocess
+    from typing import Any
+
+    import trio
+
+    from acp_proxy.faults.gate import Gate, Step
+    from acp_proxy.faults.rules import FaultPlan
+
+CHUNK = 65536
+RECORDER_FINISH_TIMEOUT = 120.0  # how long the proxy waits, after the agent, for the recording
+_CORE_DUMPING = (signal.SIGQUIT, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
+_DIRECTION_CODE = {"c2a": jr.C2A, "a2c": jr.A2C}
+_RECORDER_LOCKED_OUT = 3  # the recorder found the journal taken by a recovery: not a failure
+
+
+class RunOptions:
+    """What ``acp-proxy run`` was asked to do (a plain class: ``dataclasses`` costs start-up)."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        db_path: Path | None,  # None: --no-record
+        grace: float = 2.0,
+        max_record_bytes: int | None = 16 * 1024 * 1024,
+        db_limit: int | None = None,
+        strip_replayed_notices: bool = False,
+        check: str | None = None,  # None | "full" | "lifecycle": live conformance checks (live_check.py)
+        fault_plan: FaultPlan | None = None,
+        options: dict[str, Any] | None = None,
+        redact: list[str] | None = None,  # run --redact: store masked copies, by these rules and the built-in ones
+    ) -> None:
+        self.redact = redact
+        self.argv = argv
+        self.db_path = db_path
+        self.grace = grace
+        self.max_record_bytes = max_record_bytes
+        self.db_limit = db_limit
+        self.strip_replayed_notices = strip_replayed_notices
+        self.check = check
+        self.fault_plan = fault_plan
+        self.options = options if options is not None else {}
+
+    def needs_gate(self) -> bool:
+        """True when some frames need a verdict before they are forwarded."""
+        return self.strip_replayed_notices or bool(self.fault_plan)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunOptions) and vars(self) == vars(other)
+
+    def __repr__(self) -> str:
+        return f"RunOptions({vars(self)!r})"
+
+
+class ExitStatus:
+    def __init__(self, code: int | None = None, signal: int | None = None) -> None:
+        self.code = code
+        self.signal = signal
+
+    @classmethod
+    def from_returncode(cls, returncode: int) -> ExitStatus:
+        return cls(signal=-returncode) if returncode < 0 else cls(code=returncode)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ExitStatus) and (self.code, self.signal) == (other.code, other.signal)
+
+    def __repr__(self) -> str:
+        return f"ExitStatus(code={self.code}, signal={self.signal})"
+
+
+def exec_failure(name: str, executable: str, exc: OSError) -> ExitStatus:
+    """Exit like a shell would when exec fails: 127 for a missing file or interpreter, else 126."""
+    if exc.errno == errno.ENOENT:
+        interpreter = _interpreter(executable)
+        if interpreter is not None:
+            say(f"{name}: bad interpreter {interpreter}: no such file or directory")
+        else:
+            say(f"{name}: no such file or directory")
+        return ExitStatus(code=127)
+    say(f"{name}: {(exc.strerror or str(exc)).lower()}")
+    return ExitStatus(code=126)
+
+
+def _interpreter(executable: str) -> str | None:
+    try:
+        with open(executable, "rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].split()
+    return words[0].decode(errors="replace") if words else None
+
+
+# -- the recording: journal and recorder ----------------------------------------------------
+
+
+class Recording:
+    """The run's journal (created before the agent starts) and its recorder process."""
+
+    def __init__(self, options: RunOptions, attached: bool) -> None:
+        assert options.db_path is not None
+        self.options = options
+        self.db_path = Path(os.path.abspath(options.db_path))
+        try:  # the database itself was examined before the agent started (spawn.begin)
+            self.journal = jr.JournalWriter.create(
+                jr.journal_dir(self.db_path), limit_bytes=options.db_limit, db_path=self.db_path
+            )
+        except OSError as exc:
+            raise RelayError(
+                f"cannot open database {options.db_path}: {(exc.strerror or str(exc)).lower()}", 2
+            ) from None
+        self.attached = attached
+        self.recorder: subprocess.Popen[bytes] | None = None
+        self.recorder_gone = False
+        self.finished = False
+
+    def start(self, agent_pid: int | None, marker: str) -> None:
+        """Say what runs: the journal's first record."""
+        options = self.options
+        start: dict[str, Any] = {
+            "started_ns": time.time_ns(),
+            "argv": options.argv,
+            "cwd": os.getcwd(),
+            "proxy_pid": os.getpid(),
+            "agent_pid": agent_pid,
+            "interactive": self.attached,
+            "max_record_bytes": options.max_record_bytes,
+            "db_limit": options.db_limit,
+            "options": options.options,
+            "check": options.check,
+            "redact": options.redact,
+            "db": str(self.db_path),
+            "marker": marker,
+        }
+        import json  # after the agent's spawn: nothing before it that can wait
+
+        if options.fault_plan:
+            start["fault_spec"] = json.dumps(options.fault_plan.describe(), default=str)
+            start["seed"] = options.fault_plan.seed
+        self.journal.record(jr.START, 0, start["started_ns"], json.dumps(start).encode())
+
+    def start_recorder(self) -> None:
+        """The recorder process that follows the journal, started right after the agent and
+        in the idle scheduling class from its first instruction. Its start-up (a Python process
+        importing the decoder, the tracker and SQLite, ~0.2 s of CPU) then overlaps the
+        agent's, instead of the first frames: started once the relay ran, it was still starting
+        when a burst of big frames arrived. In the idle class it takes no core the relay or the
+        agent wants (at nice 19 alone it did: +120 ms to an instant agent's first response),
+        and the journal holds everything until it reads it."""
+        if self.recorder is None:
+            self.recorder = self._spawn_recorder(["--journal", str(self.journal.path)], wake=True)
+            self.journal.on_reader_gone = self._recorder_gone
+
+    def _spawn_recorder(self, args: list[str], *, wake: bool) -> subprocess.Popen[bytes] | None:
+        import subprocess
+
+        read_fd = -1
+        pass_fds: tuple[int, ...] = ()
+        if wake:
+            read_fd, write_fd = os.pipe()
+            self.journal.attach_wake(write_fd)
+            args = [*args, "--wake-fd", str(read_fd)]
+            pass_fds = (read_fd,)
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", "acp_proxy.record.recorder", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=pass_fds,
+                start_new_session=True,  # a signal to our group must not cut the recording short
+                preexec_fn=supervise.run_idle if wake else None,
+            )
+        except OSError as exc:
+            say(f"cannot start the recorder ({exc}); the journal will be recorded by the next acp-proxy command")
+            return None
+        finally:
+            if read_fd >= 0:
+                os.close(read_fd)
+
+    def _recorder_gone(self) -> None:
+        if not self.recorder_gone:
+            self.recorder_gone = True
+            say("the recorder stopped; the conversation is still relayed, and recorded from the journal at the end")
+
+    def meta(self, values: dict[str, Any]) -> None:
+        import json
+
+        self.journal.record(jr.META, 0, time.time_ns(), json.dumps(values).encode())
+
+    def final(self, status: ExitStatus) -> None:
+        journal = self.journal
+        values: dict[str, Any] = {
+            "final": True,
+            "ended_ns": time.time_ns(),
+            "status": "ended",
+            "exit_code": status.code,
+            "exit_signal": status.signal,
+            "lost_lines": journal.unreported(),  # per direction, lost after the last GAP record written
+        }
+        self.meta(values)
+        self.finished = True
+        if journal.lost_total[0]:
+            # If the disk is full, the run row may never learn this: say it where it is seen.
+            nbytes, newlines = journal.lost_total
+            say(f"{newlines:,} lines ({nbytes:,} bytes) were relayed but could not be journaled; they are not recorded")
+
+    def close(self) -> None:
+        """Let the recorder finish (it has the journal's end now), bounded; if it died, record
+        what it left in the journal here and now."""
+        import subprocess
+
+        self.journal.end()
+        try:
+            returncode = (
+                None if self.recorder is None else supervise.wait_for_exit(self.recorder, RECORDER_FINISH_TIMEOUT)
+            )
+        except subprocess.TimeoutExpired:
+            say("the recorder is still writing; it will finish on its own")
+            return
+        finally:
+            self.journal.release()  # only now: until the recorder had its lock, ours kept the run live
+        if returncode in (0, _RECORDER_LOCKED_OUT, 2) or not self.journal.path.exists():
+            return
+        # The recorder (or its writer) died: a recovery resumes from the last commit, once the
+        # dead recorder's writer has let go of the journal too.
+        recovery = self._spawn_recorder(["--recover", str(self.journal.path)], wake=False)
+        if recovery is not None:
+            try:
+                supervise.wait_for_exit(recovery, RECORDER_FINISH_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                say("the recording is still being recovered; it will finish on its own")
+
+
+# -- streams over inherited fds ------------------------------------------------------------
+
+
+def _trio_streams() -> tuple[type, type]:
+    """The stream classes, defined once trio is imported (it is not, before the agent starts)."""
+    import trio
+
+    class CountingStream(trio.abc.HalfCloseableStream):
+        """A stream whose writes say how much got through (``send_counted``), so that the
+        journal can learn what a receiver that went away did not get."""
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            if await self.send_counted(data) < len(data):
+                raise trio.BrokenResourceError
+
+        async def send_counted(self, data: bytes | bytearray | memoryview) -> int:
+            raise NotImplementedError
+
+        async def send_eof(self) -> None:
+            await self.aclose()
+
+    class ThreadFdStream(CountingStream):
+        """A stream over a file or character device, which epoll cannot watch (`< file`, /dev/null)."""
+
+        def __init__(self, fd: int) -> None:
+            self.fd = fd
+            self.closed = False
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            return await trio.to_thread.run_sync(os.read, self.fd, max_bytes or CHUNK, abandon_on_cancel=True)
+
+        async def send_counted(self, data: bytes | bytearray | memoryview) -> int:
+            view = memoryview(data)
+            sent = 0
+            while sent < len(view):
+                try:
+                    sent += await trio.to_thread.run_sync(os.write, self.fd, view[sent:])
+                except OSError:
+                    break
+            return sent
+
+        async def wait_send_all_might_not_block(self) -> None:
+            return
+
+        async def aclose(self) -> None:
+            if not self.closed:
+                self.closed = True
+                os.close(self.fd)
+
+    class PipeStream(CountingStream):
+        """A pipe or socket, with exactly one scheduler pass per ``receive_some`` and none per
+        write that the pipe takes at once.
+
+        trio's ``FdStream`` passes through the scheduler before and after every read and
+        write, even when the bytes are already there; for a relay that is most of its cost per
+        hop. Measured with a minimal relay on a 2-core VM, a request/response round trip added
+        115 µs at p50 through ``FdStream`` and 62 µs through this (a two-thread blocking relay:
+        52 µs). A read that did not have to wait still passes the scheduler once, so a peer that
+        never stops sending cannot starve the other tasks, and every read remains a
+        cancellation point.
+        """
+
+        def __init__(self, fd: int) -> None:
+            self.fd = fd
+            os.set_blocking(fd, False)
+            self.closed = False
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            waited = False
+            while True:
+                if self.closed:
+                    raise trio.ClosedResourceError
+                try:
+                    data = os.read(self.fd, max_bytes or CHUNK)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(self.fd)
+                    waited = True
+                    continue
+                except OSError as exc:
+                    raise trio.BrokenResourceError from exc
+                if not waited:
+                    await trio.lowlevel.checkpoint()
+                return data
+
+        async def send_counted(self, data: bytes | bytearray | memoryview) -> int:
+            """Write all of ``data``; how much got through before the pipe broke or closed."""
+            view = memoryview(data)
+            sent = 0
+            while sent < len(view):
+                if self.closed:
+                    break
+                try:
+                    sent += os.write(self.fd, view[sent:])
+                except BlockingIOError:
+                    try:
+                        await trio.lowlevel.wait_writable(self.fd)
+                    except (trio.ClosedResourceError, OSError):
+                        break
+                except OSError:
+                    break
+            return sent
+
+        async def wait_send_all_might_not_block(self) -> None:
+            await trio.lowlevel.wait_writable(self.fd)
+
+        async def aclose(self) -> None:
+            if not self.closed:
+                self.closed = True
+                trio.lowlevel.notify_closing(self.fd)  # wakes a task waiting on it, with ClosedResourceError
+                os.close(self.fd)
+            await trio.lowlevel.checkpoint()
+
+    return ThreadFdStream, PipeStream
+
+
+def open_stream(fd: int, streams: tuple[type, type]) -> Any:
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return streams[0](fd)
+    return streams[1](fd)
+
+
+# -- the relay -----------------------------------------------------------------------------
+
+
+class Pump:
+    """One direction, moved by a thread of its own: wait (``poll``), read, journal, write.
+
+    Used when no option needs a verdict per frame (then a gate decides, in trio tasks). A thread
+    blocked in ``poll`` costs nothing, and a chunk costs two or three syscalls and a few
+    microseconds of Python, against ~2x that for a trio task (a scheduler pass, epoll
+    registrations and a failed read per wait). It waits only in ``poll``, on its pipes and on
+    its stop pipe, so ``stop`` ends it at once wherever it is; the descriptors stay open until
+    the relay knows it is done.
+    """
+
+    def __init__(self, src: int, dst: int, code: int, journal: jr.JournalWriter | None) -> None:
+        import threading
+
+        self.src = src
+        self.dst = dst
+        self.code = code
+        self.journal = journal
+        self.stop_r, self.stop_w = os.pipe()
+        self.finished = threading.Event()
+        self.dst_open = True
+        self.delivered = 0  # bytes the receiver took
+        self.on_broken: Any = None  # called (in the pump's thread) when the receiver went away
+        self.on_end: Any = None  # called (in the pump's thread) at EOF, before the pump returns
+
+    def run(self) -> None:
+        import select
+
+        src, journal, code = self.src, self.journal, self.code
+        try:
+            for fd in (src, self.dst):
+                os.set_blocking(fd, False)
+        except OSError:
+            pass
+        reading = select.poll()
+        reading.register(src, select.POLLIN)
+        reading.register(self.stop_r, select.POLLIN)
+        stop = self.stop_r
+        try:
+            while True:
+                events = reading.poll()
+                if any(fd == stop for fd, _ in events):
+                    return
+                try:
+                    data = os.read(src, CHUNK)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    if journal is not None:
+                        journal.record(jr.EOF, code, time.time_ns())
+                    if self.on_end is not None:
+                        self.on_end()
+                    return
+                ts = time.time_ns()
+                start = journal.data(code, ts, data) if journal is not None else 0
+                if self.dst_open:
+                    sent = self._write(data)
+                    self.delivered += sent
+                    if sent == len(data):
+                        continue
+                    self.dst_open = False
+                    if journal is not None:
+                        journal.undelivered(code, start, sent)
+                    if self.on_broken is not None:
+                        self.on_broken()
+        finally:
+            self.finished.set()
+
+    def _write(self, data: bytes) -> int:
+        import select
+
+        view = memoryview(data)
+        sent = 0
+        waiting = None
+        while sent < len(view):
+            try:
+                sent += os.write(self.dst, view[sent:])
+            except BlockingIOError:
+                if waiting is None:
+                    waiting = select.poll()
+                    waiting.register(self.dst, select.POLLOUT)
+                    waiting.register(self.stop_r, select.POLLIN)
+                events = waiting.poll()
+                if any(fd == self.stop_r for fd, _ in events):
+                    break
+            except OSError:
+                break
+        return sent
+
+    def stop(self) -> None:
+        try:
+            os.write(self.stop_w, b"\0")
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for fd in (self.stop_r, self.stop_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class Relay:
+    def __init__(
+        self,
+        options: RunOptions,
+        agent: Agent,
+        recording: Recording | None,
+        marker: str,
+        early: EarlySignals | None = None,
+    ) -> None:
+        import trio
+
+        self.options = options
+        self.agent = agent
+        self.recording = recording
+        self.journal = recording.journal if recording is not None else None
+        self.marker = marker
+        self.early = early
+        self.streams = _trio_streams()
+        self.shutdown_started = False
+        self.agent_exited = trio.Event()
+        self.gate: Gate | None = None
+        if options.needs_gate():
+            from acp_proxy.faults.gate import Gate  # only then: it pulls in the decoder and the ACP tables
+
+            self.gate = Gate(strip_replayed_notices=options.strip_replayed_notices, plan=options.fault_plan)
+        self.agent_in: Any = None
+        self.client_out: Any = None
+        # With a gate, both pumps may write to one pipe (an error reply travels back): a lock
+        # keeps each write whole. Without one, each pipe has a single writer and no lock.
+        self.write_locks = {"c2a": trio.StrictFIFOLock(), "a2c": trio.StrictFIFOLock()}
+        self.pipe_open = {"c2a": True, "a2c": True}
+        self.undelivered_told = {"c2a": False, "a2c": False}
+
+    def _journal(self, kind: int, direction: int, payload: bytes = b"") -> None:
+        if self.journal is not None:
+            self.journal.record(kind, direction, time.time_ns(), payload)
+
+    async def main(self) -> ExitStatus:
+        import trio
+
+        # Signals are caught before the agent exists (EarlySignals), so none can slip between
+        # spawn and watch.
+        with trio.open_signal_receiver(*FORWARDED_SIGNALS) as signals:
+            if self.early is not None:
+                for sig in self.early.pending:
+                    self._signal_group(sig)
+            if self.gate is None:
+                return await self._relay_with_threads(signals)
+            streams = self.streams
+            PipeStream = streams[1]
+            self.agent_in = PipeStream(self.agent.stdin_fd)
+            agent_out = PipeStream(self.agent.stdout_fd)
+            agent_err = PipeStream(self.agent.stderr_fd)
+            client_in = open_stream(os.dup(0), streams)
+            client_out = open_stream(os.dup(1), streams)
+            err_out = open_stream(os.dup(2), streams)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._forward_signals, signals)
+                c2a_scope = trio.CancelScope()
+                nursery.start_soon(self._pump_c2a, client_in, c2a_scope, nursery)
+                a2c_done = trio.Event()
+                stderr_done = trio.Event()
+                nursery.start_soon(self._pump_a2c, agent_out, client_out, a2c_done, nursery)
+                nursery.start_soon(self._pump_stderr, agent_err, err_out, stderr_done)
+                returncode = await self._wait_agent()
+                self.agent_exited.set()
+                await self._drain_after_exit(a2c_done, stderr_done)
+                c2a_scope.cancel()
+                nursery.cancel_scope.cancel()
+            for stream in (client_in, client_out, err_out, self.agent_in, agent_out, agent_err):
+                await _close_quietly(stream)
+            _restore_blocking()
+            return ExitStatus.from_returncode(returncode)
+
+    async def _relay_with_threads(self, signals: Any) -> ExitStatus:
+        """The relay without a gate: a thread per direction (``Pump``), trio for the rest."""
+        import trio
+
+        token = trio.lowlevel.current_trio_token()
+        journal = self.journal
+        close = _CloseOnce()  # threads close what they are done with: each fd once, never a reused one
+        client_out = os.dup(1)
+        c2a = Pump(os.dup(0), self.agent.stdin_fd, jr.C2A, journal)
+        a2c = Pump(self.agent.stdout_fd, client_out, jr.A2C, journal)
+        err = Pump(self.agent.stderr_fd, os.dup(2), jr.STDERR, journal)
+        pumps = (c2a, a2c, err)
+        shutdown: dict[str, Any] = {}
+
+        def client_hung_up() -> None:
+            say("the client closed the agent's output; stopping the agent")
+            token.run_sync_soon(lambda: self._start_shutdown(shutdown["nursery"]))
+
+        def agent_output_ended() -> None:
+            # The agent closed its stdout (it may still run): the client hears the end now.
+            a2c.dst_open = False
+            close(client_out)
+            _detach_stdout()
+
+        a2c.on_broken = client_hung_up
+        a2c.on_end = agent_output_ended
+        c2a.on_end = lambda: close(self.agent.stdin_fd)
+        c2a_done, a2c_done, err_done = trio.Event(), trio.Event(), trio.Event()
+
+        async def pump(p: Pump, done: trio.Event) -> None:
+            try:
+                await trio.to_thread.run_sync(p.run, abandon_on_cancel=True)
+            finally:
+                done.set()
+
+        async def client_side(nursery: trio.Nursery) -> None:
+            await pump(c2a, c2a_done)
+            if not self.agent_exited.is_set():
+                self._start_shutdown(nursery)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                shutdown["nursery"] = nursery
+                nursery.start_soon(self._forward_signals, signals)
+                nursery.start_soon(client_side, nursery)
+                nursery.start_soon(pump, a2c, a2c_done)
+                nursery.start_soon(pump, err, err_done)
+                returncode = await self._wait_agent()
+                self.agent_exited.set()
+                c2a.stop()  # nobody will read what the client sends now
+                await self._drain_after_exit(a2c_done, err_done)
+                nursery.cancel_scope.cancel()
+        finally:
+            for p in pumps:
+                p.stop()
+            for p in pumps:
+                # A pump waits only in poll, with its stop pipe: it ends at once.
+                await trio.to_thread.run_sync(p.finished.wait, 5.0)
+            for p in pumps:
+                p.close()
+            for fd in (c2a.src, self.agent.stdin_fd, self.agent.stdout_fd, client_out, self.agent.stderr_fd, err.dst):
+                close(fd)
+            _restore_blocking()
+        return ExitStatus.from_returncode(returncode)
+
+    async def _wait_agent(self) -> int:
+        import trio
+
+        process = self.agent.process
+        try:
+            pidfd = os.pidfd_open(process.pid)
+        except (AttributeError, OSError):
+            pidfd = -1
+        if pidfd >= 0:
+            try:
+                await trio.lowlevel.wait_readable(pidfd)
+            finally:
+                os.close(pidfd)
+            return process.wait()
+        return await trio.to_thread.run_sync(process.wait, abandon_on_cancel=True)
+
+    async def _pump_c2a(self, client_in: Any, scope: trio.CancelScope, nursery: trio.Nursery) -> None:
+        import trio
+
+        gate = self.gate
+        journal = self.journal
+        with scope:
+            try:
+                while True:
+                    try:
+                        data = await client_in.receive_some(CHUNK)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        data = b""
+                    if not data:
+                        break
+                    ts = time.time_ns()
+                    if gate is None:
+                        start = journal.data(jr.C2A, ts, data) if journal is not None else 0
+                        await self._send("c2a", data, nursery, start)
+                    else:
+                        await self._carry_out(gate.chunk("c2a", data), ts, nursery)
+                if gate is not None:
+                    await self._carry_out(gate.end("c2a"), time.time_ns(), nursery)
+            finally:
+                self._journal(jr.EOF, jr.C2A)
+        await self._close_pipe("agent-stdin")
+        self._start_shutdown(nursery)
+
+    async def _pump_a2c(self, agent_out: Any, client_out: Any, done: trio.Event, nursery: trio.Nursery) -> None:
+        self.client_out = client_out
+        gate = self.gate
+        journal = self.journal
+        try:
+            while True:
+                data = await agent_out.receive_some(CHUNK)
+                if not data:
+                    break
+                ts = time.time_ns()
+                if gate is None:
+                    start = journal.data(jr.A2C, ts, data) if journal is not None else 0
+                    await self._send("a2c", data, nursery, start)
+                else:
+                    await self._carry_out(gate.chunk("a2c", data), ts, nursery)
+            if gate is not None:
+                await self._carry_out(gate.end("a2c"), time.time_ns(), nursery)
+        finally:
+            import trio
+
+            self._journal(jr.EOF, jr.A2C)
+            # The agent closed its stdout (it may still run): the client hears the end now.
+            with trio.CancelScope(shield=True):
+                await self._close_pipe("client-stdout")
+            done.set()
+
+    async def _send(self, direction: str, data: bytes, nursery: trio.Nursery, start: int = 0) -> bool:
+        """Write towards ``direction``'s receiver; True if all of it got there. A receiver that
+        went away ends the run cleanly, and the journal learns what it did not get."""
+        if self.pipe_open[direction]:
+            stream = self.agent_in if direction == "c2a" else self.client_out
+            if self.gate is None:
+                sent = await stream.send_counted(data)
+            else:
+                async with self.write_locks[direction]:
+                    sent = await stream.send_counted(data)
+            if sent == len(data):
+                return True
+            self.pipe_open[direction] = False
+            if direction == "a2c":
+                # The client stopped reading: nobody will hear the agent again, so end the run
+                # as if the client had closed its end, but keep recording what the agent says.
+                say("the client closed the agent's output; stopping the agent")
+                self._start_shutdown(nursery)
+        else:
+            sent = 0
+        if self.journal is not None and not self.undelivered_told[direction]:
+            self.undelivered_told[direction] = True
+            self.journal.undelivered(_DIRECTION_CODE[direction], start, sent)
+        return False
+
+    async def _carry_out(self, steps: list[Step], ts: int, nursery: trio.Nursery) -> None:
+        import trio
+
+        from acp_proxy.faults.gate import ClosePipe, Forward, Note, Pause, Send, Signal
+
+        journal = self.journal
+        for step in steps:
+            if isinstance(step, Forward):
+                code = _DIRECTION_CODE[step.direction]
+                start = journal.data(code, ts, step.data) if journal is not None else 0
+                await self._send(step.direction, step.data, nursery, start)
+            elif isinstance(step, Send):
+                # Its line was journaled just before (the Note): what failed is after every DATA byte.
+                code = _DIRECTION_CODE[step.direction]
+                start = journal.journaled[code] if journal is not None else 0
+                noted = self.pipe_open[step.direction]
+                if not await self._send(step.direction, step.data, nursery, start) and noted and journal is not None:
+                    journal.record(jr.UNSENT, code, time.time_ns())
+            elif isinstance(step, Note):
+                if journal is not None:
+                    meta = step.meta
+                    if meta.get("forwarded", 1) and not self.pipe_open[step.direction]:
+                        # Its write will find the pipe closed.
+                        why = "never reached its receiver (the pipe was closed)"
+                        note = f"{meta['note']}; {why}" if meta.get("note") else why
+                        meta = {**meta, "forwarded": 0, "note": note}
+                    journal.record(jr.LINE, _DIRECTION_CODE[step.direction], ts, jr.line_payload(step.line, meta))
+            elif isinstance(step, Pause):
+                await trio.sleep(step.seconds)
+            elif isinstance(step, Signal):
+                self._signal_group(step.signum)
+            elif isinstance(step, ClosePipe):
+                await self._close_pipe(step.pipe)
+
+    async def _close_pipe(self, pipe: str) -> None:
+        direction = "c2a" if pipe == "agent-stdin" else "a2c"
+        self.pipe_open[direction] = False
+        stream = self.agent_in if direction == "c2a" else self.client_out
+        if stream is not None:
+            async with self.write_locks[direction]:
+                await _close_quietly(stream)
+        if pipe == "client-stdout":
+            # The relay writes through a duplicate: fd 1 itself still holds the client's pipe,
+            # and the client reads EOF only once no descriptor of ours does.
+            _detach_stdout()
+
+    async def _pump_stderr(self, agent_err: Any, err_out: Any, done: trio.Event) -> None:
+        journal = self.journal
+        err_open = True
+        try:
+            while True:
+                data = await agent_err.receive_some(CHUNK)
+                if not data:
+                    break
+                ts = time.time_ns()
+                if journal is not None:
+                    journal.data(jr.STDERR, ts, data)
+                if err_open and await err_out.send_counted(data) < len(data):
+                    err_open = False  # nobody reads our stderr: the agent's lines are still recorded
+        finally:
+            self._journal(jr.EOF, jr.STDERR)
+            done.set()
+
+    def _start_shutdown(self, nursery: trio.Nursery) -> None:
+        if not self.shutdown_started:
+            self.shutdown_started = True
+            nursery.start_soon(self._terminate_after_grace)
+
+    async def _terminate_after_grace(self) -> None:
+        """Client is gone: give the agent ``grace`` to exit on EOF, then TERM, then KILL."""
+        import trio
+
+        grace = self.options.grace
+        with trio.move_on_after(grace):
+            await self.agent_exited.wait()
+        if self.agent_exited.is_set():
+            return
+        self._signal_group(signal.SIGTERM)
+        with trio.move_on_after(grace):
+            await self.agent_exited.wait()
+        if not self.agent_exited.is_set():
+            self._signal_group(signal.SIGKILL)
+
+    async def _drain_after_exit(self, a2c_done: trio.Event, stderr_done: trio.Event) -> None:
+        """The agent is gone; whatever it left in the pipes still goes to the client.
+
+        Its descendants may hold the pipes open after it dies: they are part of its run, so
+        they get TERM (then KILL) — its process group, and the ones that left it (``setsid``)
+        by the run's marker in their environment.
+        """
+        import trio
+
+        grace = self.options.grace
+        self._signal_run(signal.SIGTERM)
+        for sig in (signal.SIGKILL, None):
+            with trio.move_on_after(grace):
+                await a2c_done.wait()
+                await stderr_done.wait()
+            if a2c_done.is_set() and stderr_done.is_set():
+                return
+            if sig is not None:
+                self._signal_run(sig)
+        say("the agent's output pipes stayed open after it exited; stopped waiting")
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.agent.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _signal_run(self, sig: int) -> None:
+        self._signal_group(sig)
+        for pid in supervise.marked(self.marker):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    async def _forward_signals(self, signals: Any) -> None:
+        async for sig in signals:
+            self._signal_group(sig)
+
+
+class _CloseOnce:
+    """Closes each descriptor at most once, from any thread (a second close could hit a
+    descriptor another thread has opened since under the same number)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.closed: set[int] = set()
+
+    def __call__(self, fd: int) -> None:
+        with self.lock:
+            if fd in self.closed:
+                return
+            self.closed.add(fd)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+async def _close_quietly(stream: Any) -> None:
+    import trio
+
+    try:
+        await stream.aclose()
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+
+
+def _detach_stdout() -> None:
+    """Point fd 1 at /dev/null, letting go of the pipe it held (nothing else may reach it)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(devnull, 1)
+    except OSError:
+        pass
+    finally:
+        os.close(devnull)
+
+
+def _restore_blocking() -> None:
+    # PipeStream made the shared descriptions non-blocking; the editor's side may share them.
+    for fd in (0, 1, 2):
+        try:
+            os.set_blocking(fd, True)
+        except OSError:
+            pass
+
+
+# -- entry points --------------------------------------------------------------------------
+
+
+def run(options: RunOptions, begun: Begun | None = None) -> ExitStatus:
+    """Run the agent behind the proxy and return its exit status. Raises RelayError early.
+    ``begun``: the agent already started by ``spawn.begin`` (the launcher does, before it
+    imports this module); otherwise it is started here."""
+    if begun is None:
+        begun = begin(options.argv, None if options.db_path is None else os.path.abspath(options.db_path))
+    agent, marker, early = begun.agent, begun.marker, begun.early
+    recording = None
+    try:
+        if options.db_path is not None:
+            recording = Recording(options, begun.attached)
+        if agent is None:
+            assert begun.failure is not None
+            status = exec_failure(options.argv[0], begun.executable, begun.failure)
+            if recording is not None:
+                recording.start(None, marker)
+                recording.final(status)
+                recording.start_recorder()
+            return status
+        if recording is not None:
+            recording.start(agent.pid, marker)
+            if not begun.attached:
+                recording.start_recorder()
+        if begun.attached:
+            early.restore()
+            if recording is not None:
+                recording.start_recorder()
+            status = _run_attached(agent, early.pending)
+        else:
+            import trio
+
+            status = trio.run(Relay(options, agent, recording, marker, early).main)
+            early.restore()
+        if recording is not None:
+            recording.final(status)
+        return status
+    finally:
+        if recording is not None:
+            recording.start_recorder()  # when the relay failed before it could: the journal gets recorded
+        recorder_pid = recording.recorder.pid if recording is not None and recording.recorder is not None else None
+        supervise.stop_marked(marker, options.grace, exclude=() if recorder_pid is None else (recorder_pid,))
+        if recording is not None:
+            recording.close()
+
+
+def _run_attached(agent: Agent, pending: list[int]) -> ExitStatus:
+    """stdin is a terminal (an editor's terminal-auth relaunch): the agent owns the terminal.
+
+    It stays in our process group so it remains the terminal's foreground job; ^C reaches it
+    from the terminal directly, TERM and HUP sent to the proxy are passed on. Only the run row
+    is recorded: there is no protocol on a terminal.
+    """
+    proc = agent.process
+
+    def forward(sig: int, _frame: Any) -> None:
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in pending:
+        if sig != signal.SIGINT:
+            forward(sig, None)
+    try:
+        returncode = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return ExitStatus.from_returncode(returncode)
+
+
+def run_and_exit(options: RunOptions, begun: Begun | None = None) -> None:
+    """``acp-proxy run``: run, then leave like the agent did (a RelayError: one line, its code)."""
+    try:
+        status = run(options, begun)
+    except RelayError as exc:
+        say(str(exc))
+        raise SystemExit(exc.code) from None
+    exit_like(status)
+
+
+def exit_like(status: ExitStatus) -> None:
+    """Leave the process the way the agent left: same code, or death by the same signal."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+    if status.signal is not None:
+        sig = status.signal
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        # A core-dumping signal would leave a core file behind; the status is what matters.
+        if sig in _CORE_DUMPING:
+            try:
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            except (ImportError, ValueError, OSError):
+                pass
+        os.kill(os.getpid(), sig)
+        time.sleep(1)  # the signal is delivered before this returns; never reached in practice
+        os._exit(128 + sig)
+    os._exit(status.code if status.code is not None else 1)

@@ -1,0 +1,144 @@
+"""The database as a file: creating it private, naming it to SQLite, and examining it read-only.
+
+Owns: what ``acp-proxy run`` checks before its agent starts — the directories (0700) and the
+file (0600) exist, and the file is empty or an acp-proxy database this version can write —
+and the pieces of that every other opener shares (``file_uri``, ``check_own``). An editor waits
+for the agent's first answer, so this module imports only ``os`` and ``stat`` at import, and
+``sqlite3`` only to examine a file that is not empty; no ``pathlib`` or ``urllib`` (~5 ms of
+start-up between them, measured): a path is anything ``os`` takes.
+
+Must not know: the schema's tables and columns (``store``), sqlite-utils, the journal's format.
+"""
+
+from __future__ import annotations
+
+import os
+
+from acp_proxy.errors import AcpProxyError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    PathLike: TypeAlias = "str | os.PathLike[str]"
+
+SCHEMA_VERSION = 5
+BUSY_TIMEOUT_MS = 10_000  # how long a connection waits for another's write lock before failing
+MODE_DIR = 0o700
+MODE_FILE = 0o600
+# What urllib.parse.quote leaves alone (with "/" safe): everything else is percent-escaped.
+_URI_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~/")
+
+
+class StoreError(AcpProxyError):
+    """The database cannot be used; the message is one line meant for a person."""
+
+
+def prepare(path: PathLike) -> None:
+    """Make sure a run can record into ``path`` before its agent starts: the directories (0700)
+    and the file (0600) exist, and the file is empty or an acp-proxy database this version can
+    write. Cheap (no sqlite-utils, no write to the database); StoreError otherwise."""
+    try:
+        create_private(path)
+    except OSError as exc:
+        raise StoreError(f"cannot open database {path}: {reason(exc)}") from exc
+    check_own(path)
+
+
+def create_private(path: PathLike) -> None:
+    """Create ``path`` (and its directories) ourselves, so it is 0600 from its first byte."""
+    make_private_dir(os.path.dirname(os.path.abspath(path)))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, MODE_FILE)
+    try:
+        if os.fstat(fd).st_size == 0:
+            os.fchmod(fd, MODE_FILE)  # the umask may have taken bits away
+    finally:
+        os.close(fd)
+
+
+def make_private_dir(path: PathLike) -> None:
+    """Create ``path`` and any missing parent 0700, whatever the umask (existing ones are left)."""
+    missing = []
+    probe = os.fspath(path)
+    while not os.path.exists(probe):
+        missing.append(probe)
+        parent = os.path.dirname(probe)
+        if parent == probe or not parent:
+            break
+        probe = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, MODE_DIR)
+        except FileExistsError:
+            continue
+        os.chmod(directory, MODE_DIR)  # mkdir's mode is filtered by the umask; this is not
+
+
+def check_own(path: PathLike) -> int:
+    """The schema version of an existing ``path`` (0: empty), examined read-only; StoreError when
+    it is not acp-proxy's or is newer than this version."""
+    try:
+        if os.stat(path).st_size == 0:
+            return 0
+    except OSError as exc:
+        raise StoreError(f"cannot open database {path}: {reason(exc)}") from exc
+    import sqlite3
+
+    try:
+        try:
+            version, tables = _examine(path, "ro")
+        except sqlite3.OperationalError:
+            if not _has_hot_journal(path):
+                raise
+            # A writer was killed inside a transaction. A read-only connection cannot roll its
+            # journal back, and every reader fails until someone does: any SQLite connection
+            # that may write does it first, restoring the last committed state.
+            version, tables = _examine(path, "rw")
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"cannot open database {path}: {reason(exc)}") from exc
+    tables = {name for name in tables if not name.startswith("sqlite_")}
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{path} was written by a newer acp-proxy (schema {version} > {SCHEMA_VERSION})")
+    if (version == 0 and tables) or (version > 0 and not {"runs", "frames"} <= tables):
+        raise StoreError(f"{path} is not an acp-proxy database (it has other tables); choose another --db")
+    return version
+
+
+def _examine(path: PathLike, mode: str) -> tuple[int, set[str]]:
+    import sqlite3
+
+    conn = sqlite3.connect(file_uri(path, mode), uri=True, check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # One read transaction: another proxy's first migration may commit between two reads,
+        # and version 0 beside its new tables would look like somebody else's database.
+        conn.execute("BEGIN")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {row[0] for row in conn.execute("select name from sqlite_master where type = 'table'")}
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    return version, tables
+
+
+def _has_hot_journal(path: PathLike) -> bool:
+    try:
+        return os.stat(f"{os.fspath(path)}-journal").st_size > 0
+    except OSError:
+        return False
+
+
+def file_uri(path: PathLike, mode: str = "ro") -> str:
+    """An SQLite URI naming exactly ``path``: every character SQLite's URI parser would read
+    (``?``, ``#``, ``%``) is percent-escaped, so a file name can never add a query parameter
+    or name another file."""
+    raw = os.fsencode(os.path.abspath(path))
+    quoted = "".join(chr(byte) if byte in _URI_SAFE else f"%{byte:02X}" for byte in raw)
+    return f"file:{quoted}?mode={mode}"
+
+
+def reason(exc: BaseException) -> str:
+    """An exception as the end of a sentence: "permission denied", not "[Errno 13] ..."."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc)

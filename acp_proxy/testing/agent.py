@@ -1,0 +1,130 @@
+"""A Python API for test suites: put acp-proxy, with fault rules, in front of an agent.
+
+Owns: building the command line a client under test should launch instead of the agent, and
+reading back what the proxy recorded. Must not know: how the proxy relays or records.
+
+The shape is Toxiproxy's, for stdio::
+
+    from acp_proxy.testing import ProxiedAgent
+
+    agent = ProxiedAgent(["my-agent", "--acp"], faults=["drop if method:session/prompt kind:response"],
+                         db=tmp_path / "rec.db")
+    run_my_client(agent.argv)                  # the client spawns the proxy, which spawns the agent
+    assert agent.frames("fault:drop")          # the recording, through the filter language
+    assert agent.faults()[0]["action"] == "drop"
+
+The rules are checked here, with the proxy's own parser, before anything is spawned: a typo
+fails at once with the parser's message (``unknown action 'dorp'; did you mean 'drop'?``)
+instead of as a client that lost its agent. With ``stderr_file``, the proxy writes everything
+it would print on stderr — its own lines, the agent's stderr — to that file, and ``stderr()``
+reads it back.
+
+The pytest fixture ``acp_proxy`` (``acp_proxy.testing.pytest_plugin``, loaded automatically when
+acp-proxy is installed) makes one of these per call, with a fresh database and stderr file in
+``tmp_path``, and adds the proxy's stderr to the report of a test that fails.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+class ProxiedAgent:
+    def __init__(
+        self,
+        agent: Sequence[str],
+        *,
+        db: str | Path,
+        faults: Sequence[str] = (),
+        faults_file: str | Path | None = None,
+        seed: int | None = None,
+        strip_replayed_notices: bool = False,
+        grace: float | None = None,
+        stderr_file: str | Path | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        if not agent:
+            raise ValueError("agent: the agent's command line is empty")
+        _check_options(list(faults), faults_file, seed, grace)
+        self.agent = list(agent)
+        self.db = Path(db)
+        self.stderr_file = Path(stderr_file) if stderr_file is not None else None
+        """Where the proxy's stderr goes (None: inherited from the client)."""
+        options: list[str] = ["--db", str(self.db)]
+        for rule in faults:
+            options += ["--fault", rule]
+        if faults_file is not None:
+            options += ["--faults", str(faults_file)]
+        if seed is not None:
+            options += ["--seed", str(seed)]
+        if strip_replayed_notices:
+            options.append("--strip-replayed-notices")
+        if grace is not None:
+            options += ["--grace", repr(float(grace))]
+        if self.stderr_file is not None:
+            options += ["--stderr-file", str(self.stderr_file)]
+        self.argv: list[str] = [python, "-m", "acp_proxy", "run", *options, "--", *self.agent]
+        """The command line to give the client under test in place of the agent's."""
+
+    def stderr(self) -> str:
+        """What the proxy wrote to stderr so far (with ``stderr_file``; else "")."""
+        if self.stderr_file is None or not self.stderr_file.is_file():
+            return ""
+        return self.stderr_file.read_bytes().decode("utf-8", "replace")
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        from acp_proxy.store.database import file_uri
+
+        if not self.db.exists():
+            return []
+        conn = sqlite3.connect(file_uri(self.db), uri=True)
+        conn.row_factory = sqlite3.Row
+        try:
+            return [dict(row) for row in conn.execute(sql, list(params))]
+        finally:
+            conn.close()
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run recorded in this database, oldest first."""
+        return self._query("select * from runs order by id")
+
+    def frames(self, filter_text: str = "") -> list[dict[str, Any]]:
+        """Recorded frames, in relay order, selected with the filter language."""
+        from acp_proxy.protocol.filters import parse
+
+        where, params = parse(filter_text).to_sql()
+        return self._query(f"select * from frames where {where} order by run_id, seq", params)
+
+    def faults(self) -> list[dict[str, Any]]:
+        """Every fault applied, with the frame it was applied to."""
+        return self._query(
+            "select f.*, x.dir, x.kind, x.method from faults f "
+            "left join frames x on x.run_id = f.run_id and x.seq = f.seq order by f.run_id, f.seq, f.id"
+        )
+
+    def sql(self, query: str, *params: Any) -> list[dict[str, Any]]:
+        """Anything else, read-only."""
+        return self._query(query, params)
+
+
+def _check_options(faults: list[str], faults_file: str | Path | None, seed: int | None, grace: float | None) -> None:
+    """What ``acp-proxy run`` would refuse, refused here (the same parser, the same words)."""
+    from acp_proxy.errors import UsageError
+    from acp_proxy.faults.rules import FaultPlan, check_seed
+    from acp_proxy.limits import GRACE_MAX_S
+
+    if seed is not None:
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise UsageError(f"seed must be a whole number, not {seed!r}")
+        check_seed(seed, "seed")
+    if grace is not None and not (
+        isinstance(grace, int | float) and math.isfinite(grace) and 0 <= grace <= GRACE_MAX_S
+    ):
+        raise UsageError(f"grace is a number of seconds from 0 to {GRACE_MAX_S}, not {grace!r}")
+    FaultPlan.build(faults, faults_file, os.environ.get("ACP_PROXY_FAULTS"), seed)

@@ -1,0 +1,200 @@
+"""``acp-proxy mcp``: the MCP SDK's own client, over stdio, against a real recording."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+from acp_proxy.cli.commands import cli
+from acp_proxy.mcp.server import MAX_FRAMES
+from acp_proxy.protocol.redact import MASK
+from acp_proxy.record.importers import Record, write_run
+from tests.conftest import PROXY
+
+TOOLS = {"list_runs", "list_sessions", "show", "frames", "frame", "stats", "check", "diff"}
+SECRET = "Bearer abcdef0123456789xyz"
+
+
+class Answer:
+    def __init__(self, result: Any) -> None:
+        self.error = bool(result.is_error)
+        self.text = "".join(getattr(c, "text", "") for c in result.content)
+
+    def json(self) -> Any:
+        assert not self.error, self.text
+        return json.loads(self.text)
+
+
+def session(
+    db: Path, calls: list[tuple[str, dict[str, Any]]], *options: str, errlog: Path
+) -> tuple[list[Any], list[Answer]]:
+    """Start `acp-proxy mcp --db DB` with the SDK's stdio client, list its tools, make ``calls``."""
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=PROXY[0], args=[*PROXY[1:], "mcp", "--db", str(db), *options])
+
+    async def main() -> tuple[list[Any], list[Answer]]:
+        with anyio.fail_after(120), open(errlog, "w") as err:
+            async with stdio_client(params, errlog=err) as (read, write), ClientSession(read, write) as client:
+                await client.initialize()
+                tools = (await client.list_tools()).tools
+                answers = [Answer(await client.call_tool(name, args)) for name, args in calls]
+                return tools, answers
+
+    return anyio.run(main, backend="asyncio")
+
+
+def cli_stdout(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+    return result.stdout
+
+
+def test_every_tool_over_stdio_against_a_real_recording(sdk_recording: tuple[Path, str], tmp_path: Path) -> None:
+    db, sid = sdk_recording
+    calls = [
+        ("list_runs", {}),
+        ("list_sessions", {}),
+        ("show", {"ref": "1"}),
+        ("show", {"ref": sid, "turn": 2}),
+        ("frames", {"filter": "run:1 method:session/prompt", "limit": 10}),
+        ("frames", {"filter": "", "limit": 100_000, "max_chars": 20}),
+        ("frame", {"run_id": 1, "seq": 2}),
+        ("stats", {"ref": "1"}),
+        ("check", {"ref": "last", "schema": True}),
+        ("diff", {"left": "1", "right": "2"}),
+        ("show", {"ref": "no-such-thing"}),
+        ("frames", {"filter": "((("}),
+        ("frame", {"run_id": 1, "seq": 99_999}),
+        ("frames", {"limit": -1}),
+    ]
+    tools, answers = session(db, calls, errlog=tmp_path / "err.txt")
+    assert {t.name for t in tools} == TOOLS
+    assert all(t.annotations.read_only_hint and not t.annotations.destructive_hint for t in tools)
+    assert all(t.description for t in tools)
+    runs, sessions, show, show_turn, prompts, bounded, frame, stats, check, diff, *mistakes = answers
+
+    assert [r["id"] for r in runs.json()] == [2, 1] and runs.json()[0]["agent_name"] == "acp-proxy-sdk-agent"
+    assert [s["session_id"] for s in sessions.json()] == [sid]
+    # The conversation as `acp-proxy show` renders it.
+    assert show.text == cli_stdout("show", "--db", str(db), "1")
+    assert show_turn.text == cli_stdout("show", "--db", str(db), sid, "--turn", "2")
+    assert "hello world" in show.text and "Write notes.txt" in show.text
+    assert [(f["seq"], f["kind"]) for f in prompts.json()] == [(5, "request"), (12, "response")]
+    everything = bounded.json()
+    total = len(json.loads(cli_stdout("frames", "--db", str(db), "--json")))
+    assert len(everything) == min(total, MAX_FRAMES)
+    assert all(len(f["raw"]) <= 20 + len("… [100000 more characters]") for f in everything)
+    assert any(f["raw"].endswith("more characters]") for f in everything)
+    assert frame.json()["method"] == "initialize" and frame.json()["kind"] == "response"
+    assert json.loads(frame.json()["raw"])["result"]["agentInfo"]["name"] == "acp-proxy-sdk-agent"
+    assert {r["method"] for r in stats.json()["latency"]} == {
+        "initialize",
+        "session/new",
+        "session/prompt",
+        "session/request_permission",
+    }
+    assert check.json()["counts"]["error"] == 0 and check.json()["checked"] == "run 2"
+    compared = diff.json()
+    assert compared["differ"] is True and "prompt" in compared["turns"][0]["differs"]
+    for mistake in mistakes:
+        assert mistake.error and len(mistake.text.splitlines()) <= 3 and "Traceback" not in mistake.text
+    assert "no run or session matches" in mistakes[0].text and "bad filter" in mistakes[1].text
+    assert "no frame 99999 in run 1" in mistakes[2].text and "whole number" in mistakes[3].text
+    assert "Traceback" not in (tmp_path / "err.txt").read_text()
+
+
+def secret_recording(db: Path) -> None:
+    meta = {"proxy": {"headers": {"Authorization": SECRET}}}
+    write_run(
+        db,
+        [
+            Record(
+                "c2a",
+                1_000,
+                json.dumps(
+                    {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "_meta": meta}}
+                ).encode(),
+            ),
+            Record("a2c", 2_000, b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}'),
+            Record("stderr", 3_000, f"token {SECRET}".encode()),
+        ],
+        {},
+    )
+
+
+@pytest.mark.parametrize("options", [(), ("--no-redact",)])
+def test_secrets_are_masked_unless_asked(tmp_path: Path, options: tuple[str, ...]) -> None:
+    db = tmp_path / "secret.db"
+    secret_recording(db)
+    calls = [("frames", {"filter": "run:1"}), ("frame", {"run_id": 1, "seq": 1}), ("show", {"ref": "1"})]
+    _, answers = session(db, calls, *options, errlog=tmp_path / "err.txt")
+    texts = [a.text for a in answers]
+    if options:
+        assert all("abcdef0123456789xyz" in t for t in texts[:2])
+    else:
+        assert all("abcdef0123456789xyz" not in t for t in texts) and all(MASK in t for t in texts[:2])
+
+
+def test_nothing_but_mcp_on_stdout(sdk_recording: tuple[Path, str], tmp_path: Path) -> None:
+    db, _ = sdk_recording
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "show", "arguments": {"ref": "zzz"}}},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "list_runs", "arguments": {}}},
+    ]
+    proc = subprocess.Popen(
+        [*PROXY, "mcp", "--db", str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    answers: list[dict[str, Any]] = []
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        for message in messages:
+            proc.stdin.write(json.dumps(message).encode() + b"\n")
+            proc.stdin.flush()
+            if "id" in message:
+                answers.append(json.loads(proc.stdout.readline()))  # every stdout line is one MCP message
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert rest == b"" and [a["id"] for a in answers] == [1, 2, 3, 4]
+    assert {t["name"] for t in answers[1]["result"]["tools"]} == TOOLS
+    assert answers[2]["result"]["isError"] is True and answers[3]["result"]["isError"] is False
+    assert b"Traceback" not in (proc.stderr.read() if proc.stderr else b"")
+
+
+def test_missing_mcp_extra_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "mcp", None)
+    result = CliRunner().invoke(cli, ["mcp"])
+    assert (
+        result.exit_code == 2
+        and result.output.strip() == "acp-proxy: acp-proxy mcp needs the [mcp] extra: pip install 'acp-proxy[mcp]'"
+    )
+
+
+def test_a_bad_redaction_rule_is_one_line() -> None:
+    result = CliRunner().invoke(cli, ["mcp", "--redact", "re:"])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
