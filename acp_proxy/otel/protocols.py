@@ -1,0 +1,147 @@
+"""The OTLP exporters for each protocol: the SDK's own for ``http/protobuf`` and ``grpc``, and
+acp-proxy's for ``http/json``, which the Python SDK does not have.
+
+Owns: making the span and metric exporters an ``Endpoints`` names (headers from
+``OTEL_EXPORTER_OTLP_HEADERS`` and compression come from the SDK's reading of the environment);
+the OTLP/JSON encoding (the protobuf messages the SDK's encoders build, printed as the OTLP
+specification's JSON mapping wants: lowerCamelCase keys, enums as integers, trace and span ids as
+hex, not base64) and its delivery over HTTP with ``urllib``.
+
+Must not know: spans' shape, the database, the queueing and counting (``exporter``). It imports
+the SDK: only ``exporter`` imports it.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from acp_proxy.otel.endpoints import GRPC, HTTP_JSON, Endpoints
+
+_ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
+
+
+def span_exporter(where: Endpoints, timeout: float) -> SpanExporter:
+    if where.protocol == GRPC:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
+
+        return GrpcSpans(endpoint=where.traces, insecure=where.traces.startswith("http:"), timeout=timeout)
+    if where.protocol == HTTP_JSON:
+        return JsonSpanExporter(where.traces, timeout)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=where.traces, timeout=timeout)
+
+
+def metric_exporter(where: Endpoints, timeout: float) -> MetricExporter:
+    if where.metrics_protocol == GRPC:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
+
+        return GrpcMetrics(endpoint=where.metrics, insecure=where.metrics.startswith("http:"), timeout=timeout)
+    if where.metrics_protocol == HTTP_JSON:
+        return JsonMetricExporter(where.metrics, timeout)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter(endpoint=where.metrics, timeout=timeout)
+
+
+# -- OTLP/JSON ------------------------------------------------------------------------------------
+
+
+def to_json(message: Any) -> bytes:
+    """A protobuf export request as OTLP/JSON."""
+    import json
+
+    from google.protobuf.json_format import MessageToDict
+
+    body = _hex_ids(MessageToDict(message, use_integers_for_enums=True))
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _hex_ids(value: Any) -> Any:
+    """OTLP/JSON spells trace and span ids in hex where protobuf's JSON mapping has base64."""
+    if isinstance(value, dict):
+        return {
+            k: base64.b64decode(v).hex() if k in _ID_KEYS and isinstance(v, str) else _hex_ids(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_hex_ids(v) for v in value]
+    return value
+
+
+def _headers() -> dict[str, str]:
+    from opentelemetry.util.re import parse_env_headers
+
+    headers = parse_env_headers(os.environ.get("OTEL_EXPORTER_OTLP_HEADERS", ""), liberal=True)
+    return {**headers, "Content-Type": "application/json"}
+
+
+class _JsonPoster:
+    """POSTs one OTLP/JSON body; True when the collector took it. A refusal's reason is kept."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.error: str | None = None
+
+    def post(self, body: bytes) -> bool:
+        request = urllib.request.Request(self.url, data=body, headers=_headers(), method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                answer.read()
+                return True
+        except urllib.error.HTTPError as exc:
+            self.error = f"{self.url} answered HTTP {exc.code} {exc.reason}"
+        except (OSError, ValueError) as exc:
+            self.error = f"{self.url}: {getattr(exc, 'reason', None) or exc}"
+        return False
+
+
+class JsonSpanExporter(SpanExporter):
+    def __init__(self, url: str, timeout: float) -> None:
+        self._poster = _JsonPoster(url, timeout)
+
+    @property
+    def error(self) -> str | None:
+        return self._poster.error
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        ok = self._poster.post(to_json(encode_spans(spans)))
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+
+class JsonMetricExporter(MetricExporter):
+    def __init__(self, url: str, timeout: float) -> None:
+        from opentelemetry.sdk.metrics import Histogram
+        from opentelemetry.sdk.metrics.export import AggregationTemporality
+
+        # Cumulative, as the SDK's OTLP exporters default to.
+        super().__init__(preferred_temporality={Histogram: AggregationTemporality.CUMULATIVE})
+        self._poster = _JsonPoster(url, timeout)
+
+    @property
+    def error(self) -> str | None:
+        return self._poster.error
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+
+        ok = self._poster.post(to_json(encode_metrics(metrics_data)))
+        return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        pass
