@@ -5,18 +5,21 @@ generative-AI agents and for JSON-RPC:
 
 - one trace per prompt turn, rooted in an ``invoke_agent`` span (kind CLIENT) from the
   ``session/prompt`` request to the frame that ended the turn: ``gen_ai.operation.name``,
-  ``gen_ai.conversation.id`` (the ACP session id), ``gen_ai.agent.name`` / ``gen_ai.agent.version``
-  (the agent's ``initialize`` answer), ``gen_ai.response.finish_reasons`` (the stop reason),
+  ``gen_ai.provider.name`` (``acp``), ``gen_ai.conversation.id`` (the ACP session id),
+  ``gen_ai.agent.id`` / ``gen_ai.agent.name`` / ``gen_ai.agent.version`` (the agent's
+  ``initialize`` answer), ``gen_ai.response.finish_reasons`` (the stop reason),
   ``gen_ai.usage.*`` where the agent reported token usage (the unstable ``usage`` of a prompt
   response or of an ``idle`` state update), ``gen_ai.response.time_to_first_chunk``;
 - ``execute_tool`` children (kind INTERNAL) for the turn's tool calls, from their first
   ``tool_call`` update to the one that made them ``completed`` or ``failed``:
-  ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``acp.tool.kind``, ``acp.tool.status``;
+  ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.type`` (``extension``: the agent
+  runs them), ``acp.tool.kind``, ``acp.tool.status``;
 - every JSON-RPC request as an RPC span (kind CLIENT: the caller's view, whichever side called;
   ``acp.direction`` says which): ``rpc.system.name`` (and the older ``rpc.system``) ``jsonrpc``,
-  ``rpc.method``, ``jsonrpc.request.id``, ``rpc.response.status_code`` / ``error.type`` on an
-  error answer. Requests of a session with a turn open are children of that turn (a permission
-  request of the tool call it names: the permission wait, ``acp.permission.outcome``); the rest
+  ``rpc.method``, ``jsonrpc.request.id``, ``network.transport`` (``pipe``),
+  ``rpc.response.status_code`` / ``error.type`` on an error answer. Requests of a session with
+  a turn open are children of that turn (a permission request of the tool call it names: the
+  permission wait, ``acp.permission.outcome``); the rest
   are children of the run's ``acp.connection`` span, a trace of its own that also holds what
   belongs to no turn;
 - span events: ``acp.notice`` (live notices), ``acp.cancel``, ``acp.fault`` and ``acp.finding``
