@@ -8,46 +8,45 @@ specification's JSON mapping wants: lowerCamelCase keys, enums as integers, trac
 hex, not base64) and its delivery over HTTP with ``urllib``.
 
 Must not know: spans' shape, the database, the queueing and counting (``exporter``). It imports
-the SDK: only ``exporter`` imports it.
+the SDK when an exporter is made (only ``exporter`` makes them), so it imports without the
+``[otel]`` extra.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
+import json
 import os
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
 from acp_proxy.otel.endpoints import GRPC, HTTP_JSON, Endpoints
 
 _ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
 
 
-def span_exporter(where: Endpoints, timeout: float) -> SpanExporter:
+def span_exporter(where: Endpoints, timeout: float) -> Any:
     if where.protocol == GRPC:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
 
         return GrpcSpans(endpoint=where.traces, insecure=where.traces.startswith("http:"), timeout=timeout)
     if where.protocol == HTTP_JSON:
-        return JsonSpanExporter(where.traces, timeout)
+        return _json_exporters()[0](where.traces, timeout)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return OTLPSpanExporter(endpoint=where.traces, timeout=timeout)
 
 
-def metric_exporter(where: Endpoints, timeout: float) -> MetricExporter:
+def metric_exporter(where: Endpoints, timeout: float) -> Any:
     if where.metrics_protocol == GRPC:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
 
         return GrpcMetrics(endpoint=where.metrics, insecure=where.metrics.startswith("http:"), timeout=timeout)
     if where.metrics_protocol == HTTP_JSON:
-        return JsonMetricExporter(where.metrics, timeout)
+        return _json_exporters()[1](where.metrics, timeout)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
     return OTLPMetricExporter(endpoint=where.metrics, timeout=timeout)
@@ -58,8 +57,6 @@ def metric_exporter(where: Endpoints, timeout: float) -> MetricExporter:
 
 def to_json(message: Any) -> bytes:
     """A protobuf export request as OTLP/JSON."""
-    import json
-
     from google.protobuf.json_format import MessageToDict
 
     body = _hex_ids(MessageToDict(message, use_integers_for_enums=True))
@@ -106,42 +103,50 @@ class _JsonPoster:
         return False
 
 
-class JsonSpanExporter(SpanExporter):
-    def __init__(self, url: str, timeout: float) -> None:
-        self._poster = _JsonPoster(url, timeout)
+@functools.cache
+def _json_exporters() -> tuple[type, type]:
+    """The OTLP/JSON span and metric exporters (subclasses of the SDK's, made on first use)."""
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-    @property
-    def error(self) -> str | None:
-        return self._poster.error
+    class JsonSpanExporter(SpanExporter):
+        def __init__(self, url: str, timeout: float) -> None:
+            self._poster = _JsonPoster(url, timeout)
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+        @property
+        def error(self) -> str | None:
+            return self._poster.error
 
-        ok = self._poster.post(to_json(encode_spans(spans)))
-        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
+            ok = self._poster.post(to_json(encode_spans(spans)))
+            return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
-class JsonMetricExporter(MetricExporter):
-    def __init__(self, url: str, timeout: float) -> None:
-        from opentelemetry.sdk.metrics import Histogram
-        from opentelemetry.sdk.metrics.export import AggregationTemporality
+    class JsonMetricExporter(MetricExporter):
+        def __init__(self, url: str, timeout: float) -> None:
+            from opentelemetry.sdk.metrics import Histogram
+            from opentelemetry.sdk.metrics.export import AggregationTemporality
 
-        # Cumulative, as the SDK's OTLP exporters default to.
-        super().__init__(preferred_temporality={Histogram: AggregationTemporality.CUMULATIVE})
-        self._poster = _JsonPoster(url, timeout)
+            # Cumulative, as the SDK's OTLP exporters default to.
+            super().__init__(preferred_temporality={Histogram: AggregationTemporality.CUMULATIVE})
+            self._poster = _JsonPoster(url, timeout)
 
-    @property
-    def error(self) -> str | None:
-        return self._poster.error
+        @property
+        def error(self) -> str | None:
+            return self._poster.error
 
-    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
-        from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+        def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **_: Any) -> MetricExportResult:
+            from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 
-        ok = self._poster.post(to_json(encode_metrics(metrics_data)))
-        return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
+            ok = self._poster.post(to_json(encode_metrics(metrics_data)))
+            return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
 
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return True
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
 
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        pass
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            pass
+
+    return JsonSpanExporter, JsonMetricExporter
