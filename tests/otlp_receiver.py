@@ -6,6 +6,7 @@ opentelemetry-proto's own service stubs.
 
 Modes: ``ok`` answers every export; ``hang`` accepts connections and never answers (a collector
 that is stuck); ``no_metrics`` answers metrics with HTTP 405, as Arize Phoenix does;
+``busy_once`` answers the first export with HTTP 503 (a collector asking for a retry);
 ``refused_port()`` is a port nothing listens on (a collector that is down).
 """
 
@@ -135,8 +136,9 @@ def receiver(mode: str = "ok") -> Iterator[Receiver]:
             if state.mode == "hang":
                 state.stop.wait(120)  # never answers while the test runs
                 return
-            if state.mode == "no_metrics" and self.path.endswith("/v1/metrics"):
-                self.send_response(405)
+            busy = state.mode == "busy_once" and state.posts == 1
+            if busy or (state.mode == "no_metrics" and self.path.endswith("/v1/metrics")):
+                self.send_response(503 if busy else 405)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return

@@ -18,6 +18,7 @@ import base64
 import functools
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -75,32 +76,47 @@ def _hex_ids(value: Any) -> Any:
     return value
 
 
-def _headers() -> dict[str, str]:
+def _headers(signal: str) -> dict[str, str]:
     from opentelemetry.util.re import parse_env_headers
 
-    headers = parse_env_headers(os.environ.get("OTEL_EXPORTER_OTLP_HEADERS", ""), liberal=True)
-    return {**headers, "Content-Type": "application/json"}
+    text = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_HEADERS") or os.environ.get("OTEL_EXPORTER_OTLP_HEADERS", "")
+    return {**parse_env_headers(text, liberal=True), "Content-Type": "application/json"}
+
+
+_RETRYABLE = frozenset({429, 502, 503, 504})
+"""The answers OTLP/HTTP says to retry (as the SDK's own HTTP exporter does), with backoff."""
 
 
 class _JsonPoster:
-    """POSTs one OTLP/JSON body; True when the collector took it. A refusal's reason is kept."""
+    """POSTs one OTLP/JSON body, retrying what may pass later within ``timeout`` seconds; True
+    when the collector took it. The last refusal's reason is kept."""
 
-    def __init__(self, url: str, timeout: float) -> None:
+    def __init__(self, url: str, timeout: float, signal: str) -> None:
         self.url = url
         self.timeout = timeout
+        self.signal = signal
         self.error: str | None = None
 
     def post(self, body: bytes) -> bool:
-        request = urllib.request.Request(self.url, data=body, headers=_headers(), method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                answer.read()
-                return True
-        except urllib.error.HTTPError as exc:
-            self.error = f"{self.url} answered HTTP {exc.code} {exc.reason}"
-        except (OSError, ValueError) as exc:
-            self.error = f"{self.url}: {getattr(exc, 'reason', None) or exc}"
-        return False
+        deadline = time.monotonic() + self.timeout
+        backoff = 0.5
+        while True:
+            left = deadline - time.monotonic()
+            request = urllib.request.Request(self.url, data=body, headers=_headers(self.signal), method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=max(0.01, left)) as answer:
+                    answer.read()
+                    return True
+            except urllib.error.HTTPError as exc:
+                self.error = f"{self.url} answered HTTP {exc.code} {exc.reason}"
+                retry = exc.code in _RETRYABLE
+            except (OSError, ValueError) as exc:
+                self.error = f"{self.url}: {getattr(exc, 'reason', None) or exc}"
+                retry = isinstance(exc, urllib.error.URLError) and not isinstance(exc.reason, TimeoutError)
+            if not retry or time.monotonic() + backoff >= deadline:
+                return False
+            time.sleep(backoff)  # the collector asked for patience (or was not there yet)
+            backoff *= 2
 
 
 @functools.cache
@@ -112,7 +128,7 @@ def _json_exporters() -> tuple[type, type]:
 
     class JsonSpanExporter(SpanExporter):
         def __init__(self, url: str, timeout: float) -> None:
-            self._poster = _JsonPoster(url, timeout)
+            self._poster = _JsonPoster(url, timeout, "TRACES")
 
         @property
         def error(self) -> str | None:
@@ -131,7 +147,7 @@ def _json_exporters() -> tuple[type, type]:
 
             # Cumulative, as the SDK's OTLP exporters default to.
             super().__init__(preferred_temporality={Histogram: AggregationTemporality.CUMULATIVE})
-            self._poster = _JsonPoster(url, timeout)
+            self._poster = _JsonPoster(url, timeout, "METRICS")
 
         @property
         def error(self) -> str | None:

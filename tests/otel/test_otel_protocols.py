@@ -180,6 +180,15 @@ def test_metrics_a_collector_refuses_fail_the_export_in_one_line(
     assert ("405" if protocol != "grpc" else "UNIMPLEMENTED") in text
 
 
+@pytest.mark.parametrize("protocol", ["http/protobuf", "http/json"])
+def test_a_collector_asking_for_a_retry_gets_one(sdk_recording: tuple[Path, str], protocol: str) -> None:
+    db, session = sdk_recording
+    with receiver("busy_once") as busy:
+        result = export(db, busy.url, session, OTEL_EXPORTER_OTLP_PROTOCOL=protocol)
+    assert result.returncode == 0, result.stderr
+    assert len(busy.spans) == 14 and busy.posts >= 3  # the refused post, its retry, the metrics
+
+
 def test_the_export_timeout_comes_from_the_environment(sdk_recording: tuple[Path, str]) -> None:
     db, session = sdk_recording
     with receiver("hang") as stuck:
