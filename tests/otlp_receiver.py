@@ -1,13 +1,19 @@
-"""A real OTLP/HTTP receiver for tests: an HTTP server on loopback that decodes what exporters
-post with opentelemetry-proto's own messages (``ExportTraceServiceRequest`` on ``/v1/traces``,
-``ExportMetricsServiceRequest`` on ``/v1/metrics``).
+"""Real OTLP receivers for tests: an HTTP server on loopback that decodes what exporters post
+with opentelemetry-proto's own messages (``ExportTraceServiceRequest`` on ``/v1/traces``,
+``ExportMetricsServiceRequest`` on ``/v1/metrics``), as protobuf or as OTLP/JSON (parsed strictly:
+an unknown field or a malformed id fails the export); and a gRPC server (``grpc_receiver``) with
+opentelemetry-proto's own service stubs.
 
 Modes: ``ok`` answers every export; ``hang`` accepts connections and never answers (a collector
-that is stuck); ``refused_port()`` is a port nothing listens on (a collector that is down).
+that is stuck); ``no_metrics`` answers metrics with HTTP 405, as Arize Phoenix does;
+``busy_once`` answers the first export with HTTP 503 (a collector asking for a retry);
+``refused_port()`` is a port nothing listens on (a collector that is down).
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
 import threading
 import time
@@ -54,6 +60,10 @@ class Receiver:
     spans: list[ReceivedSpan] = field(default_factory=list)
     metrics: dict[str, list[Any]] = field(default_factory=dict)
     posts: int = 0
+    bounds: dict[str, list[float]] = field(default_factory=dict)
+    """Each histogram's explicit bucket boundaries, as received."""
+    headers: list[dict[str, str]] = field(default_factory=list)
+    """The headers (or gRPC metadata) of each export, names in lower case."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     url: str = ""
     stop: threading.Event = field(default_factory=threading.Event)
@@ -69,11 +79,10 @@ class Receiver:
         with self.lock:
             return bool(predicate(self))
 
-    def take_traces(self, body: bytes) -> None:
+    def take_traces(self, body: bytes, json_body: bool = False) -> None:
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(body)
+        request = _parse(ExportTraceServiceRequest(), body, json_body)
         for rs in request.resource_spans:
             resource = _attributes(rs.resource.attributes)
             for ss in rs.scope_spans:
@@ -96,15 +105,16 @@ class Receiver:
                         )
                     )
 
-    def take_metrics(self, body: bytes) -> None:
+    def take_metrics(self, body: bytes, json_body: bool = False) -> None:
         from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-        request = ExportMetricsServiceRequest()
-        request.ParseFromString(body)
+        request = _parse(ExportMetricsServiceRequest(), body, json_body)
         for rm in request.resource_metrics:
             for sm in rm.scope_metrics:
                 for m in sm.metrics:
                     points = m.histogram.data_points if m.HasField("histogram") else []
+                    for p in points:
+                        self.bounds[m.name] = list(p.explicit_bounds)
                     self.metrics.setdefault(m.name, []).extend(
                         (_attributes(p.attributes), p.count, p.sum) for p in points
                     )
@@ -119,16 +129,30 @@ def receiver(mode: str = "ok") -> Iterator[Receiver]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length)
+            json_body = (self.headers.get("Content-Type") or "").startswith("application/json")
             with state.lock:
                 state.posts += 1
+                state.headers.append({k.lower(): v for k, v in self.headers.items()})
             if state.mode == "hang":
                 state.stop.wait(120)  # never answers while the test runs
                 return
-            with state.lock:
-                if self.path.endswith("/v1/traces"):
-                    state.take_traces(body)
-                elif self.path.endswith("/v1/metrics"):
-                    state.take_metrics(body)
+            busy = state.mode == "busy_once" and state.posts == 1
+            if busy or (state.mode == "no_metrics" and self.path.endswith("/v1/metrics")):
+                self.send_response(503 if busy else 405)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            try:
+                with state.lock:
+                    if self.path.endswith("/v1/traces"):
+                        state.take_traces(body, json_body)
+                    elif self.path.endswith("/v1/metrics"):
+                        state.take_metrics(body, json_body)
+            except Exception:  # not OTLP: a collector answers 400
+                self.send_response(400)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", "0")
@@ -157,3 +181,74 @@ def refused_port() -> str:
     port = sock.getsockname()[1]
     sock.close()
     return f"http://127.0.0.1:{port}"
+
+
+_ID_KEYS = ("traceId", "spanId", "parentSpanId")
+
+
+def _parse(message: Any, body: bytes, json_body: bool) -> Any:
+    """``body`` into ``message``: protobuf, or OTLP/JSON (ids in hex, as the OTLP specification
+    has them; protobuf's own JSON mapping wants base64)."""
+    if not json_body:
+        message.ParseFromString(body)
+        return message
+    from google.protobuf.json_format import ParseDict
+
+    def unhex(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: base64.b64encode(bytes.fromhex(v)).decode() if k in _ID_KEYS and isinstance(v, str) else unhex(v)
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [unhex(v) for v in value]
+        return value
+
+    return ParseDict(unhex(json.loads(body)), message)
+
+
+@contextmanager
+def grpc_receiver(mode: str = "ok") -> Iterator[Receiver]:
+    """A gRPC OTLP receiver (trace and metrics services) on a free loopback port; ``url`` is
+    its http:// address (insecure). Modes: ``ok``, ``no_metrics`` (metrics answered
+    UNIMPLEMENTED)."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    state = Receiver(mode=mode)
+
+    def seen(context: Any) -> None:
+        with state.lock:
+            state.posts += 1
+            state.headers.append({k.lower(): v for k, v in context.invocation_metadata()})
+
+    class Traces(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+        def Export(self, request: Any, context: Any) -> Any:
+            seen(context)
+            with state.lock:
+                state.take_traces(request.SerializeToString())
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):  # type: ignore[misc]
+        def Export(self, request: Any, context: Any) -> Any:
+            seen(context)
+            if state.mode == "no_metrics":
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, "no metrics here")
+            with state.lock:
+                state.take_metrics(request.SerializeToString())
+            return metrics_service_pb2.ExportMetricsServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    state.url = f"http://127.0.0.1:{port}"
+    try:
+        yield state
+    finally:
+        state.stop.set()
+        server.stop(grace=None)

@@ -17,13 +17,17 @@ from typing import Any
 
 from acp_proxy.errors import AcpProxyError, UsageError
 from acp_proxy.otel import INSTALL_HINT
-from acp_proxy.otel.endpoints import Endpoints, endpoints
+from acp_proxy.otel.endpoints import GRPC, Endpoints, endpoints
 
 FROM_ENVIRONMENT = "env"
 """``--otlp`` given without a URL: the collector named by ``OTEL_EXPORTER_OTLP_ENDPOINT``."""
 EXPORT_TIMEOUT_S = 60.0
 """How long ``export --format otlp`` waits for the collector to take everything."""
-_SDK_MODULES = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
+_SDK_MODULES = {
+    "http": ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter"),
+    "grpc": ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"),
+}
+GRPC_HINT = "OTLP over gRPC needs its exporter: pip install 'acp-proxy[otel]' (opentelemetry-exporter-otlp-proto-grpc)"
 
 
 class OtlpExportError(AcpProxyError):
@@ -32,15 +36,17 @@ class OtlpExportError(AcpProxyError):
     exit_code = 1
 
 
-def missing_sdk() -> str | None:
-    """The install hint when the ``[otel]`` extra is missing (found without importing the SDK:
-    ``run`` asks before its agent starts)."""
-    for name in _SDK_MODULES:
-        try:
-            if importlib.util.find_spec(name) is None:
-                return INSTALL_HINT
-        except (ImportError, ValueError):
-            return INSTALL_HINT
+def missing_sdk(where: Endpoints | None = None) -> str | None:
+    """The install hint when the ``[otel]`` extra (or, for ``where`` over gRPC, its gRPC
+    exporter) is missing; found without importing the SDK: ``run`` asks before its agent starts."""
+    grpc = where is not None and GRPC in (where.protocol, where.metrics_protocol)
+    for kind in ("http", "grpc") if grpc else ("http",):
+        for name in _SDK_MODULES[kind]:
+            try:
+                if importlib.util.find_spec(name) is None:
+                    return INSTALL_HINT if kind == "http" else GRPC_HINT
+            except (ImportError, ValueError):
+                return INSTALL_HINT if kind == "http" else GRPC_HINT
     return None
 
 
@@ -55,7 +61,7 @@ def live_endpoints(otlp: str | None, content: bool, no_record: bool) -> Endpoint
     where = endpoints(None if otlp == FROM_ENVIRONMENT else otlp, os.environ)
     if where is None:
         raise UsageError("--otlp needs a URL, or OTEL_EXPORTER_OTLP_ENDPOINT set (e.g. http://localhost:4318)")
-    missing = missing_sdk()
+    missing = missing_sdk(where)
     if missing:
         raise UsageError(missing)
     return where
@@ -84,7 +90,7 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
         raise UsageError(
             "--format otlp needs --endpoint URL (or OTEL_EXPORTER_OTLP_ENDPOINT), e.g. http://localhost:4318"
         )
-    missing = missing_sdk()
+    missing = missing_sdk(where)
     if missing:
         raise UsageError(missing)
     db = store.open_for_reading(db_path)
@@ -93,7 +99,7 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
     if not run_ids:
         raise UsageError(f"{ref.describe()} has no recorded run")
     from acp_proxy.otel.exporter import Exporter
-    from acp_proxy.otel.spans import build
+    from acp_proxy.otel.spans import build, recording_ids
 
     exporter = Exporter(where)
     total = 0
@@ -106,6 +112,7 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
             content=content,
             redactor=redactor,
             start_ns=_start_of(db, run_id),
+            ids=recording_ids(run_identity(db, run_id)),
         )
         if ref.is_session:
             spans = [s for s in spans if s.session_id in (ref.session_id, None)]
@@ -114,11 +121,31 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
     db.conn.close()
     exporter.close(EXPORT_TIMEOUT_S)
     runs = ", ".join(map(str, run_ids))
-    if exporter.lost:
-        raise OtlpExportError(
-            f"{exporter.lost} of {total} spans of run(s) {runs} could not be sent to {where.traces}: {exporter.error}"
-        )
+    if exporter.lost or exporter.points_lost:
+        raise OtlpExportError(f"run(s) {runs}: {delivery_report(exporter, total)}")
     return f"sent {exporter.sent} spans of {ref.describe()} (run(s) {runs}) to {where.traces}"
+
+
+def delivery_report(exporter: Any, total: int | None = None) -> str:
+    """What was lost, and why, in one line (spans, then metric data points)."""
+    parts = []
+    if exporter.lost:
+        of = f" of {total}" if total is not None else ""
+        parts.append(f"{exporter.lost}{of} spans could not be sent to {exporter.where.traces}: {exporter.error}")
+    if exporter.points_lost:
+        parts.append(
+            f"{exporter.points_lost} metric points could not be sent to {exporter.where.metrics}: "
+            f"{exporter.points_error}"
+        )
+    return "; ".join(parts)
+
+
+def run_identity(db: Any, run_id: int) -> str:
+    """What names a run wherever its database is copied or moved (its id, start time to the
+    nanosecond, proxy pid and source): the seed of its span and trace ids."""
+    row = db.execute("select started_ns, proxy_pid, source from runs where id = ?", [run_id]).fetchone()
+    started, pid, source = row if row else (None, None, None)
+    return f"acp-proxy run {run_id} {started} {pid} {source}"
 
 
 FAULTS_SQL = "select seq, ts_ns, rule, action, detail from faults where run_id = ? and seq > ? order by seq, id"

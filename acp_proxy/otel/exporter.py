@@ -3,10 +3,12 @@
 Owns: turning each ``spans.Span`` into a span of the SDK's tracer (so the SDK's sampler,
 limits and resource settings — ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
 ``OTEL_TRACES_SAMPLER``, ``OTEL_EXPORTER_OTLP_HEADERS`` — apply), and delivering them over
-OTLP/HTTP from a thread of its own that never makes its caller wait: spans that cannot be
-delivered (the collector refuses, is down, or is too slow for the bounded queue) are counted as
-lost, with the first reason, and the caller carries on. Metric measurements go to histograms of
-the SDK's meter and leave through its periodic reader.
+OTLP (``protocols``: gRPC, HTTP with protobuf or JSON) from a thread of its own that never makes
+its caller wait: spans that cannot be delivered (the collector refuses, is down, or is too slow
+for the bounded queue) are counted as lost, with the first reason, and the caller carries on.
+Metric measurements go to histograms of the SDK's meter, with the bucket boundaries the semantic
+conventions advise (``BUCKETS``), and leave through its periodic reader; measurements a collector
+refuses are counted too (``points_lost``), with their reason.
 
 Must not know: frames, rows, SQL, ACP. It imports the SDK when an ``Exporter`` is made, so the rest
 of acp-proxy works without the ``[otel]`` extra.
@@ -29,14 +31,32 @@ if TYPE_CHECKING:
     from acp_proxy.otel.spans import Point, Span
 
 EXPORT_TIMEOUT_S = 5.0
-"""How long one delivery may take, retries included (the SDK's own default is 10 s)."""
+"""How long one delivery may take, retries included (the SDK's own default is 10 s), unless
+``OTEL_EXPORTER_OTLP_TIMEOUT`` says otherwise."""
 MAX_QUEUED_SPANS = 20_000
 """Spans waiting for a slow collector beyond this are given up (counted lost)."""
 BATCH_SPANS = 512
 METRIC_INTERVAL_S = 15.0
 SERVICE_NAME = "acp-proxy"
 
-_UNITS = {"gen_ai.client.token.usage": "{token}"}
+_DURATION_GENAI = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+BUCKETS: dict[str, tuple[str, tuple[float, ...]]] = {
+    # Each histogram's unit and the ExplicitBucketBoundaries its semantic convention advises (the
+    # SDK's default, 0, 5, 10, 25, ... 10000, puts every call under 5 s in one bucket).
+    # GenAI, semantic-conventions v1.39.0 docs/gen-ai/gen-ai-metrics.md (the same advice in
+    # open-telemetry/semantic-conventions-genai, where the GenAI conventions moved, which also
+    # defines time_to_first_chunk with it):
+    "gen_ai.client.operation.duration": ("s", _DURATION_GENAI),
+    "gen_ai.client.operation.time_to_first_chunk": ("s", _DURATION_GENAI),
+    "gen_ai.client.token.usage": (
+        "{token}",
+        (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864),
+    ),
+    # RPC, semantic-conventions v1.44.0 docs/rpc/rpc-metrics.md: its own advice, which tops out at
+    # 10 s (a longer call, such as a whole prompt turn, lands in the overflow bucket; the turn's
+    # duration is gen_ai.client.operation.duration, whose buckets reach 81.92 s).
+    "rpc.client.call.duration": ("s", (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)),
+}
 
 
 class _Reasons(logging.Handler):
@@ -70,30 +90,32 @@ class Exporter:
     def __init__(self, where: Endpoints, *, timeout: float = EXPORT_TIMEOUT_S, max_queued: int = MAX_QUEUED_SPANS):
         from opentelemetry import context as otel_context
         from opentelemetry import trace
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-        from opentelemetry.sdk.resources import SERVICE_NAME as SERVICE_KEY
-        from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
         from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+        from acp_proxy.otel import protocols
 
         self._reasons = _quiet_sdk()
         self._trace = trace
         self._context = otel_context
-        service = os.environ.get("OTEL_SERVICE_NAME") or SERVICE_NAME
-        resource = Resource.create({SERVICE_KEY: service, "service.version": __version__})
+        resource = _resource()
+        timeout = where.timeout_s or timeout
         self.where = where
         self.sent = 0
         self.lost = 0
         self.error: str | None = None
+        self.points_sent = 0
+        self.points_lost = 0
+        """Metric data points the collector did not take (refused, down, too slow)."""
+        self.points_error: str | None = None
         self._max_queued = max_queued
         self._queue: deque[Any] = deque()
         self._in_flight = 0
         self._cond = threading.Condition()
         self._closed = False
-        self._span_exporter = OTLPSpanExporter(endpoint=where.traces, timeout=timeout)
+        self._span_exporter = protocols.span_exporter(where, timeout)
         exporter = self
 
         class Ids(IdGenerator):
@@ -117,7 +139,7 @@ class Exporter:
         self._provider.add_span_processor(Enqueue())
         self._tracer = self._provider.get_tracer("acp-proxy", __version__)
         self._reader = PeriodicExportingMetricReader(
-            OTLPMetricExporter(endpoint=where.metrics, timeout=timeout),
+            _counting(protocols.metric_exporter(where, timeout), self),
             export_interval_millis=METRIC_INTERVAL_S * 1000,
             export_timeout_millis=timeout * 1000,
         )
@@ -166,8 +188,9 @@ class Exporter:
     def _record(self, point: Point) -> None:
         histogram = self._histograms.get(point.metric)
         if histogram is None:
+            unit, bounds = BUCKETS.get(point.metric, ("s", None))
             histogram = self._histograms[point.metric] = self._meter.create_histogram(
-                point.metric, unit=_UNITS.get(point.metric, "s")
+                point.metric, unit=unit, explicit_bucket_boundaries_advisory=bounds
             )
         histogram.record(point.value, point.attributes)
 
@@ -198,6 +221,7 @@ class Exporter:
             except Exception as exc:  # the SDK's exporter should not raise; it must not stop delivery
                 ok = False
                 self._reasons.last = f"{type(exc).__name__}: {exc}"
+            reason = getattr(self._span_exporter, "error", None) or self._reasons.last
             with self._cond:
                 if self._closed:
                     return  # ``close`` gave up on this batch and counted it lost
@@ -206,7 +230,7 @@ class Exporter:
                     self.sent += len(batch)
                 else:
                     self.lost += len(batch)
-                    self.error = self.error or self._reasons.last or "the collector did not accept them"
+                    self.error = self.error or reason or "the collector did not accept them"
                 self._cond.notify_all()
 
     def close(self, timeout: float) -> None:
@@ -236,3 +260,52 @@ class Exporter:
 
         threading.Thread(target=flush, name="otlp-metrics", daemon=True).start()
         done.wait(remaining + 1)
+
+
+def _resource() -> Any:
+    """The SDK's resource (``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME``, which wins, as the
+    specification says), named ``acp-proxy`` when neither names the service."""
+    from opentelemetry.sdk.resources import SERVICE_NAME as SERVICE_KEY
+    from opentelemetry.sdk.resources import Resource
+
+    resource = Resource.create({"service.version": __version__})
+    named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    return resource if named else resource.merge(Resource({SERVICE_KEY: SERVICE_NAME}))
+
+
+def _counting(inner: Any, exporter: Exporter) -> Any:
+    """``inner`` (a metric exporter) counting the data points each export delivers or loses."""
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+    class Counting(MetricExporter):
+        def __init__(self) -> None:
+            super().__init__(inner._preferred_temporality, inner._preferred_aggregation)
+
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
+            points = sum(
+                len(m.data.data_points)
+                for rm in metrics_data.resource_metrics
+                for sm in rm.scope_metrics
+                for m in sm.metrics
+            )
+            try:
+                result = inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+            except Exception as exc:  # must not stop the reader; counted below
+                exporter._reasons.last = f"{type(exc).__name__}: {exc}"
+                result = MetricExportResult.FAILURE
+            with exporter._cond:
+                if result == MetricExportResult.SUCCESS:
+                    exporter.points_sent += points
+                else:
+                    exporter.points_lost += points
+                    reason = getattr(inner, "error", None) or exporter._reasons.last
+                    exporter.points_error = exporter.points_error or reason or "the collector did not accept them"
+            return result
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return bool(inner.force_flush(timeout_millis))
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            inner.shutdown(timeout_millis=timeout_millis)
+
+    return Counting()

@@ -19,6 +19,7 @@ Must not know: the relay, the recorder, the link format, how frames are decoded 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -53,8 +54,7 @@ def spawn(db_path: Path, *, proxy_pid: int, not_before_ns: int, where: Endpoints
         "db": str(db_path),
         "proxy_pid": proxy_pid,
         "not_before_ns": not_before_ns,
-        "traces": where.traces,
-        "metrics": where.metrics,
+        "where": dataclasses.asdict(where),
         "content": content,
     }
     argv = [sys.executable, "-m", "acp_proxy.otel.follow", json.dumps(config)]
@@ -148,9 +148,9 @@ def _find_run(db_path: Path, proxy_pid: int, not_before_ns: int) -> int | None:
 
 
 def follow(db_path: Path, run_id: int, config: dict[str, Any]) -> int:
-    from acp_proxy.otel.command import FAULTS_SQL
+    from acp_proxy.otel.command import FAULTS_SQL, delivery_report, run_identity
     from acp_proxy.otel.exporter import Exporter
-    from acp_proxy.otel.spans import SpanBuilder, fault_annotation
+    from acp_proxy.otel.spans import SpanBuilder, fault_annotation, recording_ids
     from acp_proxy.store import database as store
 
     conn = _connect(db_path)
@@ -158,8 +158,9 @@ def follow(db_path: Path, run_id: int, config: dict[str, Any]) -> int:
         return 1
     conn.row_factory = sqlite3.Row
     (started_ns,) = conn.execute("select started_ns from runs where id = ?", [run_id]).fetchone()
-    exporter = Exporter(Endpoints(config["traces"], config["metrics"]))
-    builder = SpanBuilder(run_id=run_id, content=bool(config.get("content")), start_ns=started_ns)
+    exporter = Exporter(Endpoints(**config["where"]))
+    ids = recording_ids(run_identity(conn, run_id))  # the ids an export of this run sends
+    builder = SpanBuilder(run_id=run_id, content=bool(config.get("content")), start_ns=started_ns, ids=ids)
     last_seq = 0
     last_finding = 0
     quiet_since: float | None = None
@@ -194,9 +195,10 @@ def follow(db_path: Path, run_id: int, config: dict[str, Any]) -> int:
         time.sleep(POLL_S)
     conn.close()
     exporter.close(FLUSH_TIMEOUT_S)
-    store.update_run(
-        db_path, run_id, {"otlp_spans": exporter.sent, "otlp_spans_lost": exporter.lost, "otlp_error": exporter.error}
-    )
+    # Metric points lost have no column of their own: they are counted in ``otlp_error``.
+    error = delivery_report(exporter) or None
+    counts = {"otlp_spans": exporter.sent, "otlp_spans_lost": exporter.lost, "otlp_error": error}
+    store.update_run(db_path, run_id, counts)
     return 0
 
 

@@ -5,18 +5,21 @@ generative-AI agents and for JSON-RPC:
 
 - one trace per prompt turn, rooted in an ``invoke_agent`` span (kind CLIENT) from the
   ``session/prompt`` request to the frame that ended the turn: ``gen_ai.operation.name``,
-  ``gen_ai.conversation.id`` (the ACP session id), ``gen_ai.agent.name`` / ``gen_ai.agent.version``
-  (the agent's ``initialize`` answer), ``gen_ai.response.finish_reasons`` (the stop reason),
+  ``gen_ai.provider.name`` (``acp``), ``gen_ai.conversation.id`` (the ACP session id),
+  ``gen_ai.agent.id`` / ``gen_ai.agent.name`` / ``gen_ai.agent.version`` (the agent's
+  ``initialize`` answer), ``gen_ai.response.finish_reasons`` (the stop reason),
   ``gen_ai.usage.*`` where the agent reported token usage (the unstable ``usage`` of a prompt
   response or of an ``idle`` state update), ``gen_ai.response.time_to_first_chunk``;
 - ``execute_tool`` children (kind INTERNAL) for the turn's tool calls, from their first
   ``tool_call`` update to the one that made them ``completed`` or ``failed``:
-  ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``acp.tool.kind``, ``acp.tool.status``;
+  ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.type`` (``extension``: the agent
+  runs them), ``acp.tool.kind``, ``acp.tool.status``;
 - every JSON-RPC request as an RPC span (kind CLIENT: the caller's view, whichever side called;
   ``acp.direction`` says which): ``rpc.system.name`` (and the older ``rpc.system``) ``jsonrpc``,
-  ``rpc.method``, ``jsonrpc.request.id``, ``rpc.response.status_code`` / ``error.type`` on an
-  error answer. Requests of a session with a turn open are children of that turn (a permission
-  request of the tool call it names: the permission wait, ``acp.permission.outcome``); the rest
+  ``rpc.method``, ``jsonrpc.request.id``, ``network.transport`` (``pipe``),
+  ``rpc.response.status_code`` / ``error.type`` on an error answer. Requests of a session with
+  a turn open are children of that turn (a permission request of the tool call it names: the
+  permission wait, ``acp.permission.outcome``); the rest
   are children of the run's ``acp.connection`` span, a trace of its own that also holds what
   belongs to no turn;
 - span events: ``acp.notice`` (live notices), ``acp.cancel``, ``acp.fault`` and ``acp.finding``
@@ -38,8 +41,10 @@ facts from (tool call updates, permission answers, usage, notices, and message t
 ``content``). "First output" is the turns table's rule: the first agent message, thought or
 tool call update of the turn, history excluded.
 
-Must not know: the OpenTelemetry SDK, HTTP, SQL, clocks. ``ids`` makes span and trace ids (a
-seeded one makes traces reproducible in tests).
+Must not know: the OpenTelemetry SDK, HTTP, SQL, clocks. ``ids`` makes span and trace ids:
+``recording_ids`` derives them from the recording (the run's identity and the order in which the
+builder asks), so exporting a run again sends the same ids and a backend keeps one copy, and a
+live trace has the ids a later export of its run sends.
 
 Rule: total and bounded. Any rows give spans or none, never an exception; state is kept only
 for what is open (pending requests, open turns and their tool calls).
@@ -47,6 +52,7 @@ for what is open (pending requests, open turns and their tool calls).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections.abc import Callable, Iterable, Mapping
@@ -62,6 +68,15 @@ from acp_proxy.protocol.state import ConnectionState, RecordedFrame
 __all__ = ["Annotation", "Point", "Span", "SpanBuilder", "SpanEvent", "build", "fault_annotation", "finding_annotation"]
 
 INTERNAL, CLIENT = "internal", "client"
+PROVIDER = "acp"
+"""``gen_ai.provider.name`` (required on GenAI spans and metrics): the conventions' value is the
+"telemetry flavour" the spans carry; none of the well-known ones (openai, anthropic, ...) is
+known to a proxy that sees only ACP, and the ``acp.*`` attributes are ACP's, so ``acp``."""
+TOOL_TYPE = "extension"
+"""``gen_ai.tool.type``: ACP's tool calls run on the agent's side ("extension" in the
+conventions; "function" is a tool the client runs)."""
+TRANSPORT = "pipe"
+"""``network.transport`` of every JSON-RPC call: ACP runs over the agent's stdin and stdout."""
 _OUTPUT_PREFIXES = ("agent_message", "agent_thought", "tool_call")
 _TERMINAL_TOOL_STATUS = frozenset({"completed", "failed"})
 _decode = msgspec.json.Decoder()
@@ -106,6 +121,21 @@ class Point:
 
 def _random_ids(bits: int) -> int:
     return random.getrandbits(bits) or 1
+
+
+def recording_ids(identity: str) -> Callable[[int], int]:
+    """Ids for ``SpanBuilder``: the nth id asked for is a hash of ``identity`` (what names the
+    run wherever its database is copied: see ``command.run_identity``) and n, never 0. The
+    builder asks in the order of the frames, so the same rows give the same ids."""
+    count = 0
+
+    def ids(bits: int) -> int:
+        nonlocal count
+        count += 1
+        digest = hashlib.sha256(f"{identity}\0{count}".encode()).digest()
+        return int.from_bytes(digest[: bits // 8], "big") or 1
+
+    return ids
 
 
 # -- what is open ------------------------------------------------------------------------------
@@ -312,6 +342,7 @@ class SpanBuilder:
             end_ns=-1,
             attributes={
                 "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.provider.name": PROVIDER,
                 "gen_ai.conversation.id": e.session_id,
                 "acp.turn.index": e.index,
                 "acp.prompt.seq": e.prompt_seq,
@@ -412,6 +443,7 @@ class SpanBuilder:
             "rpc.method": e.method or "",
             "jsonrpc.protocol.version": "2.0",
             "jsonrpc.request.id": _id(e.rpc_id),
+            "network.transport": TRANSPORT,
             "acp.direction": e.direction,
             "acp.frame.seq": e.seq,
         }
@@ -447,6 +479,7 @@ class SpanBuilder:
             attrs["rpc.response.status_code"] = status
             attrs["error.type"] = status
             metric["error.type"] = status
+            metric["rpc.response.status_code"] = status
             request.span.error = self._clean(row.get("error_message")) or "error"
         elif request.method == "session/request_permission":
             self._permission_answer(request, row)
@@ -533,6 +566,7 @@ class SpanBuilder:
         if tool is None:
             attrs = {
                 "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.type": TOOL_TYPE,
                 "gen_ai.tool.call.id": self._clean(tool_call_id),
                 "gen_ai.conversation.id": turn.span.session_id,
                 "acp.tool.kind": "other",
@@ -591,7 +625,9 @@ class SpanBuilder:
                 target[key] = self._clean(info[key])
 
     def _peer_attributes(self) -> dict[str, Any]:
-        attrs: dict[str, Any] = self._agent_metric_attributes()
+        attrs: dict[str, Any] = {}
+        if "name" in self._agent:  # ACP's agents have no other identity than their name
+            attrs["gen_ai.agent.name"] = attrs["gen_ai.agent.id"] = self._agent["name"]
         if "version" in self._agent:
             attrs["gen_ai.agent.version"] = self._agent["version"]
         if "name" in self._client:
@@ -603,7 +639,10 @@ class SpanBuilder:
         return attrs
 
     def _agent_metric_attributes(self) -> dict[str, Any]:
-        return {"gen_ai.agent.name": self._agent["name"]} if "name" in self._agent else {}
+        attrs: dict[str, Any] = {"gen_ai.provider.name": PROVIDER}
+        if "name" in self._agent:
+            attrs["gen_ai.agent.name"] = self._agent["name"]
+        return attrs
 
     def _usage(self, usage: Any) -> dict[str, Any]:
         if not isinstance(usage, dict):

@@ -155,6 +155,19 @@ def test_a_live_trace_is_the_trace_an_export_of_the_run_sends(tmp_path: Path) ->
     names = [s.name for s in live.spans]
     assert names.count("invoke_agent acp-proxy-sdk-agent") == 2 and names.count("execute_tool Write notes.txt") == 2
     assert shape(live.spans) == shape(exported.spans)
+    # The same ids too: exporting a run that was followed live adds no second copy to a backend.
+    assert sorted((s.trace_id, s.span_id, s.parent_id) for s in live.spans) == sorted(
+        (s.trace_id, s.span_id, s.parent_id) for s in exported.spans
+    )
+
+
+def test_metrics_a_collector_refuses_live_are_counted_on_the_run(tmp_path: Path) -> None:
+    with receiver("no_metrics") as phoenix:  # Arize Phoenix answers /v1/metrics with 405
+        db, _ = live_run(tmp_path, phoenix.url)
+        row = wait_for_counts(db, 1)
+    assert (row["otlp_spans"], row["otlp_spans_lost"]) == (len(phoenix.spans), 0) and row["otlp_spans"] > 0
+    assert row["otlp_error"] and "metric points could not be sent" in row["otlp_error"]
+    assert "405" in row["otlp_error"] and not phoenix.metrics
 
 
 def turn_durations(db: Path) -> list[int]:

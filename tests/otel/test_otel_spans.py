@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acp_proxy.otel.endpoints import OtlpError, endpoints
-from acp_proxy.otel.spans import Span, SpanBuilder, build, fault_annotation
+from acp_proxy.otel.spans import Span, SpanBuilder, build, fault_annotation, recording_ids
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.redact import MASK
 
@@ -425,3 +425,49 @@ def test_a_bad_collector_address_is_one_line(url: str) -> None:
         with pytest.raises(OtlpError) as caught:
             endpoints(option, env)
         assert "\n" not in str(caught.value) and url in str(caught.value)
+
+
+def test_the_protocol_decides_the_signal_addresses() -> None:
+    grpc = endpoints("http://collector:4317", {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    assert grpc is not None and (grpc.traces, grpc.metrics, grpc.protocol) == (
+        "http://collector:4317",
+        "http://collector:4317",
+        "grpc",
+    )
+    mixed = endpoints(
+        "http://c:4318",
+        {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/json"},
+    )
+    assert mixed is not None and (mixed.traces, mixed.metrics) == ("http://c:4318", "http://c:4318/v1/metrics")
+    assert (mixed.protocol, mixed.metrics_protocol) == ("grpc", "http/json")
+    plain = endpoints("http://c:4318", {"OTEL_EXPORTER_OTLP_TIMEOUT": "2500"})
+    assert plain is not None and (plain.protocol, plain.timeout_s) == ("http/protobuf", 2.5)
+
+
+def test_grpc_without_its_exporter_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from acp_proxy.errors import UsageError
+    from acp_proxy.otel.command import live_endpoints
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc", None)
+    with pytest.raises(UsageError) as caught:
+        live_endpoints("http://127.0.0.1:4317", content=False, no_record=False)
+    assert "opentelemetry-exporter-otlp-proto-grpc" in str(caught.value) and "\n" not in str(caught.value)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")  # not needed over HTTP
+    assert live_endpoints("http://127.0.0.1:4318", content=False, no_record=False) is not None
+
+
+def test_recording_ids_are_the_same_for_the_same_run_and_differ_between_runs() -> None:
+    f = Frames()
+    handshake(f)
+    a_turn_with_a_tool_and_a_permission(f)
+    once, _ = build(f.rows, ids=recording_ids("run 1 at T"))
+    again, _ = build(f.rows, ids=recording_ids("run 1 at T"))
+    other, _ = build(f.rows, ids=recording_ids("run 2 at T"))
+    key = [(s.name, s.trace_id, s.span_id, s.parent_id) for s in once]
+    assert key == [(s.name, s.trace_id, s.span_id, s.parent_id) for s in again]
+    assert len({s.span_id for s in once}) == len(once) and all(0 < s.span_id < 2**64 for s in once)
+    assert all(0 < s.trace_id < 2**128 for s in once)
+    assert not {s.span_id for s in once} & {s.span_id for s in other}
