@@ -773,6 +773,12 @@ def _write_raw(out: Any, rows: Iterable[dict[str, Any]]) -> int:
 @click.option("--raw", "as_raw", is_flag=True, help="Exactly the bytes that crossed the wire, one frame per line.")
 @click.option("-v", "--verbose", is_flag=True, help="Each frame's raw JSON on the line below it.")
 @click.option("-n", "--limit", type=count(), default=None, help="At most this many frames.")
+@click.option(
+    "--redact",
+    is_flag=True,
+    help="Mask secrets (credential headers, env values, bearer tokens, API keys, JWTs) before the FILTER "
+    "reads a frame: text: then matches the masked frame, as shown.",
+)
 @click.argument("filter_words", nargs=-1, metavar="[FILTER]...", type=TEXT)
 def frames(
     db_path: Path | None,
@@ -780,6 +786,7 @@ def frames(
     as_raw: bool,
     verbose: bool,
     limit: int | None,
+    redact: bool,
     filter_words: tuple[str, ...],
 ) -> None:
     """The frames of every recorded run, or those the FILTER selects, in relay order.
@@ -799,18 +806,16 @@ def frames(
         acp-proxy frames run:1 dir:c2a --raw | some-acp-agent   # replay a client's side
     """
     from acp_proxy.cli import views
-    from acp_proxy.read import queries
+    from acp_proxy.protocol.redact import Redactor
+    from acp_proxy.read import frames as selections
 
     if as_raw and not output.table:
         raise click.UsageError("choose one of --json, --jsonl and --raw")
-    expr = parse_filter(filter_words)
+    redactor = Redactor(enabled=redact)
+    parse_filter(filter_words)  # a bad filter: one line, before the database is opened
     db = open_db(db_path)
-    where, params = expr.to_sql()
-    sql = f"select * from frames where {where} order by run_id, seq"
-    if limit is not None:
-        sql += " limit ?"
-        params = [*params, limit]
-    found = queries.iter_rows(db, sql, params)
+    expr = selections.parse(db, " ".join(filter_words))
+    found = selections.Selection(db, expr, redactor).rows(limit=limit)
     with views.output(page=output.page and not as_raw) as out:
         if as_raw:
             cut = _write_raw(out, found)

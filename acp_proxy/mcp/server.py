@@ -151,22 +151,24 @@ class Tools:
         `text:"permission denied"`. At most 500 per call (``limit``; ``offset`` skips); each
         frame's ``raw`` is cut at ``max_chars`` characters (`frame` gives one whole)."""
         from acp_proxy.protocol import filters
-        from acp_proxy.read import exports, queries
+        from acp_proxy.read import exports
+        from acp_proxy.read import frames as pages
 
-        try:
-            expr = filters.parse(filter)
-        except filters.FilterError as exc:
-            raise ToolFailure(f"bad filter: {exc}") from None
         limit = min(_count(limit, "limit"), MAX_FRAMES)
-        where, params = expr.to_sql()
-        sql = f"select * from frames where {where} order by run_id, seq limit ? offset ?"
+        offset = _count(offset, "offset")
+        max_chars = _count(max_chars, "max_chars")
         with self._db() as db:
-            found = queries.rows(db, sql, [*params, limit, _count(offset, "offset")])
+            try:
+                expr = pages.parse(db, filter)
+            except filters.FilterError as exc:
+                raise ToolFailure(f"bad filter: {exc}") from None
+            # Masked before the filter reads them: a text: term cannot probe a secret.
+            found = list(pages.Selection(db, expr, self.redactor).rows(limit=offset + limit))[offset:]
         shown = []
         for row in found:
-            obj = exports.frame_object(self._redacted(row))
+            obj = exports.frame_object(row)
             if isinstance(obj.get("raw"), str):
-                obj["raw"] = _cut(obj["raw"], _count(max_chars, "max_chars"))
+                obj["raw"] = _cut(obj["raw"], max_chars)
             shown.append(obj)
         return self._json(shown)
 

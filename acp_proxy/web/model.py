@@ -24,6 +24,7 @@ from acp_proxy.protocol import filters
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.read import diff as df
 from acp_proxy.read import fold as fd
+from acp_proxy.read import frames as selections
 from acp_proxy.read import queries
 from acp_proxy.web import known, timeline
 
@@ -196,7 +197,7 @@ def conversation(
             out["waterfall"] = timeline.waterfall(convs, ts_of)
             out["latency"] = timeline.latency_samples(rows)
     if "timeline" in parts:
-        out.update(_timeline(db, where, params, run_ids, redactor, filter_text, parse_cursor(after), limit))
+        out.update(_timeline(db, ref, run_ids, redactor, filter_text, parse_cursor(after), limit))
     return out
 
 
@@ -250,8 +251,7 @@ def _conversation_json(conv: fd.Conversation) -> dict[str, Any]:
 
 def _timeline(
     db: Any,
-    where: str,
-    params: list[Any],
+    ref: queries.Ref,
     run_ids: list[int],
     redactor: Redactor,
     filter_text: str | None,
@@ -259,26 +259,16 @@ def _timeline(
     limit: int,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"filter": filter_text or "", "filter_error": None}
-    clauses, args = [where], list(params)
-    if filter_text and filter_text.strip():
-        try:
-            expr = filters.parse(filter_text)
-        except filters.FilterError as exc:
-            out.update(filter_error=_one_line(exc), timeline=[], shown=0, more=False)
-            return out
-        filter_sql, more = expr.to_sql()
-        clauses.append(f"({filter_sql})")
-        args += more
-    if cursor is not None:
-        clauses.append("(frames.run_id > ? or (frames.run_id = ? and frames.seq > ?))")
-        args += [cursor[0], cursor[0], cursor[1]]
+    try:
+        expr = selections.parse(db, filter_text)
+    except filters.FilterError as exc:
+        out.update(filter_error=_one_line(exc), timeline=[], shown=0, more=False)
+        return out
     limit = max(1, min(int(limit), MAX_LIMIT))
-    sql = f"select * from frames where {' and '.join(clauses)} order by frames.run_id, frames.seq limit ?"
-    selected = queries.rows(db, sql, [*args, limit + 1])
+    # Masked before the filter reads it: a text: term matches what the page shows, no more.
+    selected = list(selections.Selection(db, expr, redactor, ref).rows(cursor, limit + 1))
     out["more"] = len(selected) > limit
     selected = selected[:limit]
-    for row in selected:
-        _redact_row(row, redactor)
     faults, findings = _annotations(db, run_ids, redactor)
     trows = [
         timeline.timeline_row(r, faults.get((r["run_id"], r["seq"]), ()), findings.get((r["run_id"], r["seq"]), ()))

@@ -1,0 +1,124 @@
+"""The read layer: every door renders one answer, computed once, masked before any filter.
+
+A planted ``ghp_`` token must not be recoverable by prefix probing through a filter in any door
+that masks (the MCP ``frames`` tool, ``frames --redact``, the inspector's timeline)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from acp_proxy.cli.commands import cli
+from acp_proxy.protocol.redact import MASK, Redactor
+from acp_proxy.read import frames as selections
+from acp_proxy.record.importers import Record, write_run
+from acp_proxy.store import database as store
+
+TOKEN = "ghp_" + "R7kQ2mZx9WpL4vNc8TbY3hJd6FsG1aUe5oXi"  # 40 characters, GitHub's shape
+PREFIXES = [TOKEN[:n] for n in (4, 5, 8, 20, 39, 40)]
+
+
+def _f(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def probe_recording(db: Path) -> Path:
+    """One run: initialize, a session, a prompt whose answer quotes the token, a stderr line with it."""
+    update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": f"use {TOKEN} now"}}
+    write_run(
+        db,
+        [
+            Record(
+                "c2a", 1_000, _f({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
+            ),
+            Record("a2c", 2_000, _f({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1}})),
+            Record(
+                "c2a",
+                3_000,
+                _f({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}}),
+            ),
+            Record("a2c", 4_000, _f({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s1"}})),
+            Record(
+                "c2a",
+                5_000,
+                _f(
+                    {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": "s1", "prompt": []}}
+                ),
+            ),
+            Record(
+                "a2c",
+                6_000,
+                _f({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": update}}),
+            ),
+            Record("stderr", 6_500, f"token {TOKEN}".encode()),
+            Record("a2c", 7_000, _f({"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}})),
+        ],
+        {},
+    )
+    return db
+
+
+@pytest.fixture
+def probe_db(tmp_path: Path) -> Path:
+    return probe_recording(tmp_path / "probe.db")
+
+
+def select(db_path: Path, text: str, enabled: bool) -> list[dict[str, Any]]:
+    db = store.open_for_reading(db_path)
+    try:
+        return list(selections.Selection(db, selections.parse(db, text), Redactor(enabled=enabled)).rows())
+    finally:
+        db.conn.close()
+
+
+def test_a_filter_reads_the_masked_frame(probe_db: Path) -> None:
+    everything = select(probe_db, "", True)
+    for prefix in PREFIXES:
+        assert len(select(probe_db, f'text:"{prefix}"', False)) == 2  # as recorded: both frames hold it
+        assert select(probe_db, f'text:"{prefix}"', True) == []
+        # Negated, the complement: every frame, none singled out.
+        assert len(select(probe_db, f'-text:"{prefix}"', True)) == len(everything)
+        assert len(select(probe_db, f'dir:stderr OR text:"{prefix}"', True)) == 1
+    shown = select(probe_db, f"text:{MASK.strip('[]')}", True)
+    assert [f["dir"] for f in shown] == ["a2c", "stderr"] and all(TOKEN not in (f["raw"] or "") for f in shown)
+
+
+def test_a_page_has_a_total_and_a_keyset_cursor(probe_db: Path) -> None:
+    db = store.open_for_reading(probe_db)
+    try:
+        selection = selections.Selection(db, selections.parse(db, "-dir:stderr"), Redactor())
+        first = selection.page(limit=3)
+        second = selection.page(first.cursor, limit=3)
+        rest = selection.page(second.cursor, limit=3)
+    finally:
+        db.conn.close()
+    assert first.total == second.total == rest.total == 7
+    assert [f["seq"] for f in first.frames + second.frames + rest.frames] == [1, 2, 3, 4, 5, 6, 8]
+    assert first.more and second.more and not rest.more
+
+
+def test_cli_frames_redact_cannot_be_probed(probe_db: Path) -> None:
+    def frames(*args: str) -> list[dict[str, Any]]:
+        result = CliRunner().invoke(cli, ["frames", "--db", str(probe_db), "--json", *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    for prefix in PREFIXES:
+        assert len(frames(f"text:{prefix}")) == 2
+        assert frames("--redact", f"text:{prefix}") == []
+    assert all(TOKEN not in json.dumps(f) for f in frames("--redact"))
+
+
+def test_mcp_frames_filter_cannot_be_probed(probe_db: Path, tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
+    from tests.mcp.test_mcp import session
+
+    calls = [("frames", {"filter": f'text:"{prefix}"'}) for prefix in PREFIXES]
+    _, masked = session(probe_db, calls, errlog=tmp_path / "err.txt")
+    _, plain = session(probe_db, calls, "--no-redact", errlog=tmp_path / "err2.txt")
+    assert all(len(a.json()) == 2 for a in plain)
+    assert all(a.json() == [] for a in masked)
