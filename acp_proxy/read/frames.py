@@ -143,6 +143,20 @@ class Selection:
             return int(self.db.execute(f"select count(*) from frames where {where}", args).fetchone()[0])
         return sum(1 for _ in self.rows())
 
+    def last(self) -> Cursor | None:
+        """The place of the selection's last frame (masking cannot move it: only whether a filter
+        that reads masked text matches)."""
+        if self.in_python:
+            found = None
+            for row in self.rows():
+                found = (row["run_id"], row["seq"])
+            return found
+        where, args = self._where(None)
+        row = self.db.execute(
+            f"select run_id, seq from frames where {where} order by frames.run_id desc, frames.seq desc limit 1", args
+        ).fetchone()
+        return (row[0], row[1]) if row else None
+
     def page(self, after: Cursor | None = None, limit: int = 50, offset: int = 0) -> FramePage:
         """``limit`` frames after ``after`` (``offset`` more skipped), with the selection's total."""
         taken = list(self.rows(after, offset + limit + 1))[offset:]
