@@ -311,10 +311,7 @@ def _runs_of(db: Any, text: str) -> tuple[Any, str, list[int]]:
     """A REF, or ``all``: (the resolved Ref or None, how to name it, its run ids)."""
     from acp_proxy.read import queries
 
-    if text == "all":
-        return None, "every run", [row[0] for row in db.execute("select id from runs order by id")]
-    resolved = resolve_ref(db, text)
-    return resolved, resolved.describe(), queries.run_ids_of(db, resolved)
+    return queries.resolve_scope(db, text)
 
 
 def parse_filter(words: tuple[str, ...]) -> Any:
@@ -525,18 +522,11 @@ def stats(db_path: Path | None, output: Output, ref: str) -> None:
     """
     from acp_proxy.cli import views
     from acp_proxy.read import queries
+    from acp_proxy.read import stats as stats_report
 
     db = open_db(db_path)
-    resolved, label, run_ids = _runs_of(db, ref)
-    session_id = resolved.session_id if resolved is not None else None
-    scope = None if resolved is None else run_ids
-    report: dict[str, Any] = {
-        "ref": label,
-        "latency": queries.latency_stats(db, scope),
-        "turns": queries.turn_stats(db, scope, session_id),
-        "unanswered": queries.unanswered(db, scope),
-        "errors": queries.errors(db, scope),
-    }
+    report = stats_report.stats(db, ref)
+    label = report["ref"]
     session_len = queries.session_prefix_length(db)
     with views.output(page=output.page) as out:
         if output.json:
@@ -649,26 +639,25 @@ def show(db_path: Path | None, output: Output, as_raw: bool, turn: int | None, r
         acp-proxy show last --raw
     """
     from acp_proxy.cli import transcript, views
-    from acp_proxy.read import queries
+    from acp_proxy.read import conversation, queries
+    from acp_proxy.read import faults as notes
 
     db = open_db(db_path)
     resolved = resolve_ref(db, ref)
-    found = queries.frames_of(db, resolved)
     with views.output(page=output.page) as out:
         if as_raw:
+            found = queries.frames_of(db, resolved)
             if _emit(out, output, (_frame_object(f) for f in found)):
                 return
             _frame_lines(out, db, found, verbose=False)
             return
-        conversations = transcript.fold_rows(found, ended=_runs_ended(db, queries.run_ids_of(db, resolved)))
-        if resolved.is_session:
-            conversations = {k: v for k, v in conversations.items() if k == resolved.session_id}
-        conversations = {k: v for k, v in conversations.items() if k is not None or not v.empty}
-        if _emit(out, output, (transcript.conversation_json(c) for c in conversations.values())):
+        folded = conversation.conversations(db, resolved)
+        if _emit(out, output, (conversation.conversation_json(c) for c in folded.conversations)):
             return
         con = out.console()
         if not resolved.is_session:
-            (run,) = queries.rows(db, "select * from runs where id = ?", [resolved.run_id])
+            run = queries.run_row(db, resolved.run_id or 0)
+            assert run is not None  # resolved: the run exists
             peers = _peers(run)
             exit_text = views.exit_status(run["exit_code"], run["exit_signal"], run["status"])
             con.print(
@@ -681,14 +670,13 @@ def show(db_path: Path | None, output: Output, as_raw: bool, turn: int | None, r
                 no_wrap=True,
                 overflow="ellipsis",
             )
-        if not conversations:
+        if not folded.conversations:
             con.print("no conversation recorded", style="dim")
             return
-        for conv in sorted(conversations.values(), key=lambda c: c.timeline[0].seq if c.timeline else 0):
+        for conv in folded.conversations:
             transcript.render_conversation(con, conv, turn)
-        _show_annotations(
-            con, db, queries.run_ids_of(db, resolved), {f["seq"] for f in found} if resolved.is_session else None
-        )
+        keys = {(f["run_id"], f["seq"]) for f in folded.frames} if resolved.is_session else None
+        _show_annotations(con, notes.faults(db, folded.run_ids, keys), notes.findings(db, folded.run_ids, keys))
 
 
 def _frame_object(row: dict[str, Any]) -> dict[str, Any]:
@@ -697,34 +685,10 @@ def _frame_object(row: dict[str, Any]) -> dict[str, Any]:
     return exports.frame_object(row)
 
 
-def _runs_ended(db: Any, run_ids: list[int]) -> dict[int, bool]:
-    """Run id -> whether the run is over (its unanswered requests and open turns are final)."""
-    from acp_proxy.read import queries
-
-    marks = ",".join("?" * len(run_ids)) or "null"
-    return {
-        r["id"]: r["status"] != "running"
-        for r in queries.rows(db, f"select id, status from runs where id in ({marks})", run_ids)
-    }
-
-
-def _show_annotations(con: Any, db: Any, run_ids: list[int], seqs: set[int] | None) -> None:
+def _show_annotations(con: Any, faults: list[dict[str, Any]], findings: list[dict[str, Any]]) -> None:
     """Faults applied and conformance findings, each pointing at its frame."""
-    from acp_proxy.read import queries
     from acp_proxy.read.summary import printable
 
-    marks = ",".join("?" * len(run_ids)) or "null"
-    faults = queries.rows(
-        db,
-        f"select f.run_id, f.seq, f.action, f.detail, f.rule, x.dir, x.kind, x.method from faults f "
-        f"left join frames x on x.run_id = f.run_id and x.seq = f.seq "
-        f"where f.run_id in ({marks}) order by f.run_id, f.seq",
-        run_ids,
-    )
-    findings = queries.rows(db, f"select * from findings where run_id in ({marks}) order by run_id, seq, id", run_ids)
-    if seqs is not None:
-        faults = [f for f in faults if f["seq"] in seqs]
-        findings = [f for f in findings if f["seq"] in seqs]
     if faults:
         con.print("Faults applied", style="bold red")
         for f in faults:
@@ -1010,7 +974,7 @@ def export(
     header = {
         "ref": ref,
         "resolved": label,
-        "runs": queries.rows(db, f"select * from runs where id in ({','.join('?' * len(run_ids)) or 'null'})", run_ids),
+        "runs": queries.runs_by_id(db, run_ids, counted=False),
     }
     lines = exports.export_lines(fmt, queries.export_frames(db, resolved), header, redactor)
     if output is None:
@@ -1048,7 +1012,7 @@ def _replay_rows(db: Any, ref_text: str) -> list[dict[str, Any]]:
     run_ids = queries.run_ids_of(db, resolved)
     if not run_ids:
         raise UsageError(f"{resolved.describe()} has no recorded run")
-    return queries.rows(db, "select * from frames where run_id = ? order by seq", [run_ids[0]])
+    return queries.run_frames(db, run_ids[0])
 
 
 _SPEED_RANGE = (0.01, 1000.0)
@@ -1181,6 +1145,7 @@ def _replay_client(
 
 def _run_of_proxy(db_path: Path, pid: int) -> int | None:
     """The run the proxy with this pid recorded (the newest, should the pid have been reused)."""
+    from acp_proxy.read import queries
     from acp_proxy.store import database as store
 
     try:
@@ -1188,10 +1153,9 @@ def _run_of_proxy(db_path: Path, pid: int) -> int | None:
     except store.StoreError:
         return None
     try:
-        row = db.execute("select max(id) from runs where proxy_pid = ?", [pid]).fetchone()
+        return queries.run_of_proxy(db, pid)
     finally:
         db.conn.close()
-    return row[0] if row else None
 
 
 # -- conformance checks ----------------------------------------------------------------------
@@ -1221,61 +1185,13 @@ def check(db_path: Path | None, output: Output, no_schema: bool, stable: bool, s
         acp-proxy check 3f2a --json
         acp-proxy check all --no-schema
     """
-    import time
-
-    from acp_proxy.checks import rules as checks
     from acp_proxy.cli import views
-    from acp_proxy.read import queries
+    from acp_proxy.read import conformance
 
     db = open_db(db_path)
-    resolved, label, run_ids = _runs_of(db, ref)
-    if not run_ids:
-        raise UsageError(f"{label} has no recorded run")
-    marks = ",".join("?" * len(run_ids))
-    run_rows = queries.rows(db, f"select id, protocol_version, status from runs where id in ({marks})", run_ids)
-    versions = {r["id"]: r["protocol_version"] for r in run_rows}
-    ended = {r["id"]: r["status"] != "running" for r in run_rows}
-    total = db.execute(
-        f"select count(*) from frames where run_id in ({marks}) and dir != 'stderr'", run_ids
-    ).fetchone()[0]
-    # A session is checked in the context of its whole runs (initialize, capabilities and pairing
-    # live outside the session's own frames); only findings on the session's frames are kept.
-    keep: set[tuple[int, int]] | None = None
-    if resolved is not None and resolved.is_session:
-        keep = {(f["run_id"], f["seq"]) for f in queries.frames_of(db, resolved)}
-    frames_ = queries.iter_rows(
-        db,
-        f"select * from frames where run_id in ({marks}) and dir != 'stderr' order by run_id, seq",
-        run_ids,
-    )
-    started = time.perf_counter()
-    found: list[dict[str, Any]] = []
-
-    def consume(stream: Any) -> None:
-        for finding in checks.check(stream, versions=versions, schema=not no_schema, unstable=not stable, ended=ended):
-            if keep is None or finding.seq is None or (finding.run_id, finding.seq) in keep:
-                found.append(finding.as_dict())
-
-    if sys.stderr.isatty() and total >= _PROGRESS_MIN_FRAMES and output.table:
-        from rich.console import Console
-        from rich.progress import Progress
-
-        with Progress(console=Console(stderr=True), transient=True) as progress:
-            task = progress.add_task("checking", total=total)
-
-            def counted() -> Any:
-                for n, frame in enumerate(frames_, start=1):
-                    if n % 1000 == 0:
-                        progress.update(task, completed=n)
-                    yield frame
-
-            consume(counted())
-    else:
-        consume(frames_)
-    took = time.perf_counter() - started
+    report = conformance.check(db, ref, schema=not no_schema, unstable=not stable, progress=_progress(output))
     db.conn.close()
-    # End-of-run findings (unanswered requests, unfinished turns) point back at earlier frames.
-    found.sort(key=lambda f: (f["run_id"] or 0, f["seq"] or 0))
+    found, label, run_ids, total, took = report.findings, report.label, report.run_ids, report.frames, report.seconds
     if save:
         from acp_proxy.store import database as store
 
@@ -1309,16 +1225,26 @@ def check(db_path: Path | None, output: Output, no_schema: bool, stable: bool, s
         sys.exit(1)
 
 
-def _diff_side(db: Any, ref_text: str) -> tuple[str, list[Any]]:
-    from acp_proxy.cli import transcript
-    from acp_proxy.read import queries
+def _progress(output: Output) -> Any:
+    """A progress bar around the frames a long check reads, on a terminal; None elsewhere."""
+    if not (sys.stderr.isatty() and output.table):
+        return None
 
-    resolved = resolve_ref(db, ref_text)
-    ended = _runs_ended(db, queries.run_ids_of(db, resolved))
-    conversations = transcript.fold_rows(queries.frames_of(db, resolved), ended=ended)
-    if resolved.is_session:
-        conversations = {k: v for k, v in conversations.items() if k == resolved.session_id}
-    return resolved.describe(), list(conversations.values())
+    def bar(frames: Iterator[dict[str, Any]], total: int) -> Iterator[dict[str, Any]]:
+        if total < _PROGRESS_MIN_FRAMES:
+            yield from frames
+            return
+        from rich.console import Console
+        from rich.progress import Progress
+
+        with Progress(console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task("checking", total=total)
+            for n, frame in enumerate(frames, start=1):
+                if n % 1000 == 0:
+                    progress.update(task, completed=n)
+                yield frame
+
+    return bar
 
 
 def _diff_cell(value: Any) -> str:
@@ -1356,29 +1282,19 @@ def diff_command(db_path: Path | None, output: Output, left: str, right: str) ->
     from rich.text import Text
 
     from acp_proxy.cli import views
+    from acp_proxy.read import compare
     from acp_proxy.read import diff as df
     from acp_proxy.read.summary import printable
 
     db = open_db(db_path)
-    left_name, left_convs = _diff_side(db, left)
-    right_name, right_convs = _diff_side(db, right)
-    diffs = df.diff_conversations(left_convs, right_convs)
-    connection = df.diff_connection(left_convs, right_convs)
-    differ = df.any_difference(diffs, connection)
+    compared = compare.compare(db, left, right)
+    left_name, right_name = compared.left.describe(), compared.right.describe()
+    diffs, connection, differ = compared.turns, compared.connection, compared.differ
     with views.output(page=output.page) as out:
         if output.json:
-            views.write_json(
-                out,
-                {
-                    "left": left_name,
-                    "right": right_name,
-                    "differ": differ,
-                    "connection": connection.as_json(),
-                    "turns": [d.as_json() for d in diffs],
-                },
-            )
+            views.write_json(out, compared.as_json())
         elif output.jsonl:
-            views.write_jsonl(out, [{"connection": connection.as_json()}, *(d.as_json() for d in diffs)])
+            views.write_jsonl(out, [{"connection": compared.connection_json()}, *compared.turns_json()])
         else:
             con = out.console()
 

@@ -209,16 +209,16 @@ def resolve_run(db: ReadDb, text: str) -> Ref | None:
     return Ref(text, run_id=int(text))
 
 
-def runs_by_id(db: ReadDb, run_ids: list[int]) -> list[dict[str, Any]]:
-    """These runs' rows (with ``faults_applied`` and ``findings`` counted), by id."""
+def runs_by_id(db: ReadDb, run_ids: list[int], *, counted: bool = True) -> list[dict[str, Any]]:
+    """These runs' rows by id; ``counted``: with ``faults_applied`` and ``findings`` counted."""
     marks = ",".join("?" * len(run_ids)) or "null"
-    return rows(
-        db,
-        f"""select r.*, (select count(*) from faults f where f.run_id = r.id) as faults_applied,
-                   (select count(*) from findings x where x.run_id = r.id) as findings
-            from runs r where r.id in ({marks}) order by r.id""",
-        run_ids,
+    counts = (
+        """, (select count(*) from faults f where f.run_id = r.id) as faults_applied,
+             (select count(*) from findings x where x.run_id = r.id) as findings"""
+        if counted
+        else ""
     )
+    return rows(db, f"select r.* {counts} from runs r where r.id in ({marks}) order by r.id", run_ids)
 
 
 def run_row(db: ReadDb, run_id: int) -> dict[str, Any] | None:
