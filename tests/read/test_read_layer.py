@@ -122,3 +122,136 @@ def test_mcp_frames_filter_cannot_be_probed(probe_db: Path, tmp_path: Path) -> N
     _, plain = session(probe_db, calls, "--no-redact", errlog=tmp_path / "err2.txt")
     assert all(len(a.json()) == 2 for a in plain)
     assert all(a.json() == [] for a in masked)
+
+
+# -- every door renders the read layer's answer -------------------------------------------------
+
+SCRIPTED_AGENT = Path(__file__).parents[1] / "scripted_agent.py"
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+    return result.stdout
+
+
+def _turns(conversations: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(t["index"], t["status"], t["stop_reason"]) for c in conversations for t in c["turns"]]
+
+
+def _doors(db: Path, tmp_path: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], str, str]:
+    """The turns as `show --json` and the inspector's run JSON give them; `show` and MCP `show`."""
+    from tests.mcp.test_mcp import session
+    from tests.web_support import app, get_json
+
+    cli_turns = _turns(json.loads(_cli("show", "--db", str(db), "--json", "1")))
+    web_turns = _turns(get_json(app(db), "/runs/1.json")["conversations"])
+    (mcp_show,) = session(db, [("show", {"ref": "1"})], errlog=tmp_path / "mcp-err.txt")[1]
+    return cli_turns, web_turns, _cli("show", "--db", str(db), "1"), mcp_show.text
+
+
+def test_show_mcp_and_the_inspector_agree_on_a_running_and_an_ended_run(tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
+    from tests.conftest import PROXY, proxy_env, run_proxy, start_proxy, wait_for_output, watchdog
+
+    db = tmp_path / "live.db"
+    script = tmp_path / "script.json"
+    chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "working on it"}}
+    update = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "$session", "update": chunk}}
+    script.write_text(
+        json.dumps(
+            {
+                "on": {
+                    "initialize": [{"jsonrpc": "2.0", "id": "$id", "result": {"protocolVersion": 1}}],
+                    "session/new": [{"jsonrpc": "2.0", "id": "$id", "result": {"sessionId": "s-live"}}],
+                    "session/prompt": [update],  # and no answer: the turn stays open
+                }
+            }
+        )
+    )
+    proxy = start_proxy(["run", "--db", str(db), "--", PROXY[0], str(SCRIPTED_AGENT), str(script)], env=proxy_env())
+    guard = watchdog(proxy, 120)
+    try:
+        assert proxy.stdin is not None and proxy.stdout is not None
+        prompt = {"sessionId": "s-live", "prompt": [{"type": "text", "text": "go"}]}
+        for frame in (
+            {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}},
+            {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}},
+            {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": prompt},
+        ):
+            proxy.stdin.write(_f(frame) + b"\n")
+        proxy.stdin.flush()
+        wait_for_output(proxy.stdout, b"working on it", 30)
+        # Recorded (not only relayed): tail returns once the chunk is in the database.
+        tailed = run_proxy(["tail", "--db", str(db), "--from-start", "-c", "1", "--timeout", "30", "update"])
+        assert tailed.returncode == 0, tailed.stderr
+        running = _doors(db, tmp_path)
+        proxy.stdin.close()
+        proxy.wait(timeout=60)
+    finally:
+        guard.cancel()
+        proxy.kill()
+    ended = _doors(db, tmp_path)
+    for cli_turns, web_turns, show_text, mcp_text in (running, ended):
+        assert cli_turns == web_turns
+        assert show_text == mcp_text
+    assert [status for _, status, _ in running[0]] == ["running"]
+    assert [status for _, status, _ in ended[0]] != ["running"] and ended[0][0][2] is None
+
+
+def _initialize_then_one_turn(db: Path, agent_version: str) -> None:
+    update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}
+    info = {"name": "agent", "version": agent_version}
+    write_run(
+        db,
+        [
+            Record(
+                "c2a", 1_000, _f({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
+            ),
+            Record("a2c", 2_000, _f({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1, "agentInfo": info}})),
+            Record(
+                "c2a",
+                3_000,
+                _f({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}}),
+            ),
+            Record("a2c", 4_000, _f({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s1"}})),
+            Record(
+                "c2a",
+                5_000,
+                _f(
+                    {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": "s1", "prompt": []}}
+                ),
+            ),
+            Record(
+                "a2c",
+                6_000,
+                _f({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1", "update": update}}),
+            ),
+            Record("a2c", 7_000, _f({"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}})),
+        ],
+        {},
+    )
+
+
+def test_the_inspector_diff_reports_what_differs_outside_the_turns(tmp_path: Path) -> None:
+    from tests.web_support import app, get_json
+
+    db = tmp_path / "two.db"
+    _initialize_then_one_turn(db, "1.0")
+    _initialize_then_one_turn(db, "2.0")
+    result = CliRunner().invoke(cli, ["diff", "--db", str(db), "--json", "1", "2"], catch_exceptions=False)
+    assert result.exit_code == 1
+    expected = json.loads(result.stdout)
+    page = get_json(app(db), "/diff/1/2.json")
+    assert expected["connection"]["differs"] == ["initialize"] and not any(t["differs"] for t in expected["turns"])
+    assert page["differ"] is True
+    assert page["connection"] == expected["connection"] and page["turns"] == expected["turns"]
+
+
+def test_the_inspector_timeline_filter_cannot_be_probed(probe_db: Path) -> None:
+    from tests.web_support import app, get_json
+
+    for prefix in PREFIXES:
+        path = f"/runs/1.json?parts=timeline&filter=text:{prefix}"
+        assert get_json(app(probe_db, no_redact=True), path)["shown"] == 2
+        assert get_json(app(probe_db), path)["shown"] == 0
