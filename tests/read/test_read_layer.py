@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from acp_proxy.cli.commands import cli
 from acp_proxy.protocol.redact import MASK, Redactor
 from acp_proxy.read import frames as selections
+from acp_proxy.read import queries
 from acp_proxy.record.importers import Record, write_run
 from acp_proxy.store import database as store
 
@@ -85,6 +89,53 @@ def test_a_filter_reads_the_masked_frame(probe_db: Path) -> None:
         assert len(select(probe_db, f'dir:stderr OR text:"{prefix}"', True)) == 1
     shown = select(probe_db, f"text:{MASK.strip('[]')}", True)
     assert [f["dir"] for f in shown] == ["a2c", "stderr"] and all(TOKEN not in (f["raw"] or "") for f in shown)
+
+
+_TERMS = [
+    f'text:"{TOKEN[:6]}"',
+    "text:redacted",
+    "text:use",
+    "dir:stderr",
+    "kind:request",
+    "method:session/*",
+    "seq>4",
+    "note",
+    "error:denied",
+    "run:last",
+]
+
+
+@st.composite
+def filter_texts(draw: st.DrawFn, depth: int = 2) -> str:
+    if depth == 0 or draw(st.booleans()):
+        return draw(st.sampled_from(_TERMS))
+    glue = draw(st.sampled_from([" ", " OR "]))
+    parts = draw(st.lists(filter_texts(depth - 1), min_size=1, max_size=3))
+    text = "(" + glue.join(parts) + ")"
+    return "-" + text if draw(st.booleans()) else text
+
+
+@pytest.fixture(scope="module")
+def shared_probe_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return probe_recording(tmp_path_factory.mktemp("probe") / "probe.db")
+
+
+@given(text=filter_texts())
+@settings(max_examples=60, deadline=None)
+def test_the_masked_selection_is_the_filter_over_the_masked_frames(shared_probe_db: Path, text: str) -> None:
+    """Relaxed SQL, then the filter over masked frames, selects exactly what matching every
+    masked frame in Python selects."""
+    db = store.open_for_reading(shared_probe_db)
+    try:
+        expr = selections.parse(db, text)
+        redactor = Redactor()
+        every = [redactor.frame_row(row) for row in queries.rows(db, "select * from frames order by run_id, seq")]
+        expected = [row["seq"] for row in every if expr.matches(SimpleNamespace(**row, findings=[]))]
+        selection = selections.Selection(db, expr, Redactor())
+        assert [row["seq"] for row in selection.rows()] == expected
+        assert selection.total() == len(expected)
+    finally:
+        db.conn.close()
 
 
 def test_a_page_has_a_total_and_a_keyset_cursor(probe_db: Path) -> None:
