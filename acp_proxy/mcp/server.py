@@ -145,12 +145,13 @@ class Tools:
         _print_annotations(con, faults, findings)
         return self.redactor.text(out.getvalue())
 
-    def frames(self, filter: str = "", limit: int = 50, offset: int = 0, max_chars: int = 2000) -> str:
+    def frames(self, filter: str = "", limit: int = 50, offset: int = 0, max_chars: int = 2000, after: str = "") -> str:
         """Frames selected by acp-proxy's filter language, in relay order, as JSON objects (every
         recorded column; ``raw`` is the frame). E.g. `run:last dir:a2c update:tool_call`,
         `method:session/prompt kind:response latency>2s`, `kind:error OR unanswered`,
-        `text:"permission denied"`. At most 500 per call (``limit``; ``offset`` skips); each
-        frame's ``raw`` is cut at ``max_chars`` characters (`frame` gives one whole)."""
+        `text:"permission denied"`. At most 500 per call (``limit``); for the next ones pass the
+        last frame's `RUN:SEQ` as ``after`` (or skip ``offset`` frames); each frame's ``raw`` is
+        cut at ``max_chars`` characters (`frame` gives one whole)."""
         from acp_proxy.protocol import filters
         from acp_proxy.read import exports
         from acp_proxy.read import frames as pages
@@ -158,13 +159,16 @@ class Tools:
         limit = min(_count(limit, "limit"), MAX_FRAMES)
         offset = _count(offset, "offset")
         max_chars = _count(max_chars, "max_chars")
+        cursor = pages.parse_cursor(after) if after else None
+        if after and cursor is None:
+            raise ToolFailure(f"after must be RUN:SEQ, the place of a frame (not {after!r})")
         with self._db() as db:
             try:
                 expr = pages.parse(db, filter)
             except filters.FilterError as exc:
                 raise ToolFailure(f"bad filter: {exc}") from None
             # Masked before the filter reads them: a text: term cannot probe a secret.
-            found = list(pages.Selection(db, expr, self.redactor).rows(limit=offset + limit))[offset:]
+            found = list(pages.Selection(db, expr, self.redactor).rows(cursor, limit=offset + limit))[offset:]
         shown = []
         for row in found:
             obj = exports.frame_object(row)

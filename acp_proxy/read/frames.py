@@ -45,6 +45,16 @@ class FramePage:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def parse_cursor(text: str | None) -> Cursor | None:
+    """``RUN:SEQ`` -> (run, seq); None for none or nonsense."""
+    if not text:
+        return None
+    run, _, seq = text.partition(":")
+    if run.isascii() and seq.isascii() and run.isdigit() and seq.isdigit() and len(run) < 19 and len(seq) < 19:
+        return int(run), int(seq)
+    return None
+
+
 def parse(db: Any, text: str | None) -> filters.Expr:
     """A filter, with ``run:last`` bound to the newest run of ``db`` (so that both the SQL and
     the Python matcher read it the same way)."""

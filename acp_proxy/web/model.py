@@ -138,12 +138,7 @@ def resolve(db: Any, kind: str, ident: str) -> queries.Ref:
 
 def parse_cursor(text: str | None) -> tuple[int, int] | None:
     """``RUN:SEQ`` -> (run, seq): the last frame a page has; None for none or nonsense."""
-    if not text:
-        return None
-    run, _, seq = text.partition(":")
-    if run.isdigit() and seq.isdigit() and len(run) < 19 and len(seq) < 19:
-        return int(run), int(seq)
-    return None
+    return selections.parse_cursor(text)
 
 
 def conversation(
