@@ -7,11 +7,13 @@ total; and masking every frame with the one ``Redactor`` *before* the filter loo
 caller is shown: a filter cannot be used as an oracle that says whether a secret starts with
 ``ghp_A`` (a match on the unmasked frame, followed by the masked frame, was one).
 
-How, without reading every frame into Python: the terms that read a maskable column
-(``redact.FRAME_FIELDS``) are relaxed in the SQL — true where they count for a match, false
-under a negation — so the SQL selects a superset; each candidate is masked and the whole filter
-is then matched in Python (``Expr.matches``, which agrees with ``Expr.to_sql`` term by term).
-With masking off, or a filter that reads no maskable column, the SQL alone selects.
+How: with masking off, or a filter that reads no maskable column, the SQL alone selects. A
+filter that reads one (``text:``, ``note:``, ``error:TEXT``) is matched in Python
+(``Expr.matches``, which agrees with ``Expr.to_sql`` term by term) on masked frames. Every frame
+of the runs is masked in relay order, so the redactor has learnt each secret (a value masked by
+name in ``initialize``) before it meets a later frame that repeats it, whatever the cursor; the
+SQL narrows which of them are matched by relaxing the maskable terms — true where they count
+for a match, false under a negation — which can only widen the selection.
 
 Must not know: click, rich, HTTP, MCP; how a door renders a frame. Never writes.
 """
@@ -115,31 +117,57 @@ class Selection:
         self.scope = scope_clause(db, ref)
         # Masking first: a filter that reads what masking changes is matched in Python.
         self.in_python = self.redactor is not None and reads_masked(expr)
-        self.sql_expr = relaxed(expr) if self.in_python else expr
         self.needs_findings = self.in_python and _has_findings(expr)
+        if ref is None:
+            self.runs: tuple[str, list[Any]] = ("1", [])
+        elif ref.is_session:
+            run_ids = queries.run_ids_of(db, ref)
+            self.runs = (f"frames.run_id in ({','.join('?' * len(run_ids)) or 'null'})", run_ids)
+        else:
+            self.runs = ("frames.run_id = ?", [ref.run_id])
 
     def _where(self, after: Cursor | None) -> tuple[str, list[Any]]:
         scope, params = self.scope
-        sql, more = self.sql_expr.to_sql()
+        sql, more = self.expr.to_sql()
         clauses, args = [f"({scope})", f"({sql})"], [*params, *more]
         if after is not None:
-            clauses.append("(frames.run_id > ? or (frames.run_id = ? and frames.seq > ?))")
+            clauses.append(_AFTER)
             args += [after[0], after[0], after[1]]
         return " and ".join(clauses), args
 
     def rows(self, after: Cursor | None = None, limit: int | None = None) -> Iterator[dict[str, Any]]:
         """The selected frames after ``after``, in relay order, masked; at most ``limit``."""
-        where, args = self._where(after)
-        sql = f"select * from frames where {where} order by frames.run_id, frames.seq"
-        if limit is not None and not self.in_python:
-            sql += " limit ?"
-            args = [*args, limit]
         if limit == 0:
             return
-        shown = 0
+        if self.in_python:
+            yield from self._matched(after, limit)
+            return
+        where, args = self._where(after)
+        sql = f"select * from frames where {where} order by frames.run_id, frames.seq"
+        if limit is not None:
+            sql += " limit ?"
+            args = [*args, limit]
         for row in queries.iter_rows(self.db, sql, args):
-            masked = self.redactor.frame_row(row) if self.redactor is not None else row
-            if self.in_python and not self.expr.matches(self._record(masked)):
+            yield self.redactor.frame_row(row) if self.redactor is not None else row
+
+    def _matched(self, after: Cursor | None, limit: int | None) -> Iterator[dict[str, Any]]:
+        """The Python path: every frame of the runs in relay order, each masked — so that the
+        redactor has seen, and learnt, every secret of the frames before the one it matches (a
+        value masked by name in ``initialize`` is masked where a later message repeats it) — and
+        the filter matched on the masked frames in scope after ``after`` that the relaxed SQL
+        admits."""
+        assert self.redactor is not None
+        scope, scope_args = self.scope
+        candidate, candidate_args = relaxed(self.expr).to_sql()
+        later, later_args = (_AFTER, [after[0], after[0], after[1]]) if after is not None else ("1", [])
+        runs, runs_args = self.runs
+        sql = f"""select frames.*, coalesce(({scope}) and ({candidate}) and {later}, 0) as _wanted
+                  from frames where {runs} order by frames.run_id, frames.seq"""
+        shown = 0
+        for row in queries.iter_rows(self.db, sql, [*scope_args, *candidate_args, *later_args, *runs_args]):
+            wanted = row.pop("_wanted")
+            masked = self.redactor.frame_row(row)
+            if not wanted or not self.expr.matches(self._record(masked)):
                 continue
             yield masked
             shown += 1
@@ -154,8 +182,7 @@ class Selection:
         return sum(1 for _ in self.rows())
 
     def last(self) -> Cursor | None:
-        """The place of the selection's last frame (masking cannot move it: only whether a filter
-        that reads masked text matches)."""
+        """The place of the selection's last frame."""
         if self.in_python:
             found = None
             for row in self.rows():
@@ -185,6 +212,9 @@ class Selection:
                 )
             ]
         return SimpleNamespace(**row, findings=findings)
+
+
+_AFTER = "(frames.run_id > ? or (frames.run_id = ? and frames.seq > ?))"
 
 
 def _has_findings(expr: filters.Expr) -> bool:

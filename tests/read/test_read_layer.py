@@ -24,6 +24,7 @@ from acp_proxy.store import database as store
 
 TOKEN = "ghp_" + "R7kQ2mZx9WpL4vNc8TbY3hJd6FsG1aUe5oXi"  # 40 characters, GitHub's shape
 PREFIXES = [TOKEN[:n] for n in (4, 5, 8, 20, 39, 40)]
+PASSWORD = "correct-Horse-battery-9"  # no shape of its own: masked where it is named, then learnt
 
 
 def _f(obj: dict[str, Any]) -> bytes:
@@ -32,13 +33,13 @@ def _f(obj: dict[str, Any]) -> bytes:
 
 def probe_recording(db: Path) -> Path:
     """One run: initialize, a session, a prompt whose answer quotes the token, a stderr line with it."""
-    update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": f"use {TOKEN} now"}}
+    text = f"use {TOKEN} now, and {PASSWORD}"
+    update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+    init = {"protocolVersion": 1, "_meta": {"proxy": {"password": PASSWORD}}}
     write_run(
         db,
         [
-            Record(
-                "c2a", 1_000, _f({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
-            ),
+            Record("c2a", 1_000, _f({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})),
             Record("a2c", 2_000, _f({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1}})),
             Record(
                 "c2a",
@@ -87,8 +88,13 @@ def test_a_filter_reads_the_masked_frame(probe_db: Path) -> None:
         # Negated, the complement: every frame, none singled out.
         assert len(select(probe_db, f'-text:"{prefix}"', True)) == len(everything)
         assert len(select(probe_db, f'dir:stderr OR text:"{prefix}"', True)) == 1
+    # A secret masked where a frame names it is masked where a later frame repeats it, even when
+    # the filter leaves the naming frame out: every frame is masked, in order, before matching.
+    assert len(select(probe_db, f'text:"{PASSWORD[:8]}"', False)) == 2
+    assert select(probe_db, f'dir:a2c text:"{PASSWORD[:8]}"', True) == []
     shown = select(probe_db, f"text:{MASK.strip('[]')}", True)
-    assert [f["dir"] for f in shown] == ["a2c", "stderr"] and all(TOKEN not in (f["raw"] or "") for f in shown)
+    assert [f["dir"] for f in shown] == ["c2a", "a2c", "stderr"]
+    assert all(TOKEN not in (f["raw"] or "") and PASSWORD not in (f["raw"] or "") for f in shown)
 
 
 _TERMS = [
@@ -169,10 +175,11 @@ def test_mcp_frames_filter_cannot_be_probed(probe_db: Path, tmp_path: Path) -> N
     from tests.mcp.test_mcp import session
 
     calls = [("frames", {"filter": f'text:"{prefix}"'}) for prefix in PREFIXES]
+    calls.append(("frames", {"filter": f'text:"{PASSWORD[:8]}"', "after": "1:1"}))
     pages = [("frames", {"filter": "-dir:stderr", "limit": 3}), ("frames", {"filter": "-dir:stderr", "after": "1:5"})]
     _, [*masked, first, rest] = session(probe_db, [*calls, *pages], errlog=tmp_path / "err.txt")
     _, plain = session(probe_db, calls, "--no-redact", errlog=tmp_path / "err2.txt")
-    assert all(len(a.json()) == 2 for a in plain)
+    assert [len(a.json()) for a in plain] == [2] * len(PREFIXES) + [1]
     assert all(a.json() == [] for a in masked)
     # Keyset pages: after the place of a frame come the frames after it.
     assert [f["seq"] for f in first.json()] == [1, 2, 3] and [f["seq"] for f in rest.json()] == [6, 8]
