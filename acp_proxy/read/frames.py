@@ -226,17 +226,17 @@ def _has_findings(expr: filters.Expr) -> bool:
 
 
 def frame(db: Any, run_id: int, seq: int, redactor: Redactor | None = None) -> dict[str, Any] | None:
-    """One frame by its place, masked (None when there is no such frame). Path rules can name a
-    secret in an earlier frame that this one repeats in free text: the redactor reads the run's
-    frames up to here first, so it has learnt them."""
+    """One frame by its place, masked (None when there is no such frame). An earlier frame can
+    name a secret (a credential header, a path rule's value) that this one repeats in free text:
+    the redactor reads the run's frames up to here first, so it has learnt them."""
     found = queries.rows(db, "select * from frames where run_id = ? and seq = ?", [run_id, seq])
     if not found:
         return None
     row = found[0]
     if redactor is None or not redactor.enabled:
         return row
-    if redactor.rules:
-        earlier = "select raw from frames where run_id = ? and seq < ? and raw is not null"
-        for (raw,) in db.execute(earlier, [run_id, seq]):
-            redactor.raw(raw)
+    # Every rule can learn a value (a credential's, by its name), not only the user's path rules.
+    earlier = "select raw from frames where run_id = ? and seq < ? and raw is not null"
+    for (raw,) in db.execute(earlier, [run_id, seq]):
+        redactor.raw(raw)
     return redactor.frame_row(row)

@@ -144,6 +144,17 @@ def test_the_masked_selection_is_the_filter_over_the_masked_frames(shared_probe_
         db.conn.close()
 
 
+def test_one_frame_is_masked_with_what_earlier_frames_named(probe_db: Path) -> None:
+    db = store.open_for_reading(probe_db)
+    try:
+        chunk = selections.frame(db, 1, 6, Redactor())
+        plain = selections.frame(db, 1, 6, Redactor(enabled=False))
+    finally:
+        db.conn.close()
+    assert chunk is not None and plain is not None
+    assert PASSWORD in plain["raw"] and PASSWORD not in chunk["raw"] and MASK in chunk["raw"]
+
+
 def test_a_page_has_a_total_and_a_keyset_cursor(probe_db: Path) -> None:
     db = store.open_for_reading(probe_db)
     try:
