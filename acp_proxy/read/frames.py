@@ -21,7 +21,7 @@ Must not know: click, rich, HTTP, MCP; how a door renders a frame. Never writes.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -44,7 +44,6 @@ class FramePage:
     more: bool
     cursor: Cursor | None
     masked: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_cursor(text: str | None) -> Cursor | None:
