@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
-from acp_proxy.protocol.state import RecordedFrame
 from acp_proxy.read import fold as fd
+from acp_proxy.read.conversation import conversation_json, fold_rows
+
+__all__ = ["conversation_json", "fold_rows", "render_conversation"]
 
 WIDTH_LIMIT = 2000  # characters of one content block before it is shortened
 
@@ -477,63 +479,3 @@ def _footer(con: Console, conv: fd.Conversation) -> None:
         _line(con, "unanswered", asked, style="yellow")
     if conv.unforwarded:
         _line(con, "withheld", f"{len(conv.unforwarded)} frame(s) not forwarded by the proxy", style="yellow")
-
-
-def fold_rows(
-    rows: Iterable[dict[str, Any]], *, ended: Mapping[Any, bool] | None = None
-) -> dict[str | None, fd.Conversation]:
-    """Fold recorded frame rows (as ``queries`` returns them) into conversations by session.
-
-    Every c2a/a2c row goes to the connection's state machine (a batch through its element rows,
-    as the recorder tracked it); ``ended``: run id -> whether that run is over (then its
-    unanswered requests and unfinished turns are final). Runs not named are taken as ended.
-    """
-    folder = fd.Folder()
-    last_ts: dict[Any, int] = {}
-    for row in rows:
-        if row["dir"] not in ("c2a", "a2c") or row.get("kind") == "batch":
-            continue
-        message = None
-        raw = row.get("raw")
-        if raw is not None and row.get("kind") != "invalid":
-            try:
-                message = json.loads(raw)
-            except ValueError:
-                message = None
-        run = row["run_id"]
-        last_ts[run] = row["ts_ns"]
-        folder.feed(
-            fd.FoldInput(
-                seq=row["seq"],
-                ts_ns=row["ts_ns"],
-                dir=row["dir"],
-                message=message,
-                forwarded=row.get("forwarded") != 0,
-                run=run,
-                frame=RecordedFrame(row),
-            )
-        )
-    for run, ts in last_ts.items():
-        if (ended or {}).get(run, True):
-            folder.finish(run, ts)
-    return folder.conversations
-
-
-def conversation_json(conv: fd.Conversation) -> dict[str, Any]:
-    """A JSON-able view of a folded conversation (entities by timeline order)."""
-    import dataclasses
-
-    def plain(value: Any) -> Any:
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            out = {"entity": getattr(value, "entity", None)} if isinstance(value, fd.Entity) else {}
-            out.update({f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)})
-            return out
-        if isinstance(value, (bytes, bytearray)):
-            return value.decode(errors="replace")
-        if isinstance(value, dict):
-            return {str(k): plain(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [plain(v) for v in value]
-        return value
-
-    return plain(conv)

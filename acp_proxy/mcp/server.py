@@ -11,8 +11,9 @@ Redacted by default: every frame passes the redactor before it is folded, render
 (credential headers and fields, ``env`` values, bearer tokens, API-key and JWT shapes, and the
 ``--redact`` rules); ``--no-redact`` shows what was recorded.
 
-Must not know: how frames are recorded; SQL beyond the query library's; stdout is the MCP
-channel and nothing else writes there (the SDK's logging goes to stderr, prefixed).
+Must not know: how frames are recorded; SQL (every answer is computed by the read layer,
+``acp_proxy/read/``, and only rendered here); stdout is the MCP channel and nothing else writes
+there (the SDK's logging goes to stderr, prefixed).
 
 Every tool opens the database read-only for its call, so recordings made meanwhile are seen.
 A mistake (a bad reference, filter or number) is a tool error with one line, never a crash.
@@ -116,69 +117,76 @@ class Tools:
         a session id (or a unique prefix); ``turn``: only that prompt turn (1 = the first)."""
         from acp_proxy.cli import transcript
         from acp_proxy.cli.views import exit_status
-        from acp_proxy.read import queries
+        from acp_proxy.read import conversation, queries
 
         with self._db() as db:
             resolved = self._resolve(db, ref)
-            run_ids = queries.run_ids_of(db, resolved)
-            conversations = self._fold(db, resolved, run_ids)
-            out = io.StringIO()
-            con = _console(out)
-            if not resolved.is_session:
-                (run,) = queries.rows(db, "select * from runs where id = ?", [resolved.run_id])
-                argv = " ".join(json.loads(run["argv"] or "[]"))
-                peers = " ⇄ ".join(filter(None, [_name(run, "client"), _name(run, "agent")]))
-                source = f" · imported from {run['source']} ({run['source_format']})" if run.get("source") else ""
-                con.print(
-                    f"Run {run['id']} · {argv}"
-                    + (f" · {peers}" if peers else "")
-                    + (f" · protocol {run['protocol_version']}" if run["protocol_version"] else "")
-                    + f" · exit {exit_status(run['exit_code'], run['exit_signal'], run['status'])}"
-                    + source,
-                    markup=False,
-                )
-            if not conversations:
-                con.print("no conversation recorded")
-            for conv in sorted(conversations.values(), key=lambda c: c.timeline[0].seq if c.timeline else 0):
-                transcript.render_conversation(con, conv, turn)
-            self._annotations(con, db, run_ids, resolved)
+            folded = conversation.conversations(db, resolved, self.redactor)
+            run = None if resolved.is_session else queries.run_row(db, resolved.run_id or 0)
+            faults, findings = self._annotations(db, folded)
+        out = io.StringIO()
+        con = _console(out)
+        if run is not None:
+            argv = " ".join(json.loads(run["argv"] or "[]"))
+            peers = " ⇄ ".join(filter(None, [_name(run, "client"), _name(run, "agent")]))
+            source = f" · imported from {run['source']} ({run['source_format']})" if run.get("source") else ""
+            con.print(
+                f"Run {run['id']} · {argv}"
+                + (f" · {peers}" if peers else "")
+                + (f" · protocol {run['protocol_version']}" if run["protocol_version"] else "")
+                + f" · exit {exit_status(run['exit_code'], run['exit_signal'], run['status'])}"
+                + source,
+                markup=False,
+            )
+        if not folded.conversations:
+            con.print("no conversation recorded")
+        for conv in folded.conversations:
+            transcript.render_conversation(con, conv, turn)
+        _print_annotations(con, faults, findings)
         return self.redactor.text(out.getvalue())
 
-    def frames(self, filter: str = "", limit: int = 50, offset: int = 0, max_chars: int = 2000) -> str:
+    def frames(self, filter: str = "", limit: int = 50, offset: int = 0, max_chars: int = 2000, after: str = "") -> str:
         """Frames selected by acp-proxy's filter language, in relay order, as JSON objects (every
         recorded column; ``raw`` is the frame). E.g. `run:last dir:a2c update:tool_call`,
         `method:session/prompt kind:response latency>2s`, `kind:error OR unanswered`,
-        `text:"permission denied"`. At most 500 per call (``limit``; ``offset`` skips); each
-        frame's ``raw`` is cut at ``max_chars`` characters (`frame` gives one whole)."""
+        `text:"permission denied"`. At most 500 per call (``limit``); for the next ones pass the
+        last frame's `RUN:SEQ` as ``after`` (or skip ``offset`` frames); each frame's ``raw`` is
+        cut at ``max_chars`` characters (`frame` gives one whole)."""
         from acp_proxy.protocol import filters
-        from acp_proxy.read import exports, queries
+        from acp_proxy.read import exports
+        from acp_proxy.read import frames as pages
 
-        try:
-            expr = filters.parse(filter)
-        except filters.FilterError as exc:
-            raise ToolFailure(f"bad filter: {exc}") from None
         limit = min(_count(limit, "limit"), MAX_FRAMES)
-        where, params = expr.to_sql()
-        sql = f"select * from frames where {where} order by run_id, seq limit ? offset ?"
+        offset = _count(offset, "offset")
+        max_chars = _count(max_chars, "max_chars")
+        cursor = pages.parse_cursor(after) if after else None
+        if after and cursor is None:
+            raise ToolFailure(f"after must be RUN:SEQ, the place of a frame (not {after!r})")
         with self._db() as db:
-            found = queries.rows(db, sql, [*params, limit, _count(offset, "offset")])
+            try:
+                expr = pages.parse(db, filter)
+            except filters.FilterError as exc:
+                raise ToolFailure(f"bad filter: {exc}") from None
+            # Masked before the filter reads them: a text: term cannot probe a secret.
+            found = list(pages.Selection(db, expr, self.redactor).rows(cursor, limit=offset + limit))[offset:]
         shown = []
         for row in found:
-            obj = exports.frame_object(self._redacted(row))
+            obj = exports.frame_object(row)
             if isinstance(obj.get("raw"), str):
-                obj["raw"] = _cut(obj["raw"], _count(max_chars, "max_chars"))
+                obj["raw"] = _cut(obj["raw"], max_chars)
             shown.append(obj)
         return self._json(shown)
 
     def frame(self, run_id: int, seq: int) -> str:
         """One frame, whole, by its run id and seq, with every recorded column."""
-        from acp_proxy.read import exports, queries
+        from acp_proxy.read import exports
+        from acp_proxy.read import frames as selections
 
         with self._db() as db:
-            found = queries.rows(db, "select * from frames where run_id = ? and seq = ?", [run_id, seq])
-        if not found:
+            found = selections.frame(db, run_id, seq, self.redactor)
+        if found is None:
             raise ToolFailure(f"no frame {seq} in run {run_id}")
-        obj = exports.frame_object(self._redacted(found[0]))
+        obj = exports.frame_object(found)
         if isinstance(obj.get("raw"), str):
             obj["raw"] = _cut(obj["raw"], MAX_CHARS)
         return self._json(obj)
@@ -188,80 +196,31 @@ class Tools:
         (time to acceptance and first output, duration, chunks, tool calls, permissions, stop
         reason), requests left unanswered, and error answers — of a run or session, or of every
         run without ``ref``."""
-        from acp_proxy.read import queries
+        from acp_proxy.read import stats as report
 
         with self._db() as db:
-            resolved = self._resolve(db, ref) if ref else None
-            run_ids = queries.run_ids_of(db, resolved) if resolved else None
-            session_id = resolved.session_id if resolved else None
-            return self._json(
-                {
-                    "latency": queries.latency_stats(db, run_ids),
-                    "turns": queries.turn_stats(db, run_ids, session_id),
-                    "unanswered": queries.unanswered(db, run_ids),
-                    "errors": queries.errors(db, run_ids),
-                }
-            )
+            return self._json(self._answer(lambda: report.stats(db, ref or None, self.redactor)))
 
     def check(self, ref: str, schema: bool = True) -> str:
         """Conformance findings for a run or session: the official JSON Schema of the negotiated
         version and the lifecycle rules of the spec. Each finding names its rule, severity
         (error / warning / info), the frame (run, seq) and the spec section; ``schema=false``
         checks the lifecycle rules only (faster)."""
-        from acp_proxy.checks import rules as checks
-        from acp_proxy.read import queries
+        from acp_proxy.read import conformance
 
         with self._db() as db:
-            resolved = self._resolve(db, ref)
-            run_ids = queries.run_ids_of(db, resolved)
-            if not run_ids:
-                raise ToolFailure(f"{resolved.describe()} has no recorded run")
-            marks = ",".join("?" * len(run_ids))
-            runs = queries.rows(db, f"select id, protocol_version, status from runs where id in ({marks})", run_ids)
-            keep = {(f["run_id"], f["seq"]) for f in queries.frames_of(db, resolved)} if resolved.is_session else None
-            frames = queries.iter_rows(
-                db, f"select * from frames where run_id in ({marks}) and dir != 'stderr' order by run_id, seq", run_ids
-            )
-            found = [
-                f.as_dict()
-                for f in checks.check(
-                    frames,
-                    versions={r["id"]: r["protocol_version"] for r in runs},
-                    schema=schema,
-                    ended={r["id"]: r["status"] != "running" for r in runs},
-                )
-                if keep is None or f.seq is None or (f.run_id, f.seq) in keep
-            ]
-        found.sort(key=lambda f: (f["run_id"] or 0, f["seq"] or 0))
-        counts = {s: sum(1 for f in found if f["severity"] == s) for s in ("error", "warning", "info")}
-        return self._json({"checked": resolved.describe(), "counts": counts, "findings": found})
+            found = self._answer(lambda: conformance.check(db, ref, schema=schema, redactor=self.redactor))
+        return self._json({"checked": found.label, "counts": found.counts, "findings": found.findings})
 
     def diff(self, left: str, right: str) -> str:
         """Two recordings (runs or sessions) compared, around and in their turns: the initialize
         exchange, set-up calls, errors, unanswered requests; per turn the prompt, the agent's text
         and thoughts, tool calls, permission outcomes and how it ended. ``differ`` says whether
         anything differs; timing is shown, never counted."""
-        from acp_proxy.read import diff as df
-        from acp_proxy.read import queries
+        from acp_proxy.read import compare
 
         with self._db() as db:
-            sides = []
-            for text in (left, right):
-                resolved = self._resolve(db, text)
-                convs = self._fold(db, resolved, queries.run_ids_of(db, resolved))
-                sides.append((resolved.describe(), list(convs.values())))
-        (left_name, left_convs), (right_name, right_convs) = sides
-        turns = df.diff_conversations(left_convs, right_convs)
-        connection = df.diff_connection(left_convs, right_convs)
-        return self._json(
-            {
-                "left": left_name,
-                "right": right_name,
-                "differ": df.any_difference(turns, connection),
-                "connection": connection.as_json(),
-                "turns": [t.as_json() for t in turns],
-            }
-        )
+            return self._json(self._answer(lambda: compare.compare(db, left, right, self.redactor)).as_json())
 
     # -- helpers ----------------------------------------------------------------------------------
 
@@ -281,54 +240,23 @@ class Tools:
     def _resolve(self, db: Any, text: str) -> Any:
         from acp_proxy.read import queries
 
+        return self._answer(lambda: queries.resolve(db, text))
+
+    def _answer(self, compute: Callable[[], Any]) -> Any:
+        """What the read layer computed; a mistake (a reference naming nothing) is a tool error."""
         try:
-            return queries.resolve(db, text)
-        except queries.RefError as exc:
+            return compute()
+        except UsageError as exc:
             raise ToolFailure(str(exc)) from None
 
-    def _redacted(self, row: dict[str, Any]) -> dict[str, Any]:
-        if isinstance(row.get("raw"), str):
-            row["raw"] = self.redactor.raw(row["raw"])
-        return row
+    def _annotations(self, db: Any, folded: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        from acp_proxy.read import faults as notes
 
-    def _fold(self, db: Any, resolved: Any, run_ids: list[int]) -> dict[str | None, Any]:
-        from acp_proxy.cli import transcript
-        from acp_proxy.read import queries
-
-        marks = ",".join("?" * len(run_ids)) or "null"
-        ended = {
-            r["id"]: r["status"] != "running"
-            for r in queries.rows(db, f"select id, status from runs where id in ({marks})", run_ids)
-        }
-        rows = [self._redacted(row) for row in queries.frames_of(db, resolved)]
-        conversations = transcript.fold_rows(rows, ended=ended)
-        if resolved.is_session:
-            conversations = {k: v for k, v in conversations.items() if k == resolved.session_id}
-        return {k: v for k, v in conversations.items() if k is not None or not v.empty}
-
-    def _annotations(self, con: Any, db: Any, run_ids: list[int], resolved: Any) -> None:
-        from acp_proxy.read import queries
-
-        marks = ",".join("?" * len(run_ids)) or "null"
-        faults = queries.rows(
-            db, f"select run_id, seq, action, detail, rule from faults where run_id in ({marks}) order by seq", run_ids
+        keys = {(f["run_id"], f["seq"]) for f in folded.frames} if folded.ref.is_session else None
+        return (
+            notes.faults(db, folded.run_ids, keys, self.redactor),
+            notes.findings(db, folded.run_ids, keys, self.redactor),
         )
-        findings = queries.rows(
-            db, f"select * from findings where run_id in ({marks}) order by run_id, seq, id", run_ids
-        )
-        if resolved.is_session:
-            seqs = {(f["run_id"], f["seq"]) for f in queries.frames_of(db, resolved)}
-            faults = [f for f in faults if (f["run_id"], f["seq"]) in seqs]
-            findings = [f for f in findings if (f["run_id"], f["seq"]) in seqs]
-        if faults:
-            con.print("Faults applied", markup=False)
-            for f in faults:
-                detail = f" ({f['detail']})" if f["detail"] else ""
-                con.print(f"  frame {f['run_id']}:{f['seq']}: {f['action']}{detail} — rule: {f['rule']}", markup=False)
-        if findings:
-            con.print("Findings", markup=False)
-            for f in findings:
-                con.print(f"  frame {f['run_id']}:{f['seq']} {f['severity']} {f['rule']}: {f['message']}", markup=False)
 
     def _json(self, value: Any) -> str:
         return json.dumps(self.redactor.value(value), ensure_ascii=False, indent=1, default=str)
@@ -344,6 +272,18 @@ class Tools:
             self.check,
             self.diff,
         ]
+
+
+def _print_annotations(con: Any, faults: list[dict[str, Any]], findings: list[dict[str, Any]]) -> None:
+    if faults:
+        con.print("Faults applied", markup=False)
+        for f in faults:
+            detail = f" ({f['detail']})" if f["detail"] else ""
+            con.print(f"  frame {f['run_id']}:{f['seq']}: {f['action']}{detail} — rule: {f['rule']}", markup=False)
+    if findings:
+        con.print("Findings", markup=False)
+        for f in findings:
+            con.print(f"  frame {f['run_id']}:{f['seq']} {f['severity']} {f['rule']}: {f['message']}", markup=False)
 
 
 def _count(value: Any, name: str) -> int:

@@ -190,6 +190,62 @@ def run_ids_of(db: ReadDb, ref: Ref) -> list[int]:
     return found
 
 
+def resolve_scope(db: ReadDb, text: str) -> tuple[Ref | None, str, list[int]]:
+    """A REF, or ``all``: (the resolved Ref, or None for every run; how to name it; its run ids)."""
+    if text == "all":
+        return None, "every run", [row[0] for row in db.execute("select id from runs order by id")]
+    resolved = resolve(db, text)
+    return resolved, resolved.describe(), run_ids_of(db, resolved)
+
+
+def resolve_run(db: ReadDb, text: str) -> Ref | None:
+    """A run named by its id alone (the inspector's ``/runs/N``); None when there is none."""
+    if (
+        not text.isdigit()
+        or len(text) > 18
+        or not db.execute("select 1 from runs where id = ?", [int(text)]).fetchone()
+    ):
+        return None
+    return Ref(text, run_id=int(text))
+
+
+def runs_by_id(db: ReadDb, run_ids: list[int], *, counted: bool = True) -> list[dict[str, Any]]:
+    """These runs' rows by id; ``counted``: with ``faults_applied`` and ``findings`` counted."""
+    marks = ",".join("?" * len(run_ids)) or "null"
+    counts = (
+        """, (select count(*) from faults f where f.run_id = r.id) as faults_applied,
+             (select count(*) from findings x where x.run_id = r.id) as findings"""
+        if counted
+        else ""
+    )
+    return rows(db, f"select r.* {counts} from runs r where r.id in ({marks}) order by r.id", run_ids)
+
+
+def run_row(db: ReadDb, run_id: int) -> dict[str, Any] | None:
+    found = runs_by_id(db, [run_id])
+    return found[0] if found else None
+
+
+def runs_ended(db: ReadDb, run_ids: list[int]) -> dict[int, bool]:
+    """Run id -> whether the run is over (its unanswered requests and open turns are final)."""
+    marks = ",".join("?" * len(run_ids)) or "null"
+    return {
+        run_id: status != "running"
+        for run_id, status in db.execute(f"select id, status from runs where id in ({marks})", run_ids).fetchall()
+    }
+
+
+def run_frames(db: ReadDb, run_id: int) -> list[dict[str, Any]]:
+    """Every frame of one run, stderr included, in relay order (what a replay serves)."""
+    return rows(db, "select * from frames where run_id = ? order by seq", [run_id])
+
+
+def run_of_proxy(db: ReadDb, pid: int) -> int | None:
+    """The run the proxy with this pid recorded (the newest, should the pid have been reused)."""
+    row = db.execute("select max(id) from runs where proxy_pid = ?", [pid]).fetchone()
+    return row[0] if row else None
+
+
 def frames_of(db: ReadDb, ref: Ref, include_stderr: bool = False) -> list[dict[str, Any]]:
     """Every frame of a run, or every frame that concerns a session (responses included)."""
     stderr = "" if include_stderr else "and f.dir != 'stderr'"

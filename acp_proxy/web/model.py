@@ -7,10 +7,11 @@ and latency samples; one frame in detail (verbatim, decoded, with its schema mar
 two recordings — and applying redaction to all of it before anything leaves this module. Frames
 are redacted before they are folded, so the conversation can only hold what the frames show.
 
-Must not know: HTTP, Datasette, HTML, click. It reads through any object with ``execute`` (a
-``store.ReadDb`` or a bare read-only ``sqlite3`` connection) and uses ``queries`` for the SQL it
-shares with the command line. When the protocol state machine's events replace the fold, this
-is the module that changes; the pages read only these dicts.
+Must not know: HTTP, Datasette, HTML, click; SQL. Every answer is the read layer's
+(``acp_proxy/read/``: the frame selection, masked before its filter; the conversation, folded
+with the runs' end state; the comparison; faults and findings), the same the command line and
+the MCP server render; this module only shapes it for the pages. It reads through any object
+with ``execute`` (a ``store.ReadDb`` or a bare read-only ``sqlite3`` connection).
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from acp_proxy.cli import transcript
 from acp_proxy.protocol import filters
 from acp_proxy.protocol.redact import Redactor
+from acp_proxy.read import compare, queries
+from acp_proxy.read import conversation as folding
 from acp_proxy.read import diff as df
+from acp_proxy.read import faults as notes
 from acp_proxy.read import fold as fd
-from acp_proxy.read import queries
+from acp_proxy.read import frames as selections
 from acp_proxy.web import known, timeline
 
 DEFAULT_LIMIT = 2000
@@ -118,9 +121,10 @@ def index(db: Any, redactor: Redactor, limit: int = 100) -> dict[str, Any]:
 def resolve(db: Any, kind: str, ident: str) -> queries.Ref:
     """A run (``kind`` "run", ``ident`` its id) or a session (its id, or a unique prefix)."""
     if kind == "run":
-        if not ident.isdigit() or not db.execute("select 1 from runs where id = ?", [int(ident)]).fetchone():
+        ref = queries.resolve_run(db, ident)
+        if ref is None:
             raise NotFound(f"no run {ident}")
-        return queries.Ref(ident, run_id=int(ident))
+        return ref
     # Under /sessions/ a reference is a session's even when it is all digits (which alone names a run).
     spelled = ident if ident.startswith("session:") else f"session:{ident}"
     try:
@@ -134,12 +138,7 @@ def resolve(db: Any, kind: str, ident: str) -> queries.Ref:
 
 def parse_cursor(text: str | None) -> tuple[int, int] | None:
     """``RUN:SEQ`` -> (run, seq): the last frame a page has; None for none or nonsense."""
-    if not text:
-        return None
-    run, _, seq = text.partition(":")
-    if run.isdigit() and seq.isdigit() and len(run) < 19 and len(seq) < 19:
-        return int(run), int(seq)
-    return None
+    return selections.parse_cursor(text)
 
 
 def conversation(
@@ -162,80 +161,38 @@ def conversation(
     parts = set(parts)
     ref = resolve(db, kind, ident)
     run_ids = queries.run_ids_of(db, ref)
-    where, params = _ref_clause(ref, run_ids)
-    last = db.execute(f"select run_id, seq from frames where {where} order by run_id desc, seq desc limit 1", params)
-    last_row = last.fetchone()
+    every = selections.Selection(db, filters.Const(True), None, ref)
+    last = every.last()
     out: dict[str, Any] = {
         "ref": {"kind": kind, "id": ref.run_id if kind == "run" else ref.session_id, "describe": ref.describe()},
         "run_ids": run_ids,
         "redacted": redactor.enabled,
-        "frames_total": db.execute(f"select count(*) from frames where {where}", params).fetchone()[0],
-        "cursor": f"{last_row[0]}:{last_row[1]}" if last_row else None,
+        "frames_total": every.total(),
+        "cursor": f"{last[0]}:{last[1]}" if last else None,
     }
     # The summary is cheap and says whether a run is still recording: live follow needs it.
-    runs = [run_summary(r, redactor) for r in _runs(db, run_ids)]
+    runs = [run_summary(r, redactor) for r in queries.runs_by_id(db, run_ids)]
     out["live"] = any(r["status"] == "running" for r in runs)
     if "summary" in parts:
         out["runs"] = runs
     if "conversation" in parts or "charts" in parts:
-        # The fold needs every frame; the timeline and live polls below read only what they show.
-        rows = queries.frames_of(db, ref, include_stderr=True)
-        for row in rows:
-            _redact_row(row, redactor)
-        folded = transcript.fold_rows(r for r in rows if r["dir"] != "stderr")
-        if ref.is_session:
-            folded = {k: v for k, v in folded.items() if k == ref.session_id}
-        convs = sorted(
-            (c for k, c in folded.items() if k is not None or not c.empty),
-            key=lambda c: c.timeline[0].seq if c.timeline else 0,
-        )
+        # The fold needs every frame (with the runs' end state, as show has it); the timeline and
+        # live polls below read only what they show.
+        folded = folding.conversations(db, ref, redactor, include_stderr=True)
+        convs = folded.conversations
         if "conversation" in parts:
             out["conversations"] = [redactor.value(_conversation_json(c)) for c in convs]
         if "charts" in parts:
-            ts_of = {(r["run_id"], r["seq"]): r["ts_ns"] for r in rows}
+            ts_of = {(r["run_id"], r["seq"]): r["ts_ns"] for r in folded.frames}
             out["waterfall"] = timeline.waterfall(convs, ts_of)
-            out["latency"] = timeline.latency_samples(rows)
+            out["latency"] = timeline.latency_samples(folded.frames)
     if "timeline" in parts:
-        out.update(_timeline(db, where, params, run_ids, redactor, filter_text, parse_cursor(after), limit))
+        out.update(_timeline(db, ref, run_ids, redactor, filter_text, parse_cursor(after), limit))
     return out
 
 
-def _ref_clause(ref: queries.Ref, run_ids: list[int]) -> tuple[str, list[Any]]:
-    """SQL over ``frames`` (unaliased, as the filter language's SQL expects) for the frames of a
-    run, or those that concern a session (as ``queries.frames_of`` selects them, stderr
-    included)."""
-    marks = ",".join("?" * len(run_ids)) or "null"
-    if not ref.is_session:
-        return "frames.run_id = ?", [ref.run_id]
-    # A response carries no sessionId of its own: it belongs to the session of its request.
-    return (
-        f"""frames.run_id in ({marks}) and (frames.session_id = ?
-            or exists (select 1 from frames q where q.run_id = frames.run_id and q.seq = frames.request_seq
-                       and q.session_id = ?))""",
-        [*run_ids, ref.session_id, ref.session_id],
-    )
-
-
-def _runs(db: Any, run_ids: list[int]) -> list[dict[str, Any]]:
-    marks = ",".join("?" * len(run_ids)) or "null"
-    return queries.rows(
-        db,
-        f"""select r.*, (select count(*) from faults f where f.run_id = r.id) as faults_applied,
-                   (select count(*) from findings x where x.run_id = r.id) as findings
-            from runs r where r.id in ({marks}) order by r.id""",
-        run_ids,
-    )
-
-
-def _redact_row(row: dict[str, Any], redactor: Redactor) -> None:
-    """A frames row with its secrets masked, in place (raw, raw_bytes, messages, notes)."""
-    masked = redactor.frame_row(row)
-    if masked is not row:
-        row.update(masked)
-
-
 def _conversation_json(conv: fd.Conversation) -> dict[str, Any]:
-    data = transcript.conversation_json(conv)
+    data = folding.conversation_json(conv)
     # Consecutive text is what a person reads; the raw content blocks stay for the JSON twin.
     for entity, item in zip(conv.timeline, data.get("timeline") or [], strict=False):
         if isinstance(entity, (fd.Message, fd.ToolCall)):
@@ -250,8 +207,7 @@ def _conversation_json(conv: fd.Conversation) -> dict[str, Any]:
 
 def _timeline(
     db: Any,
-    where: str,
-    params: list[Any],
+    ref: queries.Ref,
     run_ids: list[int],
     redactor: Redactor,
     filter_text: str | None,
@@ -259,26 +215,16 @@ def _timeline(
     limit: int,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"filter": filter_text or "", "filter_error": None}
-    clauses, args = [where], list(params)
-    if filter_text and filter_text.strip():
-        try:
-            expr = filters.parse(filter_text)
-        except filters.FilterError as exc:
-            out.update(filter_error=_one_line(exc), timeline=[], shown=0, more=False)
-            return out
-        filter_sql, more = expr.to_sql()
-        clauses.append(f"({filter_sql})")
-        args += more
-    if cursor is not None:
-        clauses.append("(frames.run_id > ? or (frames.run_id = ? and frames.seq > ?))")
-        args += [cursor[0], cursor[0], cursor[1]]
+    try:
+        expr = selections.parse(db, filter_text)
+    except filters.FilterError as exc:
+        out.update(filter_error=_one_line(exc), timeline=[], shown=0, more=False)
+        return out
     limit = max(1, min(int(limit), MAX_LIMIT))
-    sql = f"select * from frames where {' and '.join(clauses)} order by frames.run_id, frames.seq limit ?"
-    selected = queries.rows(db, sql, [*args, limit + 1])
+    # Masked before the filter reads it: a text: term matches what the page shows, no more.
+    selected = list(selections.Selection(db, expr, redactor, ref).rows(cursor, limit + 1))
     out["more"] = len(selected) > limit
     selected = selected[:limit]
-    for row in selected:
-        _redact_row(row, redactor)
     faults, findings = _annotations(db, run_ids, redactor)
     trows = [
         timeline.timeline_row(r, faults.get((r["run_id"], r["seq"]), ()), findings.get((r["run_id"], r["seq"]), ()))
@@ -298,16 +244,10 @@ def _one_line(exc: filters.FilterError) -> str:
 def _annotations(
     db: Any, run_ids: list[int], redactor: Redactor
 ) -> tuple[dict[tuple[int, int], list[dict[str, Any]]], dict[tuple[int, int], list[dict[str, Any]]]]:
-    marks = ",".join("?" * len(run_ids)) or "null"
-    faults: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for f in queries.rows(db, f"select * from faults where run_id in ({marks}) order by id", run_ids):
-        f["detail"] = redactor.text(f["detail"]) if f.get("detail") else f.get("detail")
-        faults.setdefault((f["run_id"], f["seq"]), []).append(f)
-    findings: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for f in queries.rows(db, f"select * from findings where run_id in ({marks}) order by id", run_ids):
-        f["message"] = redactor.text(f["message"]) if f.get("message") else f.get("message")
-        findings.setdefault((f["run_id"], f["seq"]), []).append(f)
-    return faults, findings
+    return (
+        notes.by_frame(notes.faults(db, run_ids, redactor=redactor)),
+        notes.by_frame(notes.findings(db, run_ids, redactor=redactor)),
+    )
 
 
 # -- one frame ----------------------------------------------------------------------------------
@@ -315,18 +255,12 @@ def _annotations(
 
 def frame(db: Any, run_id: int, seq: int, redactor: Redactor) -> dict[str, Any]:
     """One frame: verbatim (redacted), decoded, and the JSON tree's schema marks."""
-    found = queries.rows(db, "select * from frames where run_id = ? and seq = ?", [run_id, seq])
-    if not found:
+    found = selections.frame(db, run_id, seq, redactor)
+    if found is None:
         raise NotFound(f"no frame {run_id}:{seq}")
-    row = found[0]
-    # Earlier frames can name a secret that this one repeats in free text (a path rule on
-    # initialize, say): let the redactor see the run's frames up to here first.
-    if redactor.enabled and redactor.rules:
-        earlier = "select raw from frames where run_id = ? and seq < ? and raw is not null"
-        for (raw,) in db.execute(earlier, [run_id, seq]):
-            redactor.raw(raw)
-    _redact_row(row, redactor)
-    version = db.execute("select protocol_version from runs where id = ?", [run_id]).fetchone()
+    row = found
+    run = queries.run_row(db, run_id)
+    version = (run["protocol_version"],) if run else None
     decoded = timeline._decoded(row)
     faults, findings = _annotations(db, [run_id], redactor)
     verbatim = row["raw"] if row.get("raw") is not None else None
@@ -352,28 +286,24 @@ def frame(db: Any, run_id: int, seq: int, redactor: Redactor) -> dict[str, Any]:
 
 
 def diff(db: Any, left: str, right: str, redactor: Redactor) -> dict[str, Any]:
-    """``acp-proxy diff LEFT RIGHT`` as a page: every turn of both sides, what differs."""
-    sides = []
-    for text in (left, right):
-        try:
-            ref = queries.resolve(db, text)
-        except queries.RefError as exc:
-            raise NotFound(str(exc)) from None
-        rows = queries.frames_of(db, ref)
-        for row in rows:
-            _redact_row(row, redactor)
-        convs = transcript.fold_rows(rows)
-        if ref.is_session:
-            convs = {k: v for k, v in convs.items() if k == ref.session_id}
-        sides.append((ref, list(convs.values())))
-    (lref, lconvs), (rref, rconvs) = sides
-    turns = df.diff_conversations(lconvs, rconvs)
+    """``acp-proxy diff LEFT RIGHT`` as a page: around the turns and every turn of both sides,
+    what differs — the read layer's comparison, as the command line has it."""
+    try:
+        compared = compare.compare(db, left, right, redactor)
+    except queries.RefError as exc:
+        raise NotFound(str(exc)) from None
+
+    def side(s: compare.Side) -> dict[str, Any]:
+        return {"ref": s.text, "describe": s.describe(), "run_id": s.ref.run_id, "session_id": s.ref.session_id}
+
     return {
-        "left": {"ref": left, "describe": lref.describe(), "run_id": lref.run_id, "session_id": lref.session_id},
-        "right": {"ref": right, "describe": rref.describe(), "run_id": rref.run_id, "session_id": rref.session_id},
-        "differ": df.any_difference(turns),
+        "left": side(compared.left),
+        "right": side(compared.right),
+        "differ": compared.differ,
         "compared": list(df.COMPARED),
         "shown": list(df.SHOWN),
-        "turns": [redactor.value(t.as_json()) for t in turns],
+        "connection_keys": list(df.CONNECTION),
+        "connection": compared.connection_json(),
+        "turns": compared.turns_json(),
         "redacted": redactor.enabled,
     }

@@ -8,6 +8,7 @@ bounded by a watchdog. The suite writes the README's screenshots to docs/screens
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -234,11 +235,20 @@ def test_selecting_a_row_shows_the_frame_verbatim_and_its_json_tree_opens(browse
     page.close()
 
 
-def test_two_runs_side_by_side_with_the_differences_highlighted(browser: Any, sdk_server: Server) -> None:
+def test_two_runs_side_by_side_with_the_differences_highlighted(
+    browser: Any, sdk_server: Server, sdk_recording: tuple[Path, str]
+) -> None:
+    from click.testing import CliRunner
+
+    from acp_proxy.cli.commands import cli
+
     page = open_page(browser, sdk_server, "/diff/1/2")
     page.locator("table.diff").first.wait_for()
-    differing = page.locator("table.diff tr.differs td.key").all_inner_texts()
-    assert differing == ["prompt", "agent"]
+    tables = page.locator("table.diff")
+    # As `acp-proxy diff`: what differs outside the turns first, then each turn.
+    expected = json.loads(CliRunner().invoke(cli, ["diff", "--db", str(sdk_recording[0]), "--json", "1", "2"]).stdout)
+    assert tables.nth(0).locator("tr.differs td.key").all_inner_texts() == expected["connection"]["differs"]
+    assert tables.nth(1).locator("tr.differs td.key").all_inner_texts() == ["prompt", "agent"]
     assert "turn(s) differ" in page.locator("#diff-verdict").inner_text()
     screenshot(page, "diff.png")
     page.close()

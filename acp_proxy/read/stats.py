@@ -1,0 +1,32 @@
+"""A reference's statistics: latency per method, per-turn metrics, unanswered requests, errors.
+
+Owns: the one report ``acp-proxy stats`` and the MCP ``stats`` tool show, for a run, a session
+or every run, masked by the ``Redactor`` when masking is on (an error message can quote a
+frame). The SQL is ``queries``'.
+
+Must not know: click, rich, HTTP, MCP. Never writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from acp_proxy.protocol.redact import Redactor
+from acp_proxy.read import queries
+
+
+def stats(db: Any, text: str | None, redactor: Redactor | None = None) -> dict[str, Any]:
+    """The report for what ``text`` names (a REF; ``all`` or None: every run)."""
+    resolved, label, run_ids = queries.resolve_scope(db, text or "all")
+    session_id = resolved.session_id if resolved is not None else None
+    scope = None if resolved is None else run_ids
+    report: dict[str, Any] = {
+        "ref": label,
+        "latency": queries.latency_stats(db, scope),
+        "turns": queries.turn_stats(db, scope, session_id),
+        "unanswered": queries.unanswered(db, scope),
+        "errors": queries.errors(db, scope),
+    }
+    if redactor is not None and redactor.enabled:
+        report = redactor.value(report)
+    return report
