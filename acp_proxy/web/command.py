@@ -156,7 +156,9 @@ def ui(
         sock.close()
 
 
-def build(path: Path, host: str, port: int, token: str, rules: list[str], no_redact: bool) -> Any:
+def build(
+    path: Path, host: str, port: int, token: str, rules: list[str], no_redact: bool, allow_hosts: tuple[str, ...] = ()
+) -> Any:
     """The Datasette instance ``ui`` serves (the guard set on it), not yet started."""
     from datasette.app import Datasette
 
@@ -169,7 +171,8 @@ def build(path: Path, host: str, port: int, token: str, rules: list[str], no_red
         settings={"force_https_urls": False},
     )
     ds.add_database(_file_database(ds, path), name=path.stem)
-    setattr(ds, plugin.UI_ATTRIBUTE, Guard(token=token, host=host, port=port))
+    setattr(ds, plugin.UI_ATTRIBUTE, Guard(token=token, host=host, port=port, extra_hosts=tuple(allow_hosts)))
+    plugin.quiet_errors()
     return ds
 
 
@@ -177,6 +180,7 @@ def _file_database(ds: Any, path: Path) -> Any:
     """Datasette's database for ``path``, opened by an escaped URI: Datasette's own puts the
     path into ``file:PATH?mode=ro`` as it is, where a ``#`` or ``?`` in a file name would cut
     it short (and open, or create, another file)."""
+    from datasette import utils
     from datasette.database import Database
 
     from acp_proxy.store.database import file_uri
@@ -190,6 +194,50 @@ def _file_database(ds: Any, path: Path) -> Any:
             conn = sqlite3.connect(file_uri(Path(self.path)), uri=True, check_same_thread=False)
             self._all_file_connections.append(conn)
             return conn
+
+        async def execute(self, sql: str, *args: Any, **kwargs: Any) -> Any:
+            # Datasette's own log of a failed query is its connection, SQL and parameters on
+            # stderr; here it is the error alone, one line like every other.
+            import sqlite3
+            import sys
+
+            log = kwargs.get("log_sql_errors", True)
+            kwargs["log_sql_errors"] = False
+            try:
+                return await super().execute(sql, *args, **kwargs)
+            except sqlite3.DatabaseError as exc:
+                if not log:  # a query Datasette expects may fail (a facet's guess)
+                    raise
+                sys.stderr.write(f"acp-proxy: SQL error: {' '.join(str(exc).split())[:300]}\n")
+                raise
+
+        # Keys are asked of a connection without the masking views (``web.masking``): a view
+        # has no primary or foreign keys, and Datasette's row URLs (RUN,SEQ) and links need them.
+
+        async def _schema(self, fn: Any) -> Any:
+            import asyncio
+            import sqlite3
+
+            def run() -> Any:
+                conn = sqlite3.connect(file_uri(Path(self.path)), uri=True)
+                try:
+                    return fn(conn)
+                finally:
+                    conn.close()
+
+            return await asyncio.to_thread(run)
+
+        async def table_column_details(self, table: str) -> Any:
+            return await self._schema(lambda conn: utils.table_column_details(conn, table))
+
+        async def primary_keys(self, table: str) -> Any:
+            return await self._schema(lambda conn: utils.detect_primary_keys(conn, table))
+
+        async def foreign_keys_for_table(self, table: str) -> Any:
+            return await self._schema(lambda conn: utils.get_outbound_foreign_keys(conn, table))
+
+        async def get_all_foreign_keys(self) -> Any:
+            return await self._schema(utils.get_all_foreign_keys)
 
     return EscapedPathDatabase(ds, path=str(path), is_mutable=True)
 
