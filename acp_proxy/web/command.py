@@ -184,6 +184,7 @@ def _file_database(ds: Any, path: Path) -> Any:
     from datasette.database import Database
 
     from acp_proxy.store.database import file_uri
+    from acp_proxy.web import masking
 
     class EscapedPathDatabase(Database):
         def connect(self, write: bool = False) -> Any:
@@ -206,6 +207,8 @@ def _file_database(ds: Any, path: Path) -> Any:
             try:
                 return await super().execute(sql, *args, **kwargs)
             except sqlite3.DatabaseError as exc:
+                if masking.refused(exc):
+                    raise masking.Refused(masking.REFUSED) from None
                 if not log:  # a query Datasette expects may fail (a facet's guess)
                     raise
                 sys.stderr.write(f"acp-proxy: SQL error: {' '.join(str(exc).split())[:300]}\n")

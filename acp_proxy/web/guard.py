@@ -122,13 +122,10 @@ def wrap(
     guard_of: Callable[[], Guard | None],
     redactor: Callable[[], Redactor | None] | None,
     own_paths: Callable[[str], bool],
-    refusal: Callable[[], str | None] | None = None,
 ) -> App:
     """``app`` behind the guard (when ``guard_of``, asked at each request, gives one) and, for
     paths that are not the inspector's own (``own_paths``), behind redaction of Datasette's JSON
-    and CSV (when ``redactor`` gives one that is enabled). When ``refusal`` gives a line, an
-    error answer that is SQLite's refusal (a read the masking refused) becomes a 403 with that
-    line."""
+    and CSV (when ``redactor`` gives one that is enabled)."""
 
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -141,13 +138,10 @@ def wrap(
             if decision.status:
                 await _answer(send, decision)
                 return
-        send_safe = _with_safe_headers(send)
+        send_safe = _with_safe_headers(_start_with_body(send))
         r = redactor() if redactor is not None else None
-        line = refusal() if refusal is not None else None
         if r is not None and r.enabled and not own_paths(scope.get("path", "/")):
             await _redacting(app, scope, receive, send_safe, r)
-        elif line is not None and not own_paths(scope.get("path", "/")):
-            await _refusing(app, scope, receive, send_safe, line)
         else:
             await app(scope, receive, send_safe)
 
@@ -160,6 +154,25 @@ async def _answer(send: Send, decision: Decision) -> None:
     headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in decision.headers]
     await send({"type": "http.response.start", "status": decision.status, "headers": headers + SAFE_HEADERS})
     await send({"type": "http.response.body", "body": body})
+
+
+def _start_with_body(send: Send) -> Send:
+    """``send`` holding each response start back until its first body message: an application
+    that fails between the two (Datasette's blob of an integer) can then still answer with an
+    error of its own, whose start replaces the held one."""
+    held: dict[str, Any] | None = None
+
+    async def sending(message: dict[str, Any]) -> None:
+        nonlocal held
+        if message["type"] == "http.response.start":
+            held = message
+            return
+        if held is not None and message["type"] == "http.response.body":
+            start, held = held, None
+            await send(start)
+        await send(message)
+
+    return sending
 
 
 def _with_safe_headers(send: Send) -> Send:
@@ -213,39 +226,6 @@ async def _redacting(app: App, scope: Scope, receive: Receive, send: Send, redac
         await _answer(
             send, Decision(413, "acp-proxy: this answer is too large to redact; narrow it, or start ui --no-redact\n")
         )
-
-
-# SQLite's messages for a read its authorizer denied: when prepared, when run.
-REFUSED_MARKS = (b"is prohibited", b"not authorized")
-
-
-async def _refusing(app: App, scope: Scope, receive: Receive, send: Send, line: str) -> None:
-    """Run ``app``; an error answer (400, 500) that is SQLite's refusal becomes a 403 with
-    ``line``: a JSON object for a ``.json`` path, else the line as text."""
-    start: dict[str, Any] | None = None
-    chunks: list[bytes] = []
-
-    async def capture(message: dict[str, Any]) -> None:
-        nonlocal start
-        if message["type"] == "http.response.start" and message.get("status") in (400, 500):
-            start = message
-            return
-        if start is None or message["type"] != "http.response.body":
-            await send(message)
-            return
-        chunks.append(message.get("body", b""))
-        if message.get("more_body"):
-            return
-        body = b"".join(chunks)
-        if not any(mark in body for mark in REFUSED_MARKS):
-            await _flush(send, start, body)
-        elif scope.get("path", "").endswith(".json"):
-            data = json.dumps({"ok": False, "error": line, "status": 403}).encode()
-            await _flush(send, {**start, "status": 403, "headers": [(b"content-type", b"application/json")]}, data)
-        else:
-            await _answer(send, Decision(403, line + "\n"))
-
-    await app(scope, receive, capture)
 
 
 async def _flush(send: Send, start: dict[str, Any], body: bytes) -> None:

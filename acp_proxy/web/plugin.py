@@ -248,7 +248,6 @@ def asgi_wrapper(datasette: Any) -> Any:
             lambda: getattr(datasette, UI_ATTRIBUTE, None),
             lambda: None if _source_masked(datasette) else redactor_for(datasette),
             own_paths=own_path,
-            refusal=lambda: masking.REFUSED if _source_masked(datasette) else None,
         )
 
     return wrapper
@@ -295,7 +294,7 @@ def handle_exception(datasette: Any, request: Any, exception: Exception) -> Any:
     from datasette.utils.asgi import Base400
     from datasette.views.base import DatasetteError
 
-    if masking.refused(exception):
+    if isinstance(exception, masking.Refused) or masking.refused(exception):
         status, message = 403, masking.REFUSED
     elif isinstance(exception, Base400):
         status, message = exception.status, str(exception.args[0] if exception.args else exception)
@@ -304,7 +303,9 @@ def handle_exception(datasette: Any, request: Any, exception: Exception) -> Any:
         if exception.message_is_html:
             message = re.sub(r"<textarea.*?</textarea>|<[^>]*>", " ", message, flags=re.DOTALL)
     else:
-        status, message = 500, f"{type(exception).__name__}: {exception}"
+        # Datasette fails on some requests it should refuse (a blob of an integer column); the
+        # request is what cannot be answered, and a 500 would say the server is broken.
+        status, message = 400, f"cannot answer this request ({type(exception).__name__}: {exception})"
     message = " ".join(str(message).split()) or str(status)
     path = request.path
     said = message.removeprefix("acp-proxy: ")[:300]
