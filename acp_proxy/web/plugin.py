@@ -299,7 +299,8 @@ def handle_exception(datasette: Any, request: Any, exception: Exception) -> Any:
     elif isinstance(exception, Base400):
         status, message = exception.status, str(exception.args[0] if exception.args else exception)
     elif isinstance(exception, DatasetteError):
-        status, message = exception.status, exception.message
+        # Datasette says 500 for some requests it cannot answer (a sort by a missing column).
+        status, message = (400 if exception.status >= 500 else exception.status), exception.message
         if exception.message_is_html:
             message = re.sub(r"<textarea.*?</textarea>|<[^>]*>", " ", message, flags=re.DOTALL)
     else:
