@@ -14,9 +14,11 @@ have been remote-code-execution holes when any web page the user visits could ca
   Otherwise 401;
 - every response says ``Cache-Control: no-store`` (recordings hold secrets), no framing, no
   referrer, no MIME sniffing;
-- with redaction on, Datasette's own JSON and CSV answers (tables, rows, SQL results) have each
-  string masked as the inspector masks frames; its HTML cells are masked by the plugin's
-  ``render_cell``.
+- a response's start is held until its first body message, so an application that fails
+  between the two can still answer with an error (never a half-sent 200);
+- for plain ``datasette`` with the plugin (no masking at the source, which only ``acp-proxy ui``
+  sets up: ``masking``), Datasette's own JSON and CSV answers have each string masked as the
+  inspector masks frames; its HTML cells are masked by the plugin's ``render_cell``.
 
 Must not know: the recording, Datasette's internals, click. ``decide`` is pure and tested alone.
 """

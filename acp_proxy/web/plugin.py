@@ -3,11 +3,14 @@
 Owns: Datasette's hooks — ``register_routes`` (``/`` runs and sessions, ``/runs/ID``,
 ``/sessions/ID``, ``/runs/ID/frames/SEQ``, ``/diff/A/B``, each with a ``.json`` twin, and the
 page assets under ``/-/acp-proxy/``), ``asgi_wrapper`` (the token and Host checks of
-``acp-proxy ui``, redaction of Datasette's own JSON and CSV), ``render_cell`` (redaction of its
-HTML cells), ``prepare_connection`` (connections that cannot write) and ``get_metadata`` (what
-each table, view and column means). Registered on Datasette's ``datasette`` entry point, so
-``datasette acp-proxy.db`` serves the same pages (without the token, which only ``acp-proxy ui``
-sets; Datasette itself listens on 127.0.0.1 unless told otherwise).
+``acp-proxy ui``; under plain ``datasette``, redaction of Datasette's own JSON and CSV),
+``render_cell`` (plain ``datasette``: redaction of its HTML cells), ``prepare_connection``
+(under ``acp-proxy ui``: masking at the source, ``masking``, and connections that cannot
+write), ``handle_exception`` (under ``acp-proxy ui``: each error one line on stderr, a 4xx page,
+never a traceback) and ``get_metadata`` (what each table, view and column means). Registered
+on Datasette's ``datasette`` entry point, so ``datasette acp-proxy.db`` serves the same pages
+(without the token, which only ``acp-proxy ui`` sets; Datasette itself listens on 127.0.0.1
+unless told otherwise).
 
 Must not know: SQL or the fold — every page's data comes from ``model`` — nor click.
 

@@ -282,3 +282,53 @@ def test_masked_values_keep_their_shape_for_sql(ds: Any) -> None:
     # Row URLs keep the table's keys, and links to the run stay (keys come from the table, not its shadow).
     page = get(ds, "/planted/frames?_size=1").text
     assert 'href="/planted/frames/1,1"' in page and 'href="/planted/runs/1"' in page
+
+
+# -- the shadows themselves, on a plain connection ------------------------------------------------
+
+
+def _masked_connection(db: Path) -> Any:
+    import sqlite3
+
+    from acp_proxy.protocol.redact import Redactor
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    masking.install(conn, Redactor())
+    return conn
+
+
+def test_shadows_mask_keep_keys_usable_and_pass_the_inspectors_own_reads_verbatim(db: Path) -> None:
+    import sqlite3
+
+    conn = _masked_connection(db)
+    try:
+        sql = "select raw from frames where method = 'terminal/create' and kind = 'request' order by seq desc limit 1"
+        (masked,) = conn.execute(sql).fetchone()
+        assert AWS not in masked and "[redacted]" in masked
+        with masking.verbatim():
+            (verbatim,) = conn.execute(sql).fetchone()
+        assert AWS in verbatim
+        assert conn.execute(sql).fetchone()[0] == masked  # verbatim ends with its block
+        # Integer keys are not wrapped: a lookup by (run_id, seq) still uses the primary key.
+        lookup = "explain query plan select raw from frames where run_id = 1 and seq = 5"
+        plan = " ".join(str(r) for r in conn.execute(lookup))
+        assert "PRIMARY KEY" in plan or "sqlite_autoindex" in plan, plan
+        with pytest.raises(sqlite3.DatabaseError, match=r"prohibited|not authorized"):
+            conn.execute("select raw from main.frames")
+        assert conn.execute("select count(seq) from main.frames").fetchone()[0] == 26
+    finally:
+        conn.close()
+
+
+def test_with_masking_off_nothing_is_shadowed(db: Path) -> None:
+    import sqlite3
+
+    from acp_proxy.protocol.redact import Redactor
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        masking.install(conn, Redactor(enabled=False))
+        assert conn.execute("select count(*) from temp.sqlite_master").fetchone()[0] == 0
+        assert AWS in " ".join(r[0] for r in conn.execute("select raw from main.frames where raw is not null"))
+    finally:
+        conn.close()
