@@ -232,7 +232,7 @@ def _file_database(ds: Any, path: Path) -> Any:
     from datasette import utils
     from datasette.database import Database
 
-    from acp_proxy.store.database import file_uri
+    from acp_proxy.store.database import SqlRefused, file_uri
     from acp_proxy.web import masking
 
     class EscapedPathDatabase(Database):
@@ -257,7 +257,9 @@ def _file_database(ds: Any, path: Path) -> Any:
                 return await super().execute(sql, *args, **kwargs)
             except sqlite3.DatabaseError as exc:
                 if masking.refused(exc):
-                    raise masking.Refused(masking.REFUSED) from None
+                    # Past Datasette's handling of SQL errors (an empty CSV, a page that does not
+                    # say why) to its error handler: a 403 with one line.
+                    raise SqlRefused(masking.REFUSED) from None
                 if not log:  # a query Datasette expects may fail (a facet's guess)
                     raise
                 sys.stderr.write(f"acp-proxy: SQL error: {' '.join(str(exc).split())[:300]}\n")

@@ -13,7 +13,8 @@ any query runs:
 - each view of the recording is shadowed too, by its own body, which then reads the shadows;
 - an authorizer refuses a read of a masked column that does not come through its shadow
   (``main.frames.raw``, or a view of ``main`` reading it): the one thing masking cannot cover,
-  closed with SQLite's refusal (``Refused``: the plugin answers it with a 403 and one line).
+  closed with SQLite's refusal (raised past Datasette as the store's ``SqlRefused``, which
+  the plugin answers with a 403 and one line).
 
 Integer columns are not wrapped (indexes on them keep working, and they hold no text).
 
@@ -141,11 +142,6 @@ def _authorizer(masked: dict[str, set[str]]) -> Callable[[int, str | None, str |
         return sqlite3.SQLITE_OK
 
     return authorize
-
-
-class Refused(Exception):
-    """A query the authorizer refused, raised past Datasette's handling of SQL errors (which
-    would show an empty CSV, or an error page that does not say why) to its error handler."""
 
 
 def refused(exc: BaseException) -> bool:

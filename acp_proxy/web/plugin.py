@@ -33,6 +33,7 @@ from datasette import hookimpl
 from datasette.utils.asgi import Response, asgi_static
 
 from acp_proxy.protocol.redact import Redactor
+from acp_proxy.store.database import SqlRefused
 from acp_proxy.web import guard as guard_mod
 from acp_proxy.web import masking, model
 from acp_proxy.web.metadata import TABLES
@@ -297,7 +298,7 @@ def handle_exception(datasette: Any, request: Any, exception: Exception) -> Any:
     from datasette.utils.asgi import Base400
     from datasette.views.base import DatasetteError
 
-    if isinstance(exception, masking.Refused) or masking.refused(exception):
+    if isinstance(exception, SqlRefused) or masking.refused(exception):
         status, message = 403, masking.REFUSED
     elif isinstance(exception, Base400):
         status, message = exception.status, str(exception.args[0] if exception.args else exception)
