@@ -42,6 +42,8 @@ ERRORS = [
     "/quiet.json?sql=" + urllib.parse.quote("select nope from frames"),
     "/quiet?sql=" + urllib.parse.quote("select from"),
     "/quiet/frames.json?_sort=nope",
+    "/quiet/frames.json?_facet=nope",
+    "/quiet/frames?_facet=nope&_facet_array=nope&_facet_date=nope",
     "/quiet/frames.json?_where=" + urllib.parse.quote("1=1)"),
     f"/quiet/frames.json?seq__gt={BIG}",
     f"/quiet/frames/1,{BIG}",
