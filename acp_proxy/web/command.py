@@ -11,7 +11,9 @@ imports Datasette only when run, so the rest of acp-proxy works without the ``[u
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import re
 import secrets
 import socket
 import sys
@@ -49,6 +51,26 @@ def _token(value: str | None) -> str:
     return value
 
 
+_HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*")
+WILDCARDS = ("0.0.0.0", "::", "[::]")
+
+
+def _allowed_host(value: str) -> str:
+    """A name the server answers to: a host name, an IPv4 or an IPv6 address (no port)."""
+    bare = value[1:-1] if value.startswith("[") and value.endswith("]") else value
+    try:
+        ipaddress.ip_address(bare)
+        return value
+    except ValueError:
+        pass
+    if len(value) > 253 or not _HOST_NAME.fullmatch(value):
+        raise click.BadParameter(
+            f"{value!r} is not a host name or address (give it without a scheme, port or path)",
+            param_hint="--allow-host",
+        )
+    return value
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -68,7 +90,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _url(host: str, port: int, token: str) -> str:
-    shown = f"[{host}]" if ":" in host else host
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
     return f"http://{shown}:{port}/?token={token}"
 
 
@@ -107,6 +129,14 @@ def _quiet_logging() -> None:
     help="Also mask what this JSON path (params._meta.token) or regular expression matches (repeatable).",
 )
 @click.option("--no-redact", is_flag=True, help="Show secrets as recorded (they are masked by default).")
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests that name this host (repeatable): how others reach --host 0.0.0.0. "
+    "The token is still required.",
+)
 def ui(
     db_path: Path | None,
     port: int,
@@ -115,20 +145,22 @@ def ui(
     no_open: bool,
     redact_rules: tuple[str, ...],
     no_redact: bool,
+    allow_hosts: tuple[str, ...],
 ) -> None:
     """Look at recordings in a browser: runs, conversations, frames, charts, diffs.
 
     Serves a live inspector (a Datasette plugin) on 127.0.0.1 and prints its URL, which carries
     a random access token; every request needs it (then a cookie). Every table and view of the
     database is there too, read-only, with Datasette's filters, facets and SQL. Secrets
-    (credential headers, env values, bearer tokens, API keys, JWTs) are masked unless
-    --no-redact. Ctrl-C stops it.
+    (credential headers, env values, bearer tokens, API keys, JWTs) are masked before any page
+    or query sees them, unless --no-redact. Ctrl-C stops it.
 
     \b
     Examples:
         acp-proxy ui
         acp-proxy ui --db rec.db --port 0 --no-open
         acp-proxy ui --redact params._meta.proxy --redact 'ticket-[0-9]+'
+        acp-proxy ui --host 0.0.0.0 --allow-host devbox.lan
     """
     missing = _missing_extra()
     if missing:
@@ -138,6 +170,7 @@ def ui(
     from acp_proxy.store import database as store
 
     Redactor(redact_rules)  # a bad rule is a RedactError: one line, exit 2
+    allow_hosts = tuple(_allowed_host(name) for name in allow_hosts)
     path = db_path if db_path is not None else default_db_path()
     store.open_for_reading(path).conn.close()  # exists, is ours, migrated: or one clear line
     token = _token(token)
@@ -149,14 +182,32 @@ def ui(
             f"acp-proxy: warning: listening on {host}: anyone who can reach it and has the token sees the recordings",
             err=True,
         )
+        if host in WILDCARDS and not allow_hosts:
+            click.echo(
+                "acp-proxy: warning: requests must name this host as it was given or as loopback; "
+                "name the others with --allow-host NAME",
+                err=True,
+            )
     bound_port = sock.getsockname()[1]
     try:
-        serve(path, sock, bind_host, bound_port, token, list(redact_rules), no_redact, open_browser=not no_open)
+        serve(
+            path,
+            sock,
+            bind_host,
+            bound_port,
+            token,
+            list(redact_rules),
+            no_redact,
+            open_browser=not no_open,
+            allow_hosts=allow_hosts,
+        )
     finally:
         sock.close()
 
 
-def build(path: Path, host: str, port: int, token: str, rules: list[str], no_redact: bool) -> Any:
+def build(
+    path: Path, host: str, port: int, token: str, rules: list[str], no_redact: bool, allow_hosts: tuple[str, ...] = ()
+) -> Any:
     """The Datasette instance ``ui`` serves (the guard set on it), not yet started."""
     from datasette.app import Datasette
 
@@ -169,7 +220,8 @@ def build(path: Path, host: str, port: int, token: str, rules: list[str], no_red
         settings={"force_https_urls": False},
     )
     ds.add_database(_file_database(ds, path), name=path.stem)
-    setattr(ds, plugin.UI_ATTRIBUTE, Guard(token=token, host=host, port=port))
+    setattr(ds, plugin.UI_ATTRIBUTE, Guard(token=token, host=host, port=port, extra_hosts=tuple(allow_hosts)))
+    plugin.quiet_errors()
     return ds
 
 
@@ -177,9 +229,11 @@ def _file_database(ds: Any, path: Path) -> Any:
     """Datasette's database for ``path``, opened by an escaped URI: Datasette's own puts the
     path into ``file:PATH?mode=ro`` as it is, where a ``#`` or ``?`` in a file name would cut
     it short (and open, or create, another file)."""
+    from datasette import utils
     from datasette.database import Database
 
-    from acp_proxy.store.database import file_uri
+    from acp_proxy.store.database import SqlRefused, file_uri
+    from acp_proxy.web import masking
 
     class EscapedPathDatabase(Database):
         def connect(self, write: bool = False) -> Any:
@@ -190,6 +244,54 @@ def _file_database(ds: Any, path: Path) -> Any:
             conn = sqlite3.connect(file_uri(Path(self.path)), uri=True, check_same_thread=False)
             self._all_file_connections.append(conn)
             return conn
+
+        async def execute(self, sql: str, *args: Any, **kwargs: Any) -> Any:
+            # Datasette's own log of a failed query is its connection, SQL and parameters on
+            # stderr; here it is the error alone, one line like every other.
+            import sqlite3
+            import sys
+
+            log = kwargs.get("log_sql_errors", True)
+            kwargs["log_sql_errors"] = False
+            try:
+                return await super().execute(sql, *args, **kwargs)
+            except sqlite3.DatabaseError as exc:
+                if masking.refused(exc):
+                    # Past Datasette's handling of SQL errors (an empty CSV, a page that does not
+                    # say why) to its error handler: a 403 with one line.
+                    raise SqlRefused(masking.REFUSED) from None
+                if not log:  # a query Datasette expects may fail (a facet's guess)
+                    raise
+                sys.stderr.write(f"acp-proxy: SQL error: {' '.join(str(exc).split())[:300]}\n")
+                raise
+
+        # Keys are asked of a connection without the masking views (``web.masking``): a view
+        # has no primary or foreign keys, and Datasette's row URLs (RUN,SEQ) and links need them.
+
+        async def _schema(self, fn: Any) -> Any:
+            import asyncio
+            import sqlite3
+
+            def run() -> Any:
+                conn = sqlite3.connect(file_uri(Path(self.path)), uri=True)
+                try:
+                    return fn(conn)
+                finally:
+                    conn.close()
+
+            return await asyncio.to_thread(run)
+
+        async def table_column_details(self, table: str) -> Any:
+            return await self._schema(lambda conn: utils.table_column_details(conn, table))
+
+        async def primary_keys(self, table: str) -> Any:
+            return await self._schema(lambda conn: utils.detect_primary_keys(conn, table))
+
+        async def foreign_keys_for_table(self, table: str) -> Any:
+            return await self._schema(lambda conn: utils.get_outbound_foreign_keys(conn, table))
+
+        async def get_all_foreign_keys(self) -> Any:
+            return await self._schema(utils.get_all_foreign_keys)
 
     return EscapedPathDatabase(ds, path=str(path), is_mutable=True)
 
@@ -203,14 +305,20 @@ def serve(
     rules: list[str],
     no_redact: bool,
     open_browser: bool,
+    allow_hosts: tuple[str, ...] = (),
 ) -> None:
     import asyncio
+    import warnings
 
     import uvicorn
 
     _quiet_logging()
-    ds = build(path, host, port, token, rules, no_redact)
-    url = _url(host, port, token)
+    # Datasette leaves a facet's coroutine unawaited when a request fails; the warning is not
+    # the user's to read (stderr is one line per error).
+    warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
+    ds = build(path, host, port, token, rules, no_redact, allow_hosts)
+    # A wildcard address is no place to browse to: the URL names the first allowed host.
+    url = _url(allow_hosts[0] if host in WILDCARDS and allow_hosts else host, port, token)
     click.echo(f"acp-proxy: inspecting {path} (read-only); Ctrl-C stops", err=True)
     click.echo(url)
     sys.stdout.flush()

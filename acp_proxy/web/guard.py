@@ -14,9 +14,11 @@ have been remote-code-execution holes when any web page the user visits could ca
   Otherwise 401;
 - every response says ``Cache-Control: no-store`` (recordings hold secrets), no framing, no
   referrer, no MIME sniffing;
-- with redaction on, Datasette's own JSON and CSV answers (tables, rows, SQL results) have each
-  string masked as the inspector masks frames; its HTML cells are masked by the plugin's
-  ``render_cell``.
+- a response's start is held until its first body message, so an application that fails
+  between the two can still answer with an error (never a half-sent 200);
+- for plain ``datasette`` with the plugin (no masking at the source, which only ``acp-proxy ui``
+  sets up: ``masking``), Datasette's own JSON and CSV answers have each string masked as the
+  inspector masks frames; its HTML cells are masked by the plugin's ``render_cell``.
 
 Must not know: the recording, Datasette's internals, click. ``decide`` is pure and tested alone.
 """
@@ -120,7 +122,7 @@ def _headers(scope: Scope) -> dict[str, str]:
 def wrap(
     app: App,
     guard_of: Callable[[], Guard | None],
-    redactor: Callable[[], Redactor] | None,
+    redactor: Callable[[], Redactor | None] | None,
     own_paths: Callable[[str], bool],
 ) -> App:
     """``app`` behind the guard (when ``guard_of``, asked at each request, gives one) and, for
@@ -138,7 +140,7 @@ def wrap(
             if decision.status:
                 await _answer(send, decision)
                 return
-        send_safe = _with_safe_headers(send)
+        send_safe = _with_safe_headers(_start_with_body(send))
         r = redactor() if redactor is not None else None
         if r is not None and r.enabled and not own_paths(scope.get("path", "/")):
             await _redacting(app, scope, receive, send_safe, r)
@@ -154,6 +156,25 @@ async def _answer(send: Send, decision: Decision) -> None:
     headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in decision.headers]
     await send({"type": "http.response.start", "status": decision.status, "headers": headers + SAFE_HEADERS})
     await send({"type": "http.response.body", "body": body})
+
+
+def _start_with_body(send: Send) -> Send:
+    """``send`` holding each response start back until its first body message: an application
+    that fails between the two (Datasette's blob of an integer) can then still answer with an
+    error of its own, whose start replaces the held one."""
+    held: dict[str, Any] | None = None
+
+    async def sending(message: dict[str, Any]) -> None:
+        nonlocal held
+        if message["type"] == "http.response.start":
+            held = message
+            return
+        if held is not None and message["type"] == "http.response.body":
+            start, held = held, None
+            await send(start)
+        await send(message)
+
+    return sending
 
 
 def _with_safe_headers(send: Send) -> Send:

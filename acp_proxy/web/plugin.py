@@ -3,11 +3,14 @@
 Owns: Datasette's hooks — ``register_routes`` (``/`` runs and sessions, ``/runs/ID``,
 ``/sessions/ID``, ``/runs/ID/frames/SEQ``, ``/diff/A/B``, each with a ``.json`` twin, and the
 page assets under ``/-/acp-proxy/``), ``asgi_wrapper`` (the token and Host checks of
-``acp-proxy ui``, redaction of Datasette's own JSON and CSV), ``render_cell`` (redaction of its
-HTML cells), ``prepare_connection`` (connections that cannot write) and ``get_metadata`` (what
-each table, view and column means). Registered on Datasette's ``datasette`` entry point, so
-``datasette acp-proxy.db`` serves the same pages (without the token, which only ``acp-proxy ui``
-sets; Datasette itself listens on 127.0.0.1 unless told otherwise).
+``acp-proxy ui``; under plain ``datasette``, redaction of Datasette's own JSON and CSV),
+``render_cell`` (plain ``datasette``: redaction of its HTML cells), ``prepare_connection``
+(under ``acp-proxy ui``: masking at the source, ``masking``, and connections that cannot
+write), ``handle_exception`` (under ``acp-proxy ui``: each error one line on stderr, a 4xx page,
+never a traceback) and ``get_metadata`` (what each table, view and column means). Registered
+on Datasette's ``datasette`` entry point, so ``datasette acp-proxy.db`` serves the same pages
+(without the token, which only ``acp-proxy ui`` sets; Datasette itself listens on 127.0.0.1
+unless told otherwise).
 
 Must not know: SQL or the fold — every page's data comes from ``model`` — nor click.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -29,8 +33,9 @@ from datasette import hookimpl
 from datasette.utils.asgi import Response, asgi_static
 
 from acp_proxy.protocol.redact import Redactor
+from acp_proxy.store.database import SqlRefused
 from acp_proxy.web import guard as guard_mod
-from acp_proxy.web import model
+from acp_proxy.web import masking, model
 from acp_proxy.web.metadata import TABLES
 
 PLUGIN = "acp-proxy"
@@ -93,7 +98,18 @@ async def _read(datasette: Any, fn: Any) -> Any:
     name = recording_name(datasette)
     if name is None:
         raise model.NotFound("no acp-proxy recording is attached (start with: acp-proxy ui --db PATH)")
-    return await datasette.get_database(name).execute_fn(fn)
+
+    def read(conn: Any) -> Any:
+        # These pages mask what they read themselves, with a whole conversation's context.
+        with masking.verbatim():
+            return fn(conn)
+
+    return await datasette.get_database(name).execute_fn(read)
+
+
+def _source_masked(datasette: Any) -> bool:
+    """Whether Datasette's connections mask at the source (``acp-proxy ui``, masking on)."""
+    return getattr(datasette, UI_ATTRIBUTE, None) is not None and redactor_for(datasette).enabled
 
 
 def _page(template: str, **context: Any) -> Response:
@@ -230,8 +246,12 @@ def asgi_wrapper(datasette: Any) -> Any:
     def wrapper(app: Any) -> Any:
         # Asked at each request: Datasette builds its app (for its test client) before
         # `acp-proxy ui` has set the guard on it.
+        # `acp-proxy ui` masks at the source (``masking``); plain `datasette` masks its answers.
         return guard_mod.wrap(
-            app, lambda: getattr(datasette, UI_ATTRIBUTE, None), lambda: redactor_for(datasette), own_paths=own_path
+            app,
+            lambda: getattr(datasette, UI_ATTRIBUTE, None),
+            lambda: None if _source_masked(datasette) else redactor_for(datasette),
+            own_paths=own_path,
         )
 
     return wrapper
@@ -239,7 +259,7 @@ def asgi_wrapper(datasette: Any) -> Any:
 
 @hookimpl
 def render_cell(value: Any, column: str, table: str | None, database: str, datasette: Any) -> str | None:
-    if not isinstance(value, str):
+    if not isinstance(value, str) or _source_masked(datasette):
         return None
     redactor = redactor_for(datasette)
     masked = redactor.raw(value)
@@ -251,7 +271,52 @@ def prepare_connection(conn: Any, database: str, datasette: Any) -> None:
     # `acp-proxy ui` promises a read-only inspector: Datasette already opens files mode=ro and
     # runs only SELECTs; this closes the last door (a write through any other code path).
     if getattr(datasette, UI_ATTRIBUTE, None) is not None and not database.startswith("_"):
+        masking.install(conn, redactor_for(datasette))
         conn.execute("PRAGMA query_only = 1")
+
+
+DATASETTE_HANDLER = "datasette.handle_exception"
+
+
+def quiet_errors() -> None:
+    """Unplug Datasette's own error handler (for `acp-proxy ui`): it prints a traceback, with
+    local variables, on stdout, even when another handler answers (each one is run). This
+    plugin's answers instead, for every Datasette of the process."""
+    from datasette.plugins import pm
+
+    pm.set_blocked(DATASETTE_HANDLER)
+
+
+@hookimpl
+def handle_exception(datasette: Any, request: Any, exception: Exception) -> Any:
+    """Under `acp-proxy ui`: Datasette's errors as one line on stderr and a plain page (its own
+    handler prints a traceback, with local variables, on stdout)."""
+    from datasette.plugins import pm
+
+    if getattr(datasette, UI_ATTRIBUTE, None) is None and not pm.is_blocked(DATASETTE_HANDLER):
+        return None
+    from datasette.utils.asgi import Base400
+    from datasette.views.base import DatasetteError
+
+    if isinstance(exception, SqlRefused) or masking.refused(exception):
+        status, message = 403, masking.REFUSED
+    elif isinstance(exception, Base400):
+        status, message = exception.status, str(exception.args[0] if exception.args else exception)
+    elif isinstance(exception, DatasetteError):
+        # Datasette says 500 for some requests it cannot answer (a sort by a missing column).
+        status, message = (400 if exception.status >= 500 else exception.status), exception.message
+        if exception.message_is_html:
+            message = re.sub(r"<textarea.*?</textarea>|<[^>]*>", " ", message, flags=re.DOTALL)
+    else:
+        # Datasette fails on some requests it should refuse (a blob of an integer column); the
+        # request is what cannot be answered, and a 500 would say the server is broken.
+        status, message = 400, f"cannot answer this request ({type(exception).__name__}: {exception})"
+    message = " ".join(str(message).split()) or str(status)
+    path = request.path
+    said = message.removeprefix("acp-proxy: ")[:300]
+    sys.stderr.write(f"acp-proxy: {request.method} {path[:200]}: {status} {said}\n")
+    sys.stderr.flush()
+    return _error(message, path.endswith(".json"), status)
 
 
 @hookimpl
