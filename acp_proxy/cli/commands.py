@@ -296,9 +296,9 @@ def faults_help() -> None:
 
 
 def open_db(db_path: Path | None) -> Any:
-    from acp_proxy.store import database as store
+    from acp_proxy.record import recovery
 
-    return store.open_for_reading(resolve_db(db_path))
+    return recovery.open_for_reading(resolve_db(db_path))
 
 
 def resolve_ref(db: Any, text: str) -> Any:
@@ -908,12 +908,13 @@ def _wait_for_database(path: Path, interval: float, deadline: float | None) -> t
     deadline passed first, whether it had to be waited for)."""
     import time
 
+    from acp_proxy.record import recovery
     from acp_proxy.store import database as store
 
     said = False
     while True:
         try:
-            return store.open_for_reading(path), said
+            return recovery.open_for_reading(path), said
         except store.NotYetADatabase:
             pass
         if not said:
@@ -1176,10 +1177,11 @@ def _replay_client(
 
 def _run_of_proxy(db_path: Path, pid: int) -> int | None:
     """The run the proxy with this pid recorded (the newest, should the pid have been reused)."""
+    from acp_proxy.record import recovery
     from acp_proxy.store import database as store
 
     try:
-        db = store.open_for_reading(db_path)
+        db = recovery.open_for_reading(db_path)
     except store.StoreError:
         return None
     try:

@@ -77,7 +77,7 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
     ``content`` lets into spans (None: the built-in rules). Raises ``UsageError`` for a bad
     option or reference, ``OtlpExportError`` when spans were lost."""
     from acp_proxy.read import queries
-    from acp_proxy.store import database as store
+    from acp_proxy.record import recovery
 
     where = endpoints(endpoint, os.environ)
     if where is None:
@@ -87,7 +87,7 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
     missing = missing_sdk()
     if missing:
         raise UsageError(missing)
-    db = store.open_for_reading(db_path)
+    db = recovery.open_for_reading(db_path)
     ref = queries.resolve(db, ref_text)
     run_ids = queries.run_ids_of(db, ref)
     if not run_ids:
@@ -121,17 +121,9 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
     return f"sent {exporter.sent} spans of {ref.describe()} (run(s) {runs}) to {where.traces}"
 
 
-FAULTS_SQL = "select seq, ts_ns, rule, action, detail from faults where run_id = ? and seq > ? order by seq, id"
-FINDINGS_SQL = (
-    "select x.id, x.seq, f.ts_ns, x.rule, x.severity, x.message from findings x "
-    "left join frames f on f.run_id = x.run_id and f.seq = x.seq where x.run_id = ? and x.id > ? order by x.id"
-)
-"""A run's applied faults after a seq, and its findings after a findings id (the live exporter
-reads them as they come; an export reads them all)."""
-
-
 def run_annotations(db: Any, run_id: int) -> list[Any]:
     """A run's applied faults and stored findings, as span events on their frames' spans."""
+    from acp_proxy.otel.follow import FAULTS_SQL, FINDINGS_SQL
     from acp_proxy.otel.spans import fault_annotation, finding_annotation
     from acp_proxy.read import queries
 

@@ -2,7 +2,7 @@
 
 Owns: the syntax below, its error messages (they point at the column of the mistake, for a
 person typing), and its two backends: ``Expr.matches(record)``, a predicate over a live
-``record.FrameRecord`` (or any object with the attributes named by ``store.FRAME_COLUMNS``), and
+``record.FrameRecord`` (or any object with the attributes named by ``frames.FRAME_COLUMNS``), and
 ``Expr.to_sql()``, a parameterised SQL ``WHERE`` fragment over the ``frames`` table. ``frames``,
 ``tail``, ``export`` and fault selectors (``faults``) all use it; there is no second matcher.
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from acp_proxy.record import journal as jr
+from acp_proxy.record import recovery
 from acp_proxy.store import database as store
 from tests.conftest import proxy_env, python_agent, run_proxy, start_proxy, wait_for_output, watchdog
 from tests.relay.test_relay_lifecycle import the_run as run_row
@@ -372,7 +373,7 @@ def test_a_torn_last_journal_record_is_dropped_and_the_rest_recovered(tmp_path: 
         db, b'{"jsonrpc":"2.0","method":"a"}\n{"jsonrpc":"2.0","method":"b"}\n', b'{"jsonrpc":"2.0","method":"torn"}\n'
     )
     os.truncate(journal, journal.stat().st_size - 5)  # kill -9 in the middle of an append
-    store.open_for_reading(db).conn.close()
+    recovery.open_for_reading(db).conn.close()
     run = run_row(db)
     assert (run["status"], run["frames_a2c"], run["recovered_frames"]) == ("crashed", 2, 2)
     said = run_proxy(["runs", "--db", str(db)], env=proxy_env(COLUMNS="200")).stdout.decode()
@@ -389,7 +390,7 @@ def test_a_journal_whose_proxy_died_before_saying_what_it_ran_is_removed(tmp_pat
     store.open_for_writing(db).conn.close()
     journal = jr.JournalWriter.create(jr.journal_dir(db))
     journal.close()
-    store.open_for_reading(db).conn.close()
+    recovery.open_for_reading(db).conn.close()
     assert not journal.path.exists()
     conn = sqlite3.connect(db)
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from acp_proxy.record.recorder import (
+from acp_proxy.record.session import (
     FLOOD_LINES_PER_S,
     FLOOD_MAX_SECONDS,
     FLOOD_PAUSE,

@@ -133,10 +133,10 @@ def test_a_line_over_sqlites_length_limit_is_recorded_cut_and_flagged(tmp_path: 
 
 def test_one_row_sqlite_refuses_costs_one_row_not_its_batch(tmp_path: Path) -> None:
     """The writer's last line of defence: a row that fails is retried alone and counted."""
-    from acp_proxy.record.recorder import RunWriter
+    from acp_proxy.record.writer import RunWriter
     from acp_proxy.store import database as store
 
-    db = store.open_for_writing(tmp_path / "rec.db", recover=False)
+    db = store.open_for_writing(tmp_path / "rec.db")
     db.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 10_000)
     run_id = db["runs"].insert({"started_ns": 1, "status": "running"}).last_pk
     writer = RunWriter(db, run_id, tmp_path / "none.journal", None)

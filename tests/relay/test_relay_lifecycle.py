@@ -400,7 +400,7 @@ def _foreign_database(path: Path) -> None:
 def _newer_database(path: Path) -> None:
     from acp_proxy.store import database as store
 
-    store.open_for_writing(path, recover=False).conn.close()
+    store.open_for_writing(path).conn.close()
     conn = sqlite3.connect(path)
     conn.execute(f"PRAGMA user_version = {store.SCHEMA_VERSION + 1}")
     conn.commit()

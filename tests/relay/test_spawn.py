@@ -105,7 +105,7 @@ for argv in (["run", "--no-record", "--", "true"], ["run", "--", "true"], ["run"
 print(json.dumps(sorted(set(sys.modules) - before)))
 """
     (tmp_path / "data").mkdir()
-    store.open_for_writing(tmp_path / "x.db", recover=False).conn.close()  # examined with sqlite3
+    store.open_for_writing(tmp_path / "x.db").conn.close()  # examined with sqlite3
     result = subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True,

@@ -103,9 +103,9 @@ def test_opening_a_recorded_database_to_read_loads_no_recorder_when_nothing_is_t
     assert run_proxy(["run", "--db", str(path), "--", *python_agent("pass")], timeout=60).returncode == 0
     assert Path(f"{path}.journal").is_dir()
     code = (
-        "import sys; from pathlib import Path; from acp_proxy.store import database as store; "
-        f"store.open_for_reading(Path({str(path)!r})).conn.close(); "
-        "print(sorted(m for m in ('acp_proxy.record.recorder', 'sqlite_utils', 'trio', 'msgspec') if m in sys.modules))"
+        "import sys; from pathlib import Path; from acp_proxy.record import recovery; "
+        f"recovery.open_for_reading(Path({str(path)!r})).conn.close(); "
+        "print(sorted(m for m in ('acp_proxy.record.recorder', 'acp_proxy.record.session', 'sqlite_utils', 'trio', 'msgspec') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -114,7 +114,7 @@ def test_opening_a_recorded_database_to_read_loads_no_recorder_when_nothing_is_t
 
 def test_a_newer_database_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
-    store.open_for_writing(path, recover=False).conn.close()
+    store.open_for_writing(path).conn.close()
     with sqlite3.connect(path) as conn:
         conn.execute(f"PRAGMA user_version = {store.SCHEMA_VERSION + 1}")
         conn.execute("PRAGMA journal_mode = DELETE")
