@@ -533,9 +533,7 @@ def _checkpoint(conn: sqlite3.Connection, mode: str) -> None:
 
 def open_for_recording(db_path: Path, limit: int | None) -> Any:
     """The database for writing, waiting out another process's lock; no recovery of others."""
-    return store.wait_for_write_lock(
-        lambda: store.open_for_writing(db_path, limit_bytes=limit), LOCK_PATIENCE
-    )
+    return store.wait_for_write_lock(lambda: store.open_for_writing(db_path, limit_bytes=limit), LOCK_PATIENCE)
 
 
 def ensure_run(

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     import trio
 
     from acp_proxy.faults.gate import Gate, Step
-    from acp_proxy.faults.rules import FaultPlan
+    from acp_proxy.faults.plan import FaultPlan
 
 RECORDER_FINISH_TIMEOUT = 120.0  # how long the proxy waits, after the agent, for the recording
 _CORE_DUMPING = (signal.SIGQUIT, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from acp_proxy.cli.commands import cli
 from acp_proxy.cli.views import session_label
-from acp_proxy.faults import rules as faults
+from acp_proxy.faults.plan import FaultPlan
 from tests.conftest import PROXY, proxy_env
 from tests.record.test_import import jetbrains_log
 
@@ -115,7 +115,7 @@ def run_example(example: str, db: Path, session: str, where: Path) -> None:
         # their own as real processes): check that the command line parses, rules included.
         ctx = command.make_context(name, list(args), parent=click.Context(cli, info_name="acp-proxy"))
         if name == "run":
-            faults.FaultPlan.build(ctx.params["fault_rules"], None, None, ctx.params["seed"])
+            FaultPlan.build(ctx.params["fault_rules"], None, None, ctx.params["seed"])
         return
     if name == "tail":
         args += ["--timeout", "1", "--interval", "0.05"]

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from acp_proxy.faults.rules import corrupt_line
+from acp_proxy.faults.plan import corrupt_line
 from tests.conftest import PROXY, run_proxy
 from tests.peers import (
     AGENT_INIT_LINE,
