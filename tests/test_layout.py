@@ -9,6 +9,7 @@ The import graph is built from the source with ``ast``, every ``import`` counted
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,7 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return found
 
 
+@functools.cache
 def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     known = modules(package)
     return {name: imports(name, path, known) for name, path in known.items()}

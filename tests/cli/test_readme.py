@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 
 
+@pytest.mark.spawns
 def test_the_generated_parts_of_the_readme_are_current() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "cogapp", "--check", str(README)], capture_output=True, text=True, timeout=120, cwd=REPO
@@ -252,6 +253,7 @@ def answer_through_the_proxy(argv: list[str], env: dict[str, str], db: Path, tim
     return json.loads(line.split(b"\n", 1)[0])
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("agent", snippet_agents(), ids=lambda a: a[0])
 def test_each_snippets_agent_answers_through_the_proxy(agent: list[str], tmp_path: Path) -> None:
     binary = installed(agent[0])

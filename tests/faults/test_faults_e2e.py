@@ -49,6 +49,8 @@ from tests.peers import (
     transcript,
 )
 
+pytestmark = pytest.mark.spawns  # every test here starts processes
+
 CAT = shutil.which("cat") or "cat"
 SCRIPTED_AGENT = Path(__file__).parents[1] / "scripted_agent.py"
 EXAMPLE_FAULTS = REPO / "examples" / "faults.toml"

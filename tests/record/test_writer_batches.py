@@ -103,6 +103,7 @@ def test_raw_given_as_bytes_is_stored_as_text(tmp_path: Path) -> None:
     assert conn.execute("SELECT typeof(raw), raw FROM frames").fetchone() == ("text", _line("m", LONG).decode())
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("gate", [False, True], ids=["recorder", "gate"])
 def test_long_lines_are_relayed_and_recorded_exactly(tmp_path: Path, gate: bool) -> None:
     lines = _requests_and_notices()
@@ -116,6 +117,7 @@ def test_long_lines_are_relayed_and_recorded_exactly(tmp_path: Path, gate: bool)
     assert conn.execute("SELECT status, not_recorded FROM runs").fetchone() == ("ended", 0)
 
 
+@pytest.mark.spawns
 def test_a_redacted_long_line_is_stored_masked(tmp_path: Path) -> None:
     secret = _line("s/secret", 3 * LONG).replace(b'"t":"', b'"t":"hunter2 ', 1)
     data = secret + b"\n"

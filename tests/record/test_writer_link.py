@@ -13,7 +13,11 @@ import threading
 import types
 from collections.abc import Callable
 
+import pytest
+
 from acp_proxy.record import writer as recorder_writer
+
+pytestmark = pytest.mark.spawns  # every test here starts processes
 
 
 def _link(writer: Callable[[int, int, object], int]) -> recorder_writer._WriterLink:

@@ -95,6 +95,7 @@ def relay_through_cat(db: Path, lines: list[bytes], *, gate: bool) -> None:
     assert b"Traceback" not in result.stderr
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("gate", [False, True], ids=["recorder", "gate"])
 def test_every_hostile_line_is_relayed_and_recorded(tmp_path: Path, gate: bool) -> None:
     lines = list(HOSTILE.values())
@@ -103,6 +104,7 @@ def test_every_hostile_line_is_relayed_and_recorded(tmp_path: Path, gate: bool) 
     assert_recorded_whole(db, lines)
 
 
+@pytest.mark.spawns
 def test_a_line_over_sqlites_length_limit_is_recorded_cut_and_flagged(tmp_path: Path) -> None:
     # SQLite's default limit is 1e9 bytes; the test lowers it to 1 MiB in the recorder's
     # connections (store.LENGTH_LIMIT_VAR) rather than push a gigabyte through a pipe.
@@ -168,6 +170,7 @@ hostile_lines = st.lists(
 )
 
 
+@pytest.mark.spawns
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=hostile_lines, gate=st.booleans())
 def test_generated_hostile_lines_through_the_real_recorder(tmp_path: Path, lines: list[bytes], gate: bool) -> None:

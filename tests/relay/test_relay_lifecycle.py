@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import PROXY, proxy_env, python_agent, run_proxy, start_proxy, wait_for_output, watchdog
 
+pytestmark = pytest.mark.spawns  # every test here starts processes
+
 
 def rows(db: Path, sql: str, *params: object) -> list[tuple]:
     conn = sqlite3.connect(db)

@@ -59,6 +59,7 @@ def test_a_query_upgrades_an_older_database_and_keeps_its_frames(tmp_path: Path)
     assert "origin" in columns(path)
 
 
+@pytest.mark.spawns
 def test_a_run_upgrades_an_older_database_and_records_into_it(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     make_v1_database(path)
@@ -98,6 +99,7 @@ def test_a_foreign_database_is_not_read(tmp_path: Path) -> None:
     assert "is not an acp-proxy database" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.spawns
 def test_opening_a_recorded_database_to_read_loads_no_recorder_when_nothing_is_to_recover(tmp_path: Path) -> None:
     path = tmp_path / "rec.db"
     assert run_proxy(["run", "--db", str(path), "--", *python_agent("pass")], timeout=60).returncode == 0
@@ -138,6 +140,7 @@ os._exit(9)  # kill -9 before COMMIT: the rollback journal is left hot
 """
 
 
+@pytest.mark.spawns
 def test_a_database_whose_creator_was_killed_mid_transaction_is_rolled_back_and_used(tmp_path: Path) -> None:
     # A read-only connection cannot roll a hot journal back, so every command failed with
     # "attempt to write a readonly database" until some writer did.
