@@ -720,7 +720,7 @@ def _integer(text: str) -> Fraction:
 def duration_ns(text: str) -> Fraction | None:
     """``300ms``, ``1.5s``, ``1m30s`` -> nanoseconds; None when the text is not a duration.
 
-    Public: fault rules (``faults.py``) spell durations the same way.
+    Public: fault rules (``faults/rules.py``) spell durations the same way.
     """
     return _duration_ns(text)
 
