@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from acp_proxy.record import journal, recorder
+from acp_proxy.record import journal, session
 from acp_proxy.store import database as store
 
 CHUNKS_PER_TURN = 400
@@ -146,7 +146,7 @@ def build(db: Path, target: int) -> int:
         writer.close()
         fd = journal.open_journal(writer.path)
         try:
-            recorder.Session(writer.path, fd, db_path=db).recover(rescue=False)
+            session.Session(writer.path, fd, db_path=db).recover(rescue=False)
         finally:
             os.close(fd)
     return runs * per_run

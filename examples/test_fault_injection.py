@@ -50,6 +50,8 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
+pytestmark = pytest.mark.spawns  # every test here starts processes
+
 AGENT = [sys.executable, str(Path(__file__).with_name("sdk_agent.py"))]
 """The example agent: echoes each prompt back as ``Client sent:`` and the prompt's text."""
 STARTUP_TIMEOUT = 30.0

@@ -22,6 +22,17 @@ PROXY = [sys.executable, "-m", "acp_proxy"]
 FIXTURES = Path(__file__).parent / "fixtures"
 TRAFFIC = FIXTURES / "traffic"
 
+# Fixtures that start processes (the proxy with real peers, or an agent): a test that uses one,
+# directly or through another fixture, is marked ``spawns`` here; a test that starts processes
+# itself carries the mark in its module. ``pytest -m "not spawns"``: the in-process tests only.
+SPAWNING_FIXTURES = frozenset(("sdk_recording", "bad_recording"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SPAWNING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.spawns)
+
 
 @pytest.fixture(scope="session")
 def sdk_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:

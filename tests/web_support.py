@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from acp_proxy.record import journal, recorder
+from acp_proxy.record import journal
+from acp_proxy.record.session import Session
 
 SESSION = "sess-web-1"
 SECRETS = {
@@ -175,7 +176,7 @@ def record(db: Path, traffic: list[tuple[int, bytes]], argv: list[str] | None = 
     writer.close()
     fd = journal.open_journal(writer.path)
     try:
-        session = recorder.Session(writer.path, fd, db_path=db)
+        session = Session(writer.path, fd, db_path=db)
         session.recover(rescue=False)
     finally:
         os.close(fd)

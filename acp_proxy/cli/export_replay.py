@@ -278,10 +278,11 @@ def _replay_client(
 def _run_of_proxy(db_path: Path, pid: int) -> int | None:
     """The run the proxy with this pid recorded (the newest, should the pid have been reused)."""
     from acp_proxy.read import queries
+    from acp_proxy.record import recovery
     from acp_proxy.store import database as store
 
     try:
-        db = store.open_for_reading(db_path)
+        db = recovery.open_for_reading(db_path)
     except store.StoreError:
         return None
     try:

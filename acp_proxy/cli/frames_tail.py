@@ -194,12 +194,13 @@ def _wait_for_database(path: Path, interval: float, deadline: float | None) -> t
     deadline passed first, whether it had to be waited for)."""
     import time
 
+    from acp_proxy.record import recovery
     from acp_proxy.store import database as store
 
     said = False
     while True:
         try:
-            return store.open_for_reading(path), said
+            return recovery.open_for_reading(path), said
         except store.NotYetADatabase:
             pass
         if not said:

@@ -67,9 +67,9 @@ def cli() -> None:
 
 
 def open_db(db_path: Path | None) -> Any:
-    from acp_proxy.store import database as store
+    from acp_proxy.record import recovery
 
-    return store.open_for_reading(resolve_db(db_path))
+    return recovery.open_for_reading(resolve_db(db_path))
 
 
 def resolve_ref(db: Any, text: str) -> Any:

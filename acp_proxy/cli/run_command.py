@@ -216,9 +216,9 @@ def build_fault_plan(rules: tuple[str, ...], path: Path | None, seed: int | None
     env_value = _env_text("ACP_PROXY_FAULTS")
     if not rules and path is None and not env_value:
         return None
-    from acp_proxy.faults import rules as faults
+    from acp_proxy.faults.plan import FaultPlan
 
-    plan = faults.FaultPlan.build(rules, path, env_value, seed)
+    plan = FaultPlan.build(rules, path, env_value, seed)
     return plan if plan else None
 
 

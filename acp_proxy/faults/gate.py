@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from acp_proxy.faults import rules as fl
+from acp_proxy.faults import actions as fl
+from acp_proxy.faults.plan import FaultPlan
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.frames import FrameRecord
@@ -99,7 +100,7 @@ class Gate:
     def __init__(
         self,
         strip_replayed_notices: bool = False,
-        plan: fl.FaultPlan | None = None,
+        plan: FaultPlan | None = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.strip_replayed_notices = strip_replayed_notices

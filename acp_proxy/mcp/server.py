@@ -226,10 +226,11 @@ class Tools:
 
     @contextmanager
     def _db(self) -> Iterator[Any]:
+        from acp_proxy.record import recovery
         from acp_proxy.store import database as store
 
         try:
-            db = store.open_for_reading(self.db_path)
+            db = recovery.open_for_reading(self.db_path)
         except store.StoreError as exc:
             raise ToolFailure(str(exc)) from None
         try:

@@ -83,7 +83,7 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
     ``content`` lets into spans (None: the built-in rules). Raises ``UsageError`` for a bad
     option or reference, ``OtlpExportError`` when spans were lost."""
     from acp_proxy.read import queries
-    from acp_proxy.store import database as store
+    from acp_proxy.record import recovery
 
     where = endpoints(endpoint, os.environ)
     if where is None:
@@ -93,12 +93,13 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
     missing = missing_sdk(where)
     if missing:
         raise UsageError(missing)
-    db = store.open_for_reading(db_path)
+    db = recovery.open_for_reading(db_path)
     ref = queries.resolve(db, ref_text)
     run_ids = queries.run_ids_of(db, ref)
     if not run_ids:
         raise UsageError(f"{ref.describe()} has no recorded run")
     from acp_proxy.otel.exporter import Exporter
+    from acp_proxy.otel.follow import delivery_report, run_identity
     from acp_proxy.otel.spans import build, recording_ids
 
     exporter = Exporter(where)
@@ -126,39 +127,9 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
     return f"sent {exporter.sent} spans of {ref.describe()} (run(s) {runs}) to {where.traces}"
 
 
-def delivery_report(exporter: Any, total: int | None = None) -> str:
-    """What was lost, and why, in one line (spans, then metric data points)."""
-    parts = []
-    if exporter.lost:
-        of = f" of {total}" if total is not None else ""
-        parts.append(f"{exporter.lost}{of} spans could not be sent to {exporter.where.traces}: {exporter.error}")
-    if exporter.points_lost:
-        parts.append(
-            f"{exporter.points_lost} metric points could not be sent to {exporter.where.metrics}: "
-            f"{exporter.points_error}"
-        )
-    return "; ".join(parts)
-
-
-def run_identity(db: Any, run_id: int) -> str:
-    """What names a run wherever its database is copied or moved (its id, start time to the
-    nanosecond, proxy pid and source): the seed of its span and trace ids."""
-    row = db.execute("select started_ns, proxy_pid, source from runs where id = ?", [run_id]).fetchone()
-    started, pid, source = row if row else (None, None, None)
-    return f"acp-proxy run {run_id} {started} {pid} {source}"
-
-
-FAULTS_SQL = "select seq, ts_ns, rule, action, detail from faults where run_id = ? and seq > ? order by seq, id"
-FINDINGS_SQL = (
-    "select x.id, x.seq, f.ts_ns, x.rule, x.severity, x.message from findings x "
-    "left join frames f on f.run_id = x.run_id and f.seq = x.seq where x.run_id = ? and x.id > ? order by x.id"
-)
-"""A run's applied faults after a seq, and its findings after a findings id (the live exporter
-reads them as they come; an export reads them all)."""
-
-
 def run_annotations(db: Any, run_id: int) -> list[Any]:
     """A run's applied faults and stored findings, as span events on their frames' spans."""
+    from acp_proxy.otel.follow import FAULTS_SQL, FINDINGS_SQL
     from acp_proxy.otel.spans import fault_annotation, finding_annotation
     from acp_proxy.read import queries
 

@@ -46,6 +46,36 @@ PROCESS_NAME = b"acp-proxy-otlp"
 
 _SELECT_FRAMES = "select * from frames where run_id = ? and seq > ? order by seq limit ?"
 
+FAULTS_SQL = "select seq, ts_ns, rule, action, detail from faults where run_id = ? and seq > ? order by seq, id"
+FINDINGS_SQL = (
+    "select x.id, x.seq, f.ts_ns, x.rule, x.severity, x.message from findings x "
+    "left join frames f on f.run_id = x.run_id and f.seq = x.seq where x.run_id = ? and x.id > ? order by x.id"
+)
+"""A run's applied faults after a seq, and its findings after a findings id (the live exporter
+reads them as they come; an export reads them all)."""
+
+
+def delivery_report(exporter: Any, total: int | None = None) -> str:
+    """What was lost, and why, in one line (spans, then metric data points)."""
+    parts = []
+    if exporter.lost:
+        of = f" of {total}" if total is not None else ""
+        parts.append(f"{exporter.lost}{of} spans could not be sent to {exporter.where.traces}: {exporter.error}")
+    if exporter.points_lost:
+        parts.append(
+            f"{exporter.points_lost} metric points could not be sent to {exporter.where.metrics}: "
+            f"{exporter.points_error}"
+        )
+    return "; ".join(parts)
+
+
+def run_identity(db: Any, run_id: int) -> str:
+    """What names a run wherever its database is copied or moved (its id, start time to the
+    nanosecond, proxy pid and source): the seed of its span and trace ids."""
+    row = db.execute("select started_ns, proxy_pid, source from runs where id = ?", [run_id]).fetchone()
+    started, pid, source = row if row else (None, None, None)
+    return f"acp-proxy run {run_id} {started} {pid} {source}"
+
 
 def spawn(db_path: Path, *, proxy_pid: int, not_before_ns: int, where: Endpoints, content: bool) -> None:
     """Start the follower for the run that proxy ``proxy_pid`` is about to record, detached, at
@@ -148,7 +178,6 @@ def _find_run(db_path: Path, proxy_pid: int, not_before_ns: int) -> int | None:
 
 
 def follow(db_path: Path, run_id: int, config: dict[str, Any]) -> int:
-    from acp_proxy.otel.command import FAULTS_SQL, delivery_report, run_identity
     from acp_proxy.otel.exporter import Exporter
     from acp_proxy.otel.spans import SpanBuilder, fault_annotation, recording_ids
     from acp_proxy.store import database as store
@@ -204,7 +233,6 @@ def follow(db_path: Path, run_id: int, config: dict[str, Any]) -> int:
 
 def _findings(conn: sqlite3.Connection, builder: SpanBuilder, run_id: int, after_id: int) -> int:
     """Findings the live checker stored since the last look (it may lag behind the frames)."""
-    from acp_proxy.otel.command import FINDINGS_SQL
     from acp_proxy.otel.spans import finding_annotation
 
     for row in conn.execute(FINDINGS_SQL, [run_id, after_id]).fetchall():

@@ -2,19 +2,54 @@
 
 Owns: the in-memory shape of a recorded frame, shared by the recorder (which fills the wire
 facts), the tracker (which adds protocol facts: pairing, replay, unknown variants) and the
-filter predicate (which reads it for live filtering). Its attributes are exactly the columns of
-``store.FRAME_COLUMNS``.
+filter predicate (which reads it for live filtering), and the frames table's columns
+(``FRAME_COLUMNS``: names, types and order, which the store's schema is made from). Its
+attributes are exactly those columns.
 
-Must not know: SQL, pipes, or how any field is computed.
+Must not know: SQL, pipes, or how any field is computed. Import-cheap on purpose (no msgspec):
+the store imports it on every query command's path.
 """
 
 from __future__ import annotations
 
 from operator import attrgetter, is_not
 
-from acp_proxy.protocol.wire import Frame
-from acp_proxy.store.database import FRAME_COLUMNS
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on a query's path
+if TYPE_CHECKING:
+    from acp_proxy.protocol.wire import Frame
 
+# Column order of the frames table is the order the recorder's INSERT uses.
+FRAME_COLUMNS: dict[str, type] = {
+    "run_id": int,
+    "seq": int,
+    "ts_ns": int,
+    "dir": str,  # c2a | a2c | stderr: the way the line travelled
+    "raw": str,  # the line without its "\n" (a "\r" stays); NULL when not valid UTF-8
+    "raw_bytes": bytes,  # the line when it is not valid UTF-8
+    "size": int,  # full length in bytes, without "\n"
+    "terminated": int,  # 0 for a last line that ended at EOF without "\n"
+    "cut": int,  # 1 when raw holds only the first --max-record-bytes of the line
+    "kind": str,  # request | notification | response | error | batch | invalid | stderr
+    "method": str,  # responses carry their request's method
+    "rpc_id": str,  # JSON text, so 1 and "1" differ
+    "session_id": str,
+    "update_kind": str,  # session/update variant
+    "item_id": str,  # messageId / toolCallId / planId / terminalId / compactionId ...
+    "request_seq": int,  # on responses: the seq of the request answered
+    "latency_ns": int,  # on responses: time since the request
+    "error_code": int,
+    "error_message": str,
+    "replay": int,  # 1: history sent inside a session/load or session/resume replay window
+    "batch_seq": int,  # on a batch element: the seq of the batch line it came in
+    "batch_index": int,  # on a batch element: its position in the batch
+    "forwarded": int,  # 0 when the proxy did not pass the frame on (see note)
+    "unanswered": int,  # on requests: 1 when no response came before the run ended
+    "unknown": str,  # extension | future, for methods and update variants not in the schema
+    "note": str,  # why a frame was flagged, dropped or not forwarded
+    "fault": str,  # the fault applied to this frame, if any
+    "decode_error": str,
+    "origin": str,  # "proxy" on lines acp-proxy wrote itself (injected, error replies); else NULL
+}
 COLUMNS = tuple(FRAME_COLUMNS)
 _values = attrgetter(*COLUMNS)
 _NONES = (None,) * len(COLUMNS)

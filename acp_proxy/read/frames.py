@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from acp_proxy.protocol import filters
+from acp_proxy.protocol import filter_tree, filters
 from acp_proxy.protocol.redact import FRAME_FIELDS, Redactor
 from acp_proxy.read import queries
 from acp_proxy.read.queries import Ref
@@ -56,7 +56,7 @@ def parse_cursor(text: str | None) -> Cursor | None:
     return None
 
 
-def parse(db: Any, text: str | None) -> filters.Expr:
+def parse(db: Any, text: str | None) -> filter_tree.Expr:
     """A filter, with ``run:last`` bound to the newest run of ``db`` (so that both the SQL and
     the Python matcher read it the same way)."""
     last = db.execute("select max(id) from runs").fetchone()[0]
@@ -82,26 +82,26 @@ def scope_clause(db: Any, ref: Ref | None) -> tuple[str, list[Any]]:
     )
 
 
-def reads_masked(expr: filters.Expr) -> bool:
+def reads_masked(expr: filter_tree.Expr) -> bool:
     """Whether any term of ``expr`` reads a column that masking can change."""
-    if isinstance(expr, (filters.And, filters.Or)):
+    if isinstance(expr, (filter_tree.And, filter_tree.Or)):
         return any(reads_masked(item) for item in expr.items)
-    if isinstance(expr, filters.Not):
+    if isinstance(expr, filter_tree.Not):
         return reads_masked(expr.item)
-    return isinstance(expr, filters.Term) and expr.column in FRAME_FIELDS
+    return isinstance(expr, filter_tree.Term) and expr.column in FRAME_FIELDS
 
 
-def relaxed(expr: filters.Expr, positive: bool = True) -> filters.Expr:
+def relaxed(expr: filter_tree.Expr, positive: bool = True) -> filter_tree.Expr:
     """``expr`` with every term that reads a maskable column replaced by a constant that can
     only widen the selection: true where the term counts positively, false under a negation."""
-    if isinstance(expr, filters.And):
-        return filters.And([relaxed(item, positive) for item in expr.items])
-    if isinstance(expr, filters.Or):
-        return filters.Or([relaxed(item, positive) for item in expr.items])
-    if isinstance(expr, filters.Not):
-        return filters.Not(relaxed(expr.item, not positive))
-    if isinstance(expr, filters.Term) and expr.column in FRAME_FIELDS:
-        return filters.Const(positive)
+    if isinstance(expr, filter_tree.And):
+        return filter_tree.And([relaxed(item, positive) for item in expr.items])
+    if isinstance(expr, filter_tree.Or):
+        return filter_tree.Or([relaxed(item, positive) for item in expr.items])
+    if isinstance(expr, filter_tree.Not):
+        return filter_tree.Not(relaxed(expr.item, not positive))
+    if isinstance(expr, filter_tree.Term) and expr.column in FRAME_FIELDS:
+        return filter_tree.Const(positive)
     return expr
 
 
@@ -109,7 +109,9 @@ class Selection:
     """The frames ``expr`` selects within ``ref`` (None: every run), masked by ``redactor``
     (None, or a disabled one: as recorded)."""
 
-    def __init__(self, db: Any, expr: filters.Expr, redactor: Redactor | None = None, ref: Ref | None = None) -> None:
+    def __init__(
+        self, db: Any, expr: filter_tree.Expr, redactor: Redactor | None = None, ref: Ref | None = None
+    ) -> None:
         self.db = db
         self.expr = expr
         self.redactor = redactor if redactor is not None and redactor.enabled else None
@@ -216,12 +218,12 @@ class Selection:
 _AFTER = "(frames.run_id > ? or (frames.run_id = ? and frames.seq > ?))"
 
 
-def _has_findings(expr: filters.Expr) -> bool:
-    if isinstance(expr, (filters.And, filters.Or)):
+def _has_findings(expr: filter_tree.Expr) -> bool:
+    if isinstance(expr, (filter_tree.And, filter_tree.Or)):
         return any(_has_findings(item) for item in expr.items)
-    if isinstance(expr, filters.Not):
+    if isinstance(expr, filter_tree.Not):
         return _has_findings(expr.item)
-    return isinstance(expr, filters.HasFinding)
+    return isinstance(expr, filter_tree.HasFinding)
 
 
 def frame(db: Any, run_id: int, seq: int, redactor: Redactor | None = None) -> dict[str, Any] | None:

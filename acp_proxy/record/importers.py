@@ -3,7 +3,7 @@
 Owns: one pure parser per format — lines of a log in, ``Record``s out (direction, timestamp or
 None, the frame's line bytes) — the format sniffing of ``--format auto``, reading a file as
 bounded lines, and ``write_run``, the one function that turns records into a run. ``write_run``
-feeds the records to the recorder (``recorder.Recorder``), the same code path a live run's bytes
+feeds the records to the recorder (``session.Session``), the same code path a live run's bytes
 take, so sessions, turns, pairing, latencies and unanswered requests come out exactly as if the
 conversation had been recorded through the proxy.
 
@@ -595,7 +595,8 @@ def write_run(db_path: Path, records: Iterable[Record], provenance: dict[str, An
 
     from acp_proxy.protocol.framing import Line
     from acp_proxy.record import journal as jr
-    from acp_proxy.record.recorder import Session
+    from acp_proxy.record import recovery
+    from acp_proxy.record.session import Session
     from acp_proxy.store import database as store
 
     records = iter(records)
@@ -613,7 +614,7 @@ def write_run(db_path: Path, records: Iterable[Record], provenance: dict[str, An
         "seed": provenance.get("seed"),
         "db": str(db_path),
     }
-    store.open_for_writing(db_path).conn.close()  # a refused database is refused before any journal
+    recovery.open_for_writing(db_path).conn.close()  # a refused database is refused before any journal
     codes = {"c2a": jr.C2A, "a2c": jr.A2C, "stderr": jr.STDERR}
     # The log is journaled as a live run is, then recorded from its journal: one path into the
     # database. The journal lives in a directory no recovery looks into, so no other acp-proxy

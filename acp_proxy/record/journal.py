@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from acp_proxy.store.dbfile import MODE_FILE, make_private_dir
+from acp_proxy.store.dbfile import JOURNAL_SUFFIX, MODE_FILE, make_private_dir
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ MAGIC = b"acp-proxy journal 1\n"
 HEADER = struct.Struct("<BBBIq")  # marker, kind, direction, payload length, ts_ns
 _pack = HEADER.pack
 MARK = 0xA5
-SUFFIX = ".journal"
+SUFFIX = JOURNAL_SUFFIX
 PARTIAL_SUFFIX = ".new"  # a journal whose creator does not hold its lock yet: never recovered
 
 # Record kinds.

@@ -7,12 +7,13 @@ forward migrations keyed on ``PRAGMA user_version``, and the views that make it 
 Opening safely means: a database that is not acp-proxy's (user_version 0 with tables in it, or
 no ``runs`` and ``frames`` tables) or that a newer acp-proxy wrote is refused with one line, and
 left byte for byte as it was — it is examined read-only before anything is written, WAL mode
-included. Files are created 0600 and directories 0700, whatever the umask. And whoever opens a
-database first records the journals of runs whose processes are all gone (``recover_dead_runs``),
-so that no run stays ``running`` once its proxy is gone, and no frame a peer received is lost.
+included. Files are created 0600 and directories 0700, whatever the umask.
 
-Must not know: pipes, processes, the relay, or how frames are decoded. The recorder writes rows;
-query commands read them; both get their connection from here.
+Must not know: pipes, processes, the relay, journals, or how frames are decoded (the recorder's
+layer). Recording dead runs' journals before a read is ``record/recovery.py``'s: its openers wrap
+these, and ``open_for_reading`` takes it as a callback (``recover``), so that this layer imports
+nothing above it. The recorder writes rows; query commands read them; both get their connection
+from here.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from acp_proxy.locations import default_db_path
+from acp_proxy.protocol.frames import FRAME_COLUMNS
 from acp_proxy.store.dbfile import (  # noqa: F401 - prepare, file_uri and the constants are store's API too
     BUSY_TIMEOUT_MS,
+    JOURNAL_SUFFIX,
     SCHEMA_VERSION,
     StoreError,
     check_own,
@@ -43,45 +46,13 @@ if TYPE_CHECKING:
 
     import sqlite_utils
 
-__all__ = ["default_db_path"]
+__all__ = ["FRAME_COLUMNS", "default_db_path"]
 
 # A test hook: lower SQLite's limit on one value (SQLITE_LIMIT_LENGTH, 1e9 bytes by default) in
 # every connection that writes, so that lines over it can be tested without a gigabyte of disk.
 LENGTH_LIMIT_VAR = "ACP_PROXY_SQLITE_MAX_LENGTH"
 OWN_TABLES = frozenset(("runs", "frames", "sessions", "session_runs", "turns", "faults", "findings"))
 
-# Column order of the frames table is the order the recorder's INSERT uses.
-FRAME_COLUMNS: dict[str, type] = {
-    "run_id": int,
-    "seq": int,
-    "ts_ns": int,
-    "dir": str,  # c2a | a2c | stderr: the way the line travelled
-    "raw": str,  # the line without its "\n" (a "\r" stays); NULL when not valid UTF-8
-    "raw_bytes": bytes,  # the line when it is not valid UTF-8
-    "size": int,  # full length in bytes, without "\n"
-    "terminated": int,  # 0 for a last line that ended at EOF without "\n"
-    "cut": int,  # 1 when raw holds only the first --max-record-bytes of the line
-    "kind": str,  # request | notification | response | error | batch | invalid | stderr
-    "method": str,  # responses carry their request's method
-    "rpc_id": str,  # JSON text, so 1 and "1" differ
-    "session_id": str,
-    "update_kind": str,  # session/update variant
-    "item_id": str,  # messageId / toolCallId / planId / terminalId / compactionId ...
-    "request_seq": int,  # on responses: the seq of the request answered
-    "latency_ns": int,  # on responses: time since the request
-    "error_code": int,
-    "error_message": str,
-    "replay": int,  # 1: history sent inside a session/load or session/resume replay window
-    "batch_seq": int,  # on a batch element: the seq of the batch line it came in
-    "batch_index": int,  # on a batch element: its position in the batch
-    "forwarded": int,  # 0 when the proxy did not pass the frame on (see note)
-    "unanswered": int,  # on requests: 1 when no response came before the run ended
-    "unknown": str,  # extension | future, for methods and update variants not in the schema
-    "note": str,  # why a frame was flagged, dropped or not forwarded
-    "fault": str,  # the fault applied to this frame, if any
-    "decode_error": str,
-    "origin": str,  # "proxy" on lines acp-proxy wrote itself (injected, error replies); else NULL
-}
 _FRAME_COLUMNS_ADDED = {"origin": 2}  # column -> the schema version that added it
 
 RUN_COLUMNS: dict[str, type] = {
@@ -144,13 +115,13 @@ class NotYetADatabase(StoreError):
     tables). ``tail`` waits for one; the other commands say so."""
 
 
-def open_for_writing(path: Path, limit_bytes: int | None = None, *, recover: bool = True) -> sqlite_utils.Database:
+def open_for_writing(path: Path, limit_bytes: int | None = None) -> sqlite_utils.Database:
     """Create or open the database 0600, in WAL mode, migrated to the current schema.
 
     It is examined read-only first (``check_own``): a foreign or newer database is refused
     untouched. ``limit_bytes`` caps the file's size (SQLite's ``max_page_count``): past it,
-    writes fail as they would on a full disk. With ``recover``, the journals of dead runs are
-    recorded first.
+    writes fail as they would on a full disk. Dead runs' journals are not recorded here: that is
+    ``record.recovery.open_for_writing``.
     """
     try:
         create_private(path)
@@ -178,8 +149,6 @@ def open_for_writing(path: Path, limit_bytes: int | None = None, *, recover: boo
                 os.chmod(side, 0o600)
             except OSError:
                 pass
-    if recover:
-        recover_dead_runs(path)
     return db
 
 
@@ -221,44 +190,6 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in text or "busy" in text
 
 
-_recovering = False
-
-
-def recover_dead_runs(path: Path) -> int:
-    """Record the journals of runs into ``path`` whose processes are all gone (and mark those
-    runs ``crashed``); how many were recovered. Cheap when there are none: a ``stat``, a directory
-    listing and a lock attempt per live journal; the recorder is imported only to recover one."""
-    global _recovering
-    directory = Path(f"{path}.journal")
-    if _recovering or not directory.is_dir():
-        return 0
-    from acp_proxy.record.journal import dead_journals
-
-    _recovering = True
-    count = 0
-    try:
-        for journal_path, fd in dead_journals(directory):
-            try:
-                from acp_proxy.record.recorder import recover_journal  # only now: it needs the decoder and the tracker
-
-                recover_journal(path, journal_path, fd)
-                count += 1
-            except (OSError, sqlite3.Error, StoreError) as exc:
-                _say(f"could not recover {journal_path.name}: {_reason(exc)}")
-            finally:
-                os.close(fd)
-    finally:
-        _recovering = False
-    return count
-
-
-def _say(message: str) -> None:
-    try:
-        os.write(2, f"acp-proxy: {message}\n".encode())
-    except OSError:
-        pass
-
-
 class ReadDb:
     """A read-only connection with the one method the query side uses (``execute``)."""
 
@@ -295,25 +226,28 @@ def refuse_special_file(path: Path, needed: str = "a database file") -> None:
     raise StoreError(f"{path} is {what}, not {needed}")
 
 
-def open_for_reading(path: Path) -> ReadDb:
+def open_for_reading(path: Path, recover: Callable[[Path], object] | None = None) -> ReadDb:
     """Open an existing database; never creates one (a typo must not yield an empty answer).
 
     A database from an older acp-proxy is migrated first (the one write a reader makes), so
-    that queries can name every current column."""
+    that queries can name every current column. ``recover`` (``record.recovery``'s
+    ``recover_dead_runs``) records the journals of dead runs first; it is called only when the
+    database has a journal directory (or a hot rollback journal)."""
     if not os.path.lexists(path):
         raise NotYetADatabase(f"no database at {path} (record one with: acp-proxy run -- AGENT)")
     refuse_special_file(path)
     journals = Path(f"{path}.journal")
     if journals.is_dir() or os.path.lexists(f"{path}-journal"):
-        from acp_proxy.record.journal import SUFFIX
-
         if check_own(path) > 0:  # it also rolls back what a writer killed mid-transaction left
-            recover_dead_runs(path)
-        elif any(journals.glob(f"*{SUFFIX}")):
+            if recover is not None:
+                recover(path)
+        elif any(journals.glob(f"*{JOURNAL_SUFFIX}")):
             # Runs were relayed before their recorder created the schema (all killed then, or
             # still starting): the database is ours in the making, not a typo. Create it and
             # record the dead runs' journals, instead of answering "no recording yet".
             open_for_writing(path).conn.close()
+            if recover is not None:
+                recover(path)
     conn, version = _connect_read_only(path)
     if version > SCHEMA_VERSION:
         conn.close()
@@ -330,12 +264,14 @@ def open_for_reading(path: Path) -> ReadDb:
         if tables == 0:
             raise NotYetADatabase(f"{path} holds no recording yet (record one with: acp-proxy run -- AGENT)")
         if version > 0:
-            return open_for_reading(path)  # created meanwhile
+            return open_for_reading(path, recover)  # created meanwhile
         raise StoreError(f"{path} is not an acp-proxy database")
     if version < SCHEMA_VERSION:
         conn.close()
         try:
             open_for_writing(path).conn.close()
+            if recover is not None:
+                recover(path)
         except StoreError as exc:
             raise StoreError(
                 f"{path} has an older schema ({version} < {SCHEMA_VERSION}) and could not be upgraded: {exc}"

@@ -26,6 +26,8 @@ SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 10_000  # how long a connection waits for another's write lock before failing
 MODE_DIR = 0o700
 MODE_FILE = 0o600
+# A run's journal file ends so (in DB.journal/): a reader looks for them before it reads.
+JOURNAL_SUFFIX = ".journal"
 # What urllib.parse.quote leaves alone (with "/" safe): everything else is percent-escaped.
 _URI_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~/")
 

@@ -116,7 +116,8 @@ class ProxiedAgent:
 def _check_options(faults: list[str], faults_file: str | Path | None, seed: int | None, grace: float | None) -> None:
     """What ``acp-proxy run`` would refuse, refused here (the same parser, the same words)."""
     from acp_proxy.errors import UsageError
-    from acp_proxy.faults.rules import FaultPlan, check_seed
+    from acp_proxy.faults.plan import FaultPlan
+    from acp_proxy.faults.rules import check_seed
     from acp_proxy.limits import GRACE_MAX_S
 
     if seed is not None:

@@ -167,12 +167,12 @@ def ui(
         raise MissingExtra(missing)
     from acp_proxy.locations import default_db_path
     from acp_proxy.protocol.redact import Redactor
-    from acp_proxy.store import database as store
+    from acp_proxy.record import recovery
 
     Redactor(redact_rules)  # a bad rule is a RedactError: one line, exit 2
     allow_hosts = tuple(_allowed_host(name) for name in allow_hosts)
     path = db_path if db_path is not None else default_db_path()
-    store.open_for_reading(path).conn.close()  # exists, is ours, migrated: or one clear line
+    recovery.open_for_reading(path).conn.close()  # exists, is ours, migrated: or one clear line
     token = _token(token)
     bind_host = host if host is not None else LOOPBACK
     sock = _bind(bind_host, port)

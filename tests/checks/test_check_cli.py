@@ -18,6 +18,8 @@ from acp_proxy.cli.commands import cli
 from acp_proxy.cli.views import session_label
 from tests.conftest import python_agent, run_proxy
 
+pytestmark = pytest.mark.spawns  # every test here starts processes
+
 
 def invoke(*args: str) -> click.testing.Result:
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)

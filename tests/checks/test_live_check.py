@@ -154,6 +154,7 @@ def _converse(proc: subprocess.Popen[bytes]) -> list[bytes]:
     return lines
 
 
+@pytest.mark.spawns
 def test_a_frozen_checker_holds_up_neither_the_client_nor_the_recording(tmp_path: Path) -> None:
     db = tmp_path / "rec.db"
     proc, checker = _start(db)
@@ -186,6 +187,7 @@ def test_a_frozen_checker_holds_up_neither_the_client_nor_the_recording(tmp_path
     assert [(f["rule_id"], f["severity"], f["seq"]) for f in later] == found
 
 
+@pytest.mark.spawns
 def test_a_killed_checker_costs_the_findings_not_the_run(tmp_path: Path) -> None:
     db = tmp_path / "rec.db"
     proc, checker = _start(db)
@@ -203,6 +205,7 @@ def test_a_killed_checker_costs_the_findings_not_the_run(tmp_path: Path) -> None
     assert b"the live checker stopped early" in stderr and b"acp-proxy check" in stderr
 
 
+@pytest.mark.spawns
 def test_follow_checks_a_recording_it_joins_late(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """The writer closed the pipe before the checker looked: it checks everything, then ends."""
     db = tmp_path / "rec.db"
@@ -217,6 +220,7 @@ def test_follow_checks_a_recording_it_joins_late(tmp_path: Path, capfd: pytest.C
     assert "acp-proxy: check: error schema/update at frame" in capfd.readouterr().err
 
 
+@pytest.mark.spawns
 def test_lifecycle_only_skips_the_schema(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "rec.db"
     done = run_proxy(["run", "--db", str(db), "--", *_AGENT], input=INITIALIZE + NEW_AND_PROMPT, timeout=120)

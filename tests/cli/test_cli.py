@@ -284,6 +284,7 @@ def test_every_command_has_help_with_an_example_and_is_in_the_readme(name: str) 
     assert f"acp-proxy {name}" in README.read_text(), f"{name} is not documented in README.md"
 
 
+@pytest.mark.spawns
 def test_replay_client_prints_the_new_run(tmp_path: Path) -> None:
     """Covered end to end in test_replay_client; here: the run id comes from the proxy's pid."""
     from acp_proxy.store import database as store
@@ -299,6 +300,7 @@ def test_replay_client_prints_the_new_run(tmp_path: Path) -> None:
     assert _run_of_proxy(db, pid + 1_000_000) is None
 
 
+@pytest.mark.spawns
 def test_tail_follows_a_run_while_it_is_recorded(tmp_path: Path) -> None:
     """`tail` in one process, a proxy recording in another: the frames show up as they land."""
     import subprocess

@@ -96,6 +96,7 @@ def test_a_directory_or_device_is_not_a_database(tmp_path: Path) -> None:
     assert "is a device, not a database file" in refused("frames", "--db", os.devnull)
 
 
+@pytest.mark.spawns
 def test_a_fifo_as_db_is_refused_without_hanging(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -213,6 +214,7 @@ def test_run_refuses_a_faults_file_nested_100k_deep(tmp_path: Path) -> None:
     assert "nest too deeply" in refused("run", "--db", str(tmp_path / "rec.db"), "--faults", str(rules), "--", "true")
 
 
+@pytest.mark.spawns
 def test_run_refuses_a_faults_fifo_without_hanging(tmp_path: Path) -> None:
     fifo = tmp_path / "rules.toml"
     os.mkfifo(fifo)
@@ -220,6 +222,7 @@ def test_run_refuses_a_faults_fifo_without_hanging(tmp_path: Path) -> None:
     assert "not a regular file" in said
 
 
+@pytest.mark.spawns
 def test_a_non_utf8_byte_in_acp_proxy_faults_is_one_line(tmp_path: Path) -> None:
     env = {k.encode(): v.encode() for k, v in proxy_env().items()}
     env[b"ACP_PROXY_FAULTS"] = b"drop if text:\xff"
@@ -233,6 +236,7 @@ def test_a_non_utf8_byte_in_acp_proxy_faults_is_one_line(tmp_path: Path) -> None
     assert done.stderr == b"acp-proxy: bad fault rule: $ACP_PROXY_FAULTS is not UTF-8 text (byte 14 is 0xff)\n"
 
 
+@pytest.mark.spawns
 def test_a_non_utf8_fault_argument_is_one_line(tmp_path: Path) -> None:
     done = subprocess.run(
         [*PROXY.copy(), "run", "--fault", os.fsdecode(b"drop if text:\xfe"), "--", "true"],
@@ -297,6 +301,7 @@ for line in sys.stdin:
 """
 
 
+@pytest.mark.spawns
 def test_show_and_frames_render_any_recorded_text(tmp_path: Path) -> None:
     db = tmp_path / "odd.db"
     script = tmp_path / "odd_agent.py"
@@ -326,6 +331,7 @@ def test_show_and_frames_render_any_recorded_text(tmp_path: Path) -> None:
     assert b"lone \\ud800 surrogate" in real.stdout
 
 
+@pytest.mark.spawns
 def test_frames_stops_quietly_when_its_reader_goes_away(tmp_path: Path) -> None:
     """`acp-proxy frames | head -3`: no traceback, no broken-pipe noise, exit 0, and it stops
     at once instead of writing every frame."""

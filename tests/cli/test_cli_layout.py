@@ -230,6 +230,7 @@ def test_less_is_the_default_pager_and_quits_on_one_screen(sdk_recording: tuple[
     assert b"client" in shown
 
 
+@pytest.mark.spawns
 def test_show_on_a_terminal_keeps_only_its_own_escapes(tmp_path: Path) -> None:
     from tests.cli.test_cli_inputs import test_show_and_frames_render_any_recorded_text
 
@@ -244,6 +245,7 @@ if sys.platform == "win32":  # pragma: no cover
     pytest.skip("pseudo-terminals", allow_module_level=True)
 
 
+@pytest.mark.spawns
 def test_quitting_the_pager_early_ends_the_command_quietly(tmp_path: Path) -> None:
     from tests.cli.test_cli_inputs import make_frames_db
 

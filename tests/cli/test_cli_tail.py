@@ -7,8 +7,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import PROXY, proxy_env, watchdog
 from tests.conftest import wait_for_output as wait_for_line
+
+pytestmark = pytest.mark.spawns  # every test here starts processes
 
 RUNS = 8
 LINES_PER_RUN = 250  # `cat` echoes each: two frames per line

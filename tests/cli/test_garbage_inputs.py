@@ -194,6 +194,7 @@ def test_garbage_at_every_option_of_a_query_command(
     one()
 
 
+@pytest.mark.spawns
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 # `--` ends run's options: what follows it is the agent, which this test fixes as `true`.
 @given(args=command_lines("run", positional=False).filter(lambda args: "--" not in args))
@@ -367,6 +368,7 @@ def test_any_rules_file_parses_or_says_why(text: str) -> None:
         assert exc.one_line().startswith("bad fault rule: ")
 
 
+@pytest.mark.spawns
 def test_the_run_options_named_in_the_issue_each_give_one_line(tmp_path: Path) -> None:
     """The inputs measured as a traceback or a hang before, through a real process."""
     cases = [

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from acp_proxy.cli.commands import cli
 from acp_proxy.cli.views import session_label
-from acp_proxy.faults import rules as faults
+from acp_proxy.faults.plan import FaultPlan
 from tests.conftest import PROXY, proxy_env
 from tests.record.test_import import jetbrains_log
 
@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 
 
+@pytest.mark.spawns
 def test_the_generated_parts_of_the_readme_are_current() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "cogapp", "--check", str(README)], capture_output=True, text=True, timeout=120, cwd=REPO
@@ -115,7 +116,7 @@ def run_example(example: str, db: Path, session: str, where: Path) -> None:
         # their own as real processes): check that the command line parses, rules included.
         ctx = command.make_context(name, list(args), parent=click.Context(cli, info_name="acp-proxy"))
         if name == "run":
-            faults.FaultPlan.build(ctx.params["fault_rules"], None, None, ctx.params["seed"])
+            FaultPlan.build(ctx.params["fault_rules"], None, None, ctx.params["seed"])
         return
     if name == "tail":
         args += ["--timeout", "1", "--interval", "0.05"]
@@ -252,6 +253,7 @@ def answer_through_the_proxy(argv: list[str], env: dict[str, str], db: Path, tim
     return json.loads(line.split(b"\n", 1)[0])
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("agent", snippet_agents(), ids=lambda a: a[0])
 def test_each_snippets_agent_answers_through_the_proxy(agent: list[str], tmp_path: Path) -> None:
     binary = installed(agent[0])

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
@@ -93,6 +94,7 @@ REPLAY = [
 ]
 
 
+@pytest.mark.spawns
 def test_a_session_replayed_on_its_own_connection_is_rebuilt_not_appended_to(tmp_path: Path) -> None:
     script = {
         "on": {

@@ -9,23 +9,24 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from acp_proxy.faults import actions as fault_actions
 from acp_proxy.faults import rules as faults
-from acp_proxy.faults.rules import (
+from acp_proxy.faults.actions import (
     Close,
     Corrupt,
     Delay,
     Drop,
     Duplicate,
     ErrorReply,
-    FaultPlan,
     Inject,
     Kill,
     Reorder,
-    RuleError,
     Split,
     Stall,
     Truncate,
 )
+from acp_proxy.faults.plan import FaultPlan
+from acp_proxy.faults.rules import RuleError
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.frames import FrameRecord
 
@@ -294,8 +295,8 @@ def test_env_rules_split_on_semicolons_and_newlines_outside_quotes() -> None:
     assert rules.rules[1].params["payload"] == "a;b"
     assert rules.seed == 42
     assert rules.rules[1].source == "ACP_PROXY_FAULTS rule #2"
-    assert faults.from_env("") == faults.RuleSet(())
-    assert faults.from_env(None) == faults.RuleSet(())
+    assert faults.from_env("") == fault_actions.RuleSet(())
+    assert faults.from_env(None) == fault_actions.RuleSet(())
 
 
 def test_env_errors_name_the_variable_and_the_entry() -> None:
@@ -559,7 +560,7 @@ def test_error_only_counts_requests_and_responses() -> None:
 # -- what each fault carries ---------------------------------------------------------------
 
 
-def one(plan: FaultPlan, rec: FrameRecord) -> faults.Action:
+def one(plan: FaultPlan, rec: FrameRecord) -> fault_actions.Action:
     actions = plan.decide(rec)
     assert len(actions) == 1, actions
     return actions[0]
@@ -690,8 +691,8 @@ def test_actions_know_their_rule_and_short_name() -> None:
         ("delay", 1, "delay=5ms"),
         ("drop", 0, "drop if kind:notification"),
     ]
-    assert faults.fault_label(actions) == "delay,drop"
-    assert faults.fault_label([]) is None
+    assert fault_actions.fault_label(actions) == "delay,drop"
+    assert fault_actions.fault_label([]) is None
     assert [a.detail() for a in actions] == ["5ms", ""]
 
 
@@ -818,7 +819,7 @@ def test_same_seed_same_traffic_same_faults() -> None:
         "error if kind:request p=0.5",
     ]
 
-    def run(seed: int) -> list[list[faults.Action]]:
+    def run(seed: int) -> list[list[fault_actions.Action]]:
         clock = Clock()
         plan = FaultPlan(faults.parse_rules(rules), seed=seed)
         out = []

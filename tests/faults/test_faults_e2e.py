@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from acp_proxy.faults.rules import corrupt_line
+from acp_proxy.faults.plan import corrupt_line
 from tests.conftest import PROXY, run_proxy
 from tests.peers import (
     AGENT_INIT_LINE,
@@ -48,6 +48,8 @@ from tests.peers import (
     session_of,
     transcript,
 )
+
+pytestmark = pytest.mark.spawns  # every test here starts processes
 
 CAT = shutil.which("cat") or "cat"
 SCRIPTED_AGENT = Path(__file__).parents[1] / "scripted_agent.py"

@@ -14,7 +14,7 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-from acp_proxy.faults import rules as fl
+from acp_proxy.faults import plan as fl
 from acp_proxy.faults.gate import ClosePipe, Forward, Gate, Note, Pause, Send, Signal, Step
 from acp_proxy.protocol.framing import Line
 

@@ -131,6 +131,7 @@ def secret_recording(db: Path) -> None:
     )
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("options", [(), ("--no-redact",)])
 def test_secrets_are_masked_unless_asked(tmp_path: Path, options: tuple[str, ...]) -> None:
     db = tmp_path / "secret.db"

@@ -142,6 +142,7 @@ def live_run(
     return db, took
 
 
+@pytest.mark.spawns
 def test_a_live_trace_is_the_trace_an_export_of_the_run_sends(tmp_path: Path) -> None:
     with receiver() as live:
         # A "#" in the file name: the exporter must open the file it names, not "live".
@@ -174,6 +175,7 @@ def turn_durations(db: Path) -> list[int]:
     return [t["end_ns"] - t["start_ns"] for t in run_rows(db, "select * from turns order by id")]
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("collector", ["hangs", "refuses"])
 def test_a_collector_that_hangs_or_refuses_costs_spans_not_time(tmp_path: Path, collector: str) -> None:
     _, baseline = live_run(tmp_path, None, db_name="baseline.db")
@@ -199,6 +201,7 @@ def test_a_collector_that_hangs_or_refuses_costs_spans_not_time(tmp_path: Path, 
 # -- options and missing extras: one line -------------------------------------------------------
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

@@ -401,6 +401,7 @@ def test_property_a_planted_secret_of_each_kind_is_always_masked(case: tuple[dic
 # -- run --redact: the stored copy is masked, what is forwarded never -------------------------
 
 
+@pytest.mark.spawns
 def test_run_redact_stores_masked_copies_and_forwards_every_byte(tmp_path: Path) -> None:
     import sqlite3
 
@@ -432,6 +433,7 @@ def test_run_redact_stores_masked_copies_and_forwards_every_byte(tmp_path: Path)
     assert key not in argv and "hunter2" not in options and json.loads(options)["redact"] is True
 
 
+@pytest.mark.spawns
 def test_run_redact_mistakes_are_one_line_before_the_agent_starts(tmp_path: Path) -> None:
     from tests.conftest import run_proxy
 

@@ -15,7 +15,7 @@ import pytest
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.frames import FrameRecord
 from acp_proxy.protocol.tracker import NOTE_NOTICE_REPLAYED, NOTE_UNKNOWN_ID, Change, Tracker
-from acp_proxy.record.recorder import FactsApplier
+from acp_proxy.record.writer import FactsApplier
 from acp_proxy.store import database as store
 from tests.conftest import TRAFFIC
 

@@ -27,7 +27,7 @@ from acp_proxy.cli import transcript
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.frames import FrameRecord
 from acp_proxy.protocol.tracker import Change, Tracker
-from acp_proxy.record.recorder import FactsApplier
+from acp_proxy.record.writer import FactsApplier
 from acp_proxy.store import database as store
 
 RUN = 1

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from acp_proxy.cli import transcript
@@ -45,6 +46,7 @@ def agent(tmp_path: Path, name: str, error: dict[str, Any]) -> list[str]:
     return [sys.executable, str(SCRIPTED_AGENT), str(path)]
 
 
+@pytest.mark.spawns
 def test_two_runs_that_differ_only_in_their_session_new_errors_differ(tmp_path: Path) -> None:
     db = tmp_path / "rec.db"
     for name, error in (

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from acp_proxy.record import journal as jr
+from acp_proxy.record import recovery
 from acp_proxy.store import database as store
 from tests.conftest import proxy_env, python_agent, run_proxy, start_proxy, wait_for_output, watchdog
 from tests.relay.test_relay_lifecycle import the_run as run_row
@@ -151,6 +152,7 @@ def assert_nothing_delivered_is_lost(delivered: bytes, db: Path) -> list[bytes]:
     return recorded
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize(
     "options",
     [[], ["--fault", "delay=0ms if kind:notification"]],
@@ -224,6 +226,7 @@ def storm_with_a_death(
     return delivered, stderr
 
 
+@pytest.mark.spawns
 def test_kill_9_of_the_recorder_mid_storm_the_proxy_records_the_journal_at_the_end(db_path: Path) -> None:
     count = 300_000
     delivered, stderr = storm_with_a_death(db_path, recorder_of, count)
@@ -240,6 +243,7 @@ def test_kill_9_of_the_recorder_mid_storm_the_proxy_records_the_journal_at_the_e
     assert f"0, recording crashed, recovered {run['recovered_frames']:,} frames" in said, said
 
 
+@pytest.mark.spawns
 def test_kill_9_of_the_writer_mid_storm_the_recorder_resumes_from_the_last_commit(db_path: Path) -> None:
     count = 300_000
     delivered, stderr = storm_with_a_death(db_path, lambda proc: writer_of(recorder_of(proc)), count)
@@ -261,6 +265,7 @@ def test_kill_9_of_the_writer_mid_storm_the_recorder_resumes_from_the_last_commi
 LONG_LINES = 400  # of ~100 KiB: they cross to the writer beside their batch, not inside it
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("victim", ["recorder", "writer"])
 def test_kill_9_mid_storm_of_long_lines_loses_none_and_records_each_once(db_path: Path, victim: str) -> None:
     pick: Callable[[subprocess.Popen[bytes]], int] = (
@@ -285,6 +290,7 @@ def test_kill_9_mid_storm_of_long_lines_loses_none_and_records_each_once(db_path
         conn.close()
 
 
+@pytest.mark.spawns
 def test_when_every_process_is_killed_the_next_command_recovers_the_run(db_path: Path) -> None:
     proc = start_proxy(["run", "--db", str(db_path), "--", *storm_agent(2_000_000)])
     timer = watchdog(proc, 120)
@@ -322,6 +328,7 @@ def committed_a2c(db: Path) -> int:
         return 0
 
 
+@pytest.mark.spawns
 def test_the_next_command_recovers_a_killed_run_whose_committed_journal_space_was_given_back(
     db_path: Path,
 ) -> None:
@@ -366,13 +373,14 @@ def dead_run_journal(db: Path, *a2c_chunks: bytes) -> Path:
     return journal.path
 
 
+@pytest.mark.spawns
 def test_a_torn_last_journal_record_is_dropped_and_the_rest_recovered(tmp_path: Path) -> None:
     db = tmp_path / "rec.db"
     journal = dead_run_journal(
         db, b'{"jsonrpc":"2.0","method":"a"}\n{"jsonrpc":"2.0","method":"b"}\n', b'{"jsonrpc":"2.0","method":"torn"}\n'
     )
     os.truncate(journal, journal.stat().st_size - 5)  # kill -9 in the middle of an append
-    store.open_for_reading(db).conn.close()
+    recovery.open_for_reading(db).conn.close()
     run = run_row(db)
     assert (run["status"], run["frames_a2c"], run["recovered_frames"]) == ("crashed", 2, 2)
     said = run_proxy(["runs", "--db", str(db)], env=proxy_env(COLUMNS="200")).stdout.decode()
@@ -389,7 +397,7 @@ def test_a_journal_whose_proxy_died_before_saying_what_it_ran_is_removed(tmp_pat
     store.open_for_writing(db).conn.close()
     journal = jr.JournalWriter.create(jr.journal_dir(db))
     journal.close()
-    store.open_for_reading(db).conn.close()
+    recovery.open_for_reading(db).conn.close()
     assert not journal.path.exists()
     conn = sqlite3.connect(db)
     try:
@@ -401,6 +409,7 @@ def test_a_journal_whose_proxy_died_before_saying_what_it_ran_is_removed(tmp_pat
 # -- no orphans -------------------------------------------------------------------------------
 
 
+@pytest.mark.spawns
 def test_an_idle_agent_does_not_outlive_a_proxy_killed_with_sigkill(db_path: Path) -> None:
     agent = python_agent("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(300)\n")
     proc = start_proxy(["run", "--db", str(db_path), "--", *agent])
@@ -424,6 +433,7 @@ SETSID_AGENT = python_agent(
 )
 
 
+@pytest.mark.spawns
 def test_a_setsid_grandchild_is_stopped_when_the_run_ends(db_path: Path) -> None:
     proc = start_proxy(["run", "--db", str(db_path), "--grace", "0.5", "--", *SETSID_AGENT])
     timer = watchdog(proc, 60)
@@ -440,6 +450,7 @@ def test_a_setsid_grandchild_is_stopped_when_the_run_ends(db_path: Path) -> None
     wait_until(lambda: not alive(grandchild), 20, "the setsid grandchild to be stopped")
 
 
+@pytest.mark.spawns
 def test_a_setsid_grandchild_is_stopped_when_the_proxy_is_killed(db_path: Path) -> None:
     proc = start_proxy(["run", "--db", str(db_path), "--", *SETSID_AGENT])
     timer = watchdog(proc, 60)
@@ -465,6 +476,7 @@ ECHO_AGENT = python_agent(
 )
 
 
+@pytest.mark.spawns
 def test_a_write_lock_held_elsewhere_does_not_hold_up_the_conversation(db_path: Path) -> None:
     store.open_for_writing(db_path).conn.close()
     proc = start_proxy(["run", "--db", str(db_path), "--", *ECHO_AGENT])
@@ -511,6 +523,7 @@ def scheduling(pid: int) -> tuple[int, int]:
     return os.sched_getscheduler(pid), os.getpriority(os.PRIO_PROCESS, pid)
 
 
+@pytest.mark.spawns
 def test_the_recorder_and_its_writer_run_in_the_idle_class(db_path: Path) -> None:
     # They take only CPU time nobody else wants: a core running them counts as free when the
     # conversation's processes wake up (nice 19 alone still took a quarter of a busy turn's pace).
@@ -533,6 +546,7 @@ def test_the_recorder_and_its_writer_run_in_the_idle_class(db_path: Path) -> Non
     assert run_row(db_path)["frames"] == 2
 
 
+@pytest.mark.spawns
 def test_the_next_run_recovers_a_dead_run_too(tmp_path: Path) -> None:
     db = tmp_path / "rec.db"
     journal = dead_run_journal(db, b'{"jsonrpc":"2.0","method":"a"}\n')
@@ -547,6 +561,7 @@ def test_the_next_run_recovers_a_dead_run_too(tmp_path: Path) -> None:
     assert not journal.exists()
 
 
+@pytest.mark.spawns
 def test_a_stopped_writer_holds_up_neither_the_conversation_nor_its_end(db_path: Path) -> None:
     count = 200_000
     proc = start_proxy(["run", "--db", str(db_path), "--", *storm_agent(count)])
@@ -607,6 +622,7 @@ def slow_recorder_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
 PINGS = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % n for n in range(20))
 
 
+@pytest.mark.spawns
 def test_a_finished_run_whose_recorder_is_slow_to_start_is_not_taken_for_a_dead_one(tmp_path: Path) -> None:
     # Eight editors' runs on one database: a run's relay finished before its recorder (at the
     # lowest priority) had taken its share of the journal's lock, and another run's recorder
@@ -671,6 +687,7 @@ def pings_then_a_kill_once_the_relay_ended(tmp_path: Path, *, recorder_too: bool
     return db, out, recorder
 
 
+@pytest.mark.spawns
 def test_kill_9_of_the_proxy_while_it_waits_for_a_slow_recorder_loses_nothing(tmp_path: Path) -> None:
     # The proxy holds the journal's lock until its recorder exits: killed there, it lets go of
     # it with its life, and the run is still recorded whole and never left `running`.
@@ -682,6 +699,7 @@ def test_kill_9_of_the_proxy_while_it_waits_for_a_slow_recorder_loses_nothing(tm
     assert not list(Path(f"{db}.journal").glob(f"*{jr.SUFFIX}"))
 
 
+@pytest.mark.spawns
 def test_a_run_killed_before_its_recorder_made_the_database_is_recovered_by_the_next_query(tmp_path: Path) -> None:
     # The relay forwards at once; the database's tables come with the recorder, at the lowest
     # priority. Everything killed in between left an empty file beside the run's journal, and
@@ -699,6 +717,7 @@ def test_a_run_killed_before_its_recorder_made_the_database_is_recovered_by_the_
     assert not list(Path(f"{db}.journal").glob(f"*{jr.SUFFIX}"))
 
 
+@pytest.mark.spawns
 def test_a_query_on_an_empty_database_without_journals_still_says_no_recording_yet(tmp_path: Path) -> None:
     db = tmp_path / "rec.db"
     db.touch()
@@ -709,6 +728,7 @@ def test_a_query_on_an_empty_database_without_journals_still_says_no_recording_y
     assert db.stat().st_size == 0
 
 
+@pytest.mark.spawns
 def test_the_writer_outlives_its_proxy_only_to_fold_the_wal_into_the_database(db_path: Path) -> None:
     # The proxy exits once the run's last transaction is committed; the writer then copies the
     # WAL into the database file on its own and ends: afterwards the file alone holds the run.

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from acp_proxy.protocol.framing import LineFramer
 from acp_proxy.record import journal as jr
-from acp_proxy.record.recorder import Indexer
+from acp_proxy.record.indexer import Indexer
 
 
 def new_journal(tmp_path: Path, **kwargs: object) -> jr.JournalWriter:

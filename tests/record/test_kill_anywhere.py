@@ -33,7 +33,10 @@ from tests.record.test_crash_recovery import (
 )
 from tests.relay.test_relay_lifecycle import the_run as run_row
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds processes in /proc (Linux)")
+pytestmark = [
+    pytest.mark.spawns,  # every test here starts processes
+    pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds processes in /proc (Linux)"),
+]
 
 OPTIONS = {
     "relayed": [],

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from acp_proxy.record.recorder import (
+from acp_proxy.record.session import (
     FLOOD_LINES_PER_S,
     FLOOD_MAX_SECONDS,
     FLOOD_PAUSE,
@@ -86,6 +86,7 @@ sys.stdin.buffer.read()  # then quiet, alive, until the client hangs up
 """
 
 
+@pytest.mark.spawns
 def test_a_flood_is_recorded_once_it_pauses_while_the_run_goes_on(tmp_path: Path) -> None:
     # A flood that outruns the yield threshold, then silence: the frames are in the database
     # long before FLOOD_MAX_SECONDS, with the agent and the proxy still running.

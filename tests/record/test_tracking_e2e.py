@@ -8,9 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests import v2_traffic as v2
 from tests.conftest import TRAFFIC, python_agent, run_proxy, start_proxy, watchdog
 from tests.peers import agent_argv, proxied, run_client, session_of, transcript
+
+pytestmark = pytest.mark.spawns  # every test here starts processes
 
 SCRIPTED_AGENT = Path(__file__).parents[1] / "scripted_agent.py"
 

@@ -19,9 +19,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from acp_proxy.protocol.frames import FrameRecord
 from acp_proxy.protocol.framing import Line
-from acp_proxy.record import recorder
-from acp_proxy.record.recorder import LINE_BESIDE_BYTES
+from acp_proxy.record import indexer, writer
+from acp_proxy.record.indexer import LINE_BESIDE_BYTES
 from tests.conftest import run_proxy
 from tests.relay.test_hostile_input import relay_through_cat
 
@@ -49,12 +50,12 @@ def _requests_and_notices() -> list[bytes]:
     ]
 
 
-def _records(lines: list[bytes]) -> list[recorder.FrameRecord]:
-    return [recorder.make_record(1, seq, seq, 0, Line(line, len(line), True, False)) for seq, line in enumerate(lines)]
+def _records(lines: list[bytes]) -> list[FrameRecord]:
+    return [indexer.make_record(1, seq, seq, 0, Line(line, len(line), True, False)) for seq, line in enumerate(lines)]
 
 
 def _taken(lines_beside: bool) -> tuple[list, list, list]:
-    inserts = recorder._SparseInserts(lines_beside=lines_beside)
+    inserts = indexer._SparseInserts(lines_beside=lines_beside)
     for rec in _records(_requests_and_notices()):
         inserts.add(rec)
     return inserts.take()
@@ -70,7 +71,7 @@ def test_every_long_line_goes_beside_its_batch_and_comes_back_to_its_own_row() -
     for index, row, column, _ in places:
         assert batches[index][1][row][column] == b""
     message = {"batches": batches, "beside": places, "lines": lines}
-    recorder.place_beside(message)
+    indexer.place_beside(message)
     assert "beside" not in message and "lines" not in message
     assert [sql for sql, _ in batches] == [sql for sql, _ in inline]
     for (_, rows), (_, expected) in zip(batches, inline, strict=True):
@@ -80,7 +81,7 @@ def test_every_long_line_goes_beside_its_batch_and_comes_back_to_its_own_row() -
 
 def test_a_long_line_that_is_not_utf8_stays_in_its_row_as_bytes() -> None:
     bad = b'{"jsonrpc":"2.0","method":"x","params":{"t":"\xff' + b"a" * LONG + b'"}}'
-    inserts = recorder._SparseInserts()
+    inserts = indexer._SparseInserts()
     rec = _records([bad])[0]
     inserts.add(rec)
     batches, places, lines = inserts.take()
@@ -90,18 +91,19 @@ def test_a_long_line_that_is_not_utf8_stays_in_its_row_as_bytes() -> None:
 
 def test_raw_given_as_bytes_is_stored_as_text(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "t.db")
-    inserts = recorder._SparseInserts()
+    inserts = indexer._SparseInserts()
     inserts.add(_records([_line("m", LONG)])[0])
     batches, places, lines = inserts.take()
     (sql, rows) = batches[0]
     columns = sql.split("(", 1)[1].split(")", 1)[0]
     conn.execute(f"CREATE TABLE frames ({columns})")
     message = {"batches": batches, "beside": places, "lines": lines}
-    recorder.place_beside(message)
+    indexer.place_beside(message)
     conn.executemany(sql, rows)
     assert conn.execute("SELECT typeof(raw), raw FROM frames").fetchone() == ("text", _line("m", LONG).decode())
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("gate", [False, True], ids=["recorder", "gate"])
 def test_long_lines_are_relayed_and_recorded_exactly(tmp_path: Path, gate: bool) -> None:
     lines = _requests_and_notices()
@@ -115,6 +117,7 @@ def test_long_lines_are_relayed_and_recorded_exactly(tmp_path: Path, gate: bool)
     assert conn.execute("SELECT status, not_recorded FROM runs").fetchone() == ("ended", 0)
 
 
+@pytest.mark.spawns
 def test_a_redacted_long_line_is_stored_masked(tmp_path: Path) -> None:
     secret = _line("s/secret", 3 * LONG).replace(b'"t":"', b'"t":"hunter2 ', 1)
     data = secret + b"\n"
@@ -135,7 +138,7 @@ def _send_all(fd: int, messages: list[dict], close: bool = True) -> None:
     for message in messages:
         lines = message.pop("lines", [])
         payload = encoder.encode(message)
-        recorder._write_all_v(fd, [recorder._LENGTH.pack(len(payload)), payload, *lines])
+        writer._write_all_v(fd, [writer._LENGTH.pack(len(payload)), payload, *lines])
     if close:
         os.close(fd)
 
@@ -148,7 +151,7 @@ def test_the_writer_reads_batches_in_order_with_their_lines() -> None:
     ]
     sender = threading.Thread(target=_send_all, args=(write_fd, [dict(m) for m in messages]), daemon=True)
     sender.start()
-    got = list(recorder._Inbox(read_fd))
+    got = list(writer._Inbox(read_fd))
     sender.join(30)
     assert got == messages
 
@@ -157,11 +160,11 @@ def test_the_writer_holds_at_most_two_batches_ahead_of_its_commits() -> None:
     read_fd, write_fd = os.pipe()
     messages = [{"n": n, "pad": "p" * 1000} for n in range(5)]
     _send_all(write_fd, messages, close=False)
-    inbox = recorder._Inbox(read_fd)
+    inbox = writer._Inbox(read_fd)
     deadline = time.monotonic() + 30
-    while inbox.queue.qsize() < recorder._Inbox.AHEAD and time.monotonic() < deadline:
+    while inbox.queue.qsize() < writer._Inbox.AHEAD and time.monotonic() < deadline:
         time.sleep(0.005)  # polling a count, with a deadline
-    assert inbox.queue.qsize() == recorder._Inbox.AHEAD
+    assert inbox.queue.qsize() == writer._Inbox.AHEAD
     # Decoding a batch takes a permit first; none is left until a batch is committed.
     assert not inbox.room.acquire(blocking=False)
     os.close(write_fd)
@@ -177,23 +180,23 @@ def test_a_batch_cut_short_by_a_dead_recorder_is_never_applied() -> None:
     encoder = msgspec.msgpack.Encoder()
     payload = encoder.encode(cut)
     _send_all(write_fd, [whole], close=False)
-    os.write(write_fd, recorder._LENGTH.pack(len(payload)) + payload + b"x" * 40)  # 40 of 100 bytes
+    os.write(write_fd, writer._LENGTH.pack(len(payload)) + payload + b"x" * 40)  # 40 of 100 bytes
     os.close(write_fd)
-    assert list(recorder._Inbox(read_fd)) == [whole]
+    assert list(writer._Inbox(read_fd)) == [whole]
 
 
 def test_a_batch_that_cannot_be_decoded_is_the_writers_failure() -> None:
     read_fd, write_fd = os.pipe()
-    os.write(write_fd, recorder._LENGTH.pack(3) + b"\xc1\xc1\xc1")  # 0xc1: never valid msgpack
+    os.write(write_fd, writer._LENGTH.pack(3) + b"\xc1\xc1\xc1")  # 0xc1: never valid msgpack
     os.close(write_fd)
     with pytest.raises(msgspec.DecodeError):
-        list(recorder._Inbox(read_fd))
+        list(writer._Inbox(read_fd))
 
 
 def test_many_buffers_are_written_whole_and_in_order_through_short_writes() -> None:
     read_fd, write_fd = os.pipe()
     fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 4096)  # every writev is cut short
-    buffers = [bytes([n % 251]) * (1 + n * 7 % 3000) for n in range(recorder._IOV_MAX * 2 + 17)]
+    buffers = [bytes([n % 251]) * (1 + n * 7 % 3000) for n in range(writer._IOV_MAX * 2 + 17)]
     received = bytearray()
 
     def read_all() -> None:
@@ -202,7 +205,7 @@ def test_many_buffers_are_written_whole_and_in_order_through_short_writes() -> N
 
     reader = threading.Thread(target=read_all, daemon=True)
     reader.start()
-    recorder._write_all_v(write_fd, [*buffers[:5], b"", *buffers[5:]])
+    writer._write_all_v(write_fd, [*buffers[:5], b"", *buffers[5:]])
     os.close(write_fd)
     reader.join(30)
     os.close(read_fd)

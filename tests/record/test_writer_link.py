@@ -13,12 +13,16 @@ import threading
 import types
 from collections.abc import Callable
 
-from acp_proxy.record import recorder
+import pytest
+
+from acp_proxy.record import writer as recorder_writer
+
+pytestmark = pytest.mark.spawns  # every test here starts processes
 
 
-def _link(writer: Callable[[int, int, object], int]) -> recorder._WriterLink:
+def _link(writer: Callable[[int, int, object], int]) -> recorder_writer._WriterLink:
     session = types.SimpleNamespace(wake_fd=None)
-    return recorder._WriterLink(session, writer)  # type: ignore[arg-type]
+    return recorder_writer._WriterLink(session, writer)  # type: ignore[arg-type]
 
 
 def _alive(pid: int) -> bool:
@@ -32,7 +36,7 @@ def test_the_recorder_goes_once_the_writer_reports_the_end_committed_not_when_it
     def writer(fd: int, done_fd: int, session: object) -> int:
         while os.read(fd, 65536):  # the batches, up to the recorder's end of the link
             pass
-        recorder._report_committed(done_fd)
+        recorder_writer._report_committed(done_fd)
         os.read(gate_read, 1)  # housekeeping that takes as long as the test says
         return 0
 

@@ -95,6 +95,7 @@ def relay_through_cat(db: Path, lines: list[bytes], *, gate: bool) -> None:
     assert b"Traceback" not in result.stderr
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("gate", [False, True], ids=["recorder", "gate"])
 def test_every_hostile_line_is_relayed_and_recorded(tmp_path: Path, gate: bool) -> None:
     lines = list(HOSTILE.values())
@@ -103,6 +104,7 @@ def test_every_hostile_line_is_relayed_and_recorded(tmp_path: Path, gate: bool) 
     assert_recorded_whole(db, lines)
 
 
+@pytest.mark.spawns
 def test_a_line_over_sqlites_length_limit_is_recorded_cut_and_flagged(tmp_path: Path) -> None:
     # SQLite's default limit is 1e9 bytes; the test lowers it to 1 MiB in the recorder's
     # connections (store.LENGTH_LIMIT_VAR) rather than push a gigabyte through a pipe.
@@ -133,10 +135,10 @@ def test_a_line_over_sqlites_length_limit_is_recorded_cut_and_flagged(tmp_path: 
 
 def test_one_row_sqlite_refuses_costs_one_row_not_its_batch(tmp_path: Path) -> None:
     """The writer's last line of defence: a row that fails is retried alone and counted."""
-    from acp_proxy.record.recorder import RunWriter
+    from acp_proxy.record.writer import RunWriter
     from acp_proxy.store import database as store
 
-    db = store.open_for_writing(tmp_path / "rec.db", recover=False)
+    db = store.open_for_writing(tmp_path / "rec.db")
     db.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 10_000)
     run_id = db["runs"].insert({"started_ns": 1, "status": "running"}).last_pk
     writer = RunWriter(db, run_id, tmp_path / "none.journal", None)
@@ -168,6 +170,7 @@ hostile_lines = st.lists(
 )
 
 
+@pytest.mark.spawns
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=hostile_lines, gate=st.booleans())
 def test_generated_hostile_lines_through_the_real_recorder(tmp_path: Path, lines: list[bytes], gate: bool) -> None:

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import PROXY, proxy_env, python_agent, run_proxy, start_proxy, wait_for_output, watchdog
 
+pytestmark = pytest.mark.spawns  # every test here starts processes
+
 
 def rows(db: Path, sql: str, *params: object) -> list[tuple]:
     conn = sqlite3.connect(db)
@@ -400,7 +402,7 @@ def _foreign_database(path: Path) -> None:
 def _newer_database(path: Path) -> None:
     from acp_proxy.store import database as store
 
-    store.open_for_writing(path, recover=False).conn.close()
+    store.open_for_writing(path).conn.close()
     conn = sqlite3.connect(path)
     conn.execute(f"PRAGMA user_version = {store.SCHEMA_VERSION + 1}")
     conn.commit()

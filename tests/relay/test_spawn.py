@@ -24,6 +24,7 @@ from tests.conftest import proxy_env, run_proxy
 SLOW_TO_IMPORT = ("subprocess", "pathlib", "enum", "urllib.parse", "trio", "msgspec", "click", "sqlite_utils")
 
 
+@pytest.mark.spawns
 def test_the_agent_inherits_only_its_three_pipes_and_default_signal_dispositions(tmp_path: Path) -> None:
     # An inheritable descriptor the editor left open must not reach the agent (it could hold a
     # pipe open forever); SIGPIPE, which Python ignores, must be back to its default.
@@ -52,6 +53,7 @@ def test_the_agent_inherits_only_its_three_pipes_and_default_signal_dispositions
     assert not ignored & (1 << (13 - 1)), hex(ignored)  # SIGPIPE
 
 
+@pytest.mark.spawns
 def test_the_agent_runs_in_its_own_process_group_with_the_run_marker(tmp_path: Path) -> None:
     script = "import os; print(os.getpgid(0) == os.getpid(), os.environ.get('ACP_PROXY_RUN', ''))"
     result = run_proxy(["run", "--no-record", "--", sys.executable, "-c", script])
@@ -60,6 +62,7 @@ def test_the_agent_runs_in_its_own_process_group_with_the_run_marker(tmp_path: P
     assert own_group == "True" and marker.split("-")[0].isdigit()
 
 
+@pytest.mark.spawns
 def test_an_exec_failure_is_an_oserror_with_exec_errno_and_leaves_no_child(tmp_path: Path) -> None:
     not_executable = tmp_path / "agent"
     not_executable.write_text("#!/no/such/interpreter\n")
@@ -74,6 +77,7 @@ def test_an_exec_failure_is_an_oserror_with_exec_errno_and_leaves_no_child(tmp_p
     assert set(supervise.children()) <= before  # the child that could not exec was reaped
 
 
+@pytest.mark.spawns
 def test_agent_process_reports_exit_codes_and_signals_like_popen() -> None:
     agent = spawn.spawn_agent("/bin/sh", ["sh", "-c", "exit 7"], "m", attached=False)
     assert agent.process.wait() == 7 and agent.process.poll() == 7
@@ -88,6 +92,7 @@ def test_agent_process_reports_exit_codes_and_signals_like_popen() -> None:
         os.close(fd)
 
 
+@pytest.mark.spawns
 def test_nothing_slow_to_import_comes_before_the_agent(tmp_path: Path) -> None:
     # The start-up promise, held without a clock: between the interpreter's own start and the
     # agent's spawn, the launcher imports none of the modules that cost milliseconds.
@@ -105,7 +110,7 @@ for argv in (["run", "--no-record", "--", "true"], ["run", "--", "true"], ["run"
 print(json.dumps(sorted(set(sys.modules) - before)))
 """
     (tmp_path / "data").mkdir()
-    store.open_for_writing(tmp_path / "x.db", recover=False).conn.close()  # examined with sqlite3
+    store.open_for_writing(tmp_path / "x.db").conn.close()  # examined with sqlite3
     result = subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True,
@@ -130,6 +135,7 @@ def test_file_uri_escapes_exactly_like_urllib_quote(name: str) -> None:
     assert dbfile.file_uri(path, "rw").endswith("?mode=rw")
 
 
+@pytest.mark.spawns
 def test_a_process_moves_to_the_idle_class_and_back() -> None:
     if os.geteuid() != 0:
         pytest.skip("raising a priority again needs privilege (or RLIMIT_NICE)")
@@ -149,6 +155,7 @@ def test_a_process_moves_to_the_idle_class_and_back() -> None:
         sleeper.wait(timeout=30)
 
 
+@pytest.mark.spawns
 def test_every_thread_of_a_process_comes_back_from_the_idle_class() -> None:
     # The writer starts its reader and checkpoint threads while idle-class; Linux schedules
     # threads, so moving only the process's first one back left those two idle.
@@ -179,6 +186,7 @@ def test_every_thread_of_a_process_comes_back_from_the_idle_class() -> None:
         child.wait(timeout=30)
 
 
+@pytest.mark.spawns
 def test_waiting_for_a_process_gives_its_status_or_times_out_like_popen() -> None:
     # The proxy's exit waits on its recorder this way (a pidfd, not Popen's 50 ms polling).
     held = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(7)"], stdin=subprocess.PIPE)

@@ -186,6 +186,7 @@ def play_v2_until_resume(replayer: rp.Replayer) -> None:
         replayer.receive(json.dumps(frame).encode())
 
 
+@pytest.mark.spawns
 def test_v2_resume_replays_every_history_update_but_the_notice(tmp_path: Path) -> None:
     c = converse(tmp_path)
     assert c.proc.returncode == 0
@@ -203,6 +204,7 @@ def test_v2_resume_replays_every_history_update_but_the_notice(tmp_path: Path) -
     assert replayer.finish() == []
 
 
+@pytest.mark.spawns
 def test_v2_live_notices_are_still_sent_live(tmp_path: Path) -> None:
     rows = frame_rows(converse(tmp_path).db)
     replayer = rp.Replayer(rows)
@@ -214,6 +216,7 @@ def test_v2_live_notices_are_still_sent_live(tmp_path: Path) -> None:
     assert "notice" in kinds and kinds[-1] == "state_update"
 
 
+@pytest.mark.spawns
 def test_v2_resume_of_a_session_never_resumed_rebuilds_history_without_notices(tmp_path: Path) -> None:
     rows = frame_rows(converse(tmp_path).db)
     resume_seq = next(r["seq"] for r in rows if r["method"] == "session/resume")
@@ -229,6 +232,7 @@ def test_v2_resume_of_a_session_never_resumed_rebuilds_history_without_notices(t
     assert replayer.notes and replayer.deviations == []
 
 
+@pytest.mark.spawns
 def test_v2_replay_through_the_command(tmp_path: Path) -> None:
     """The v2 client frames fed to `acp-proxy replay`: the same agent frames, minus the replayed notice."""
     c = converse(tmp_path)
@@ -266,6 +270,7 @@ def run_diff(db: Path, left: str, right: str, *args: str) -> subprocess.Complete
     )
 
 
+@pytest.mark.spawns
 def test_diff_of_two_recordings_of_one_conversation_shows_no_difference(tmp_path: Path) -> None:
     db = tmp_path / "rec.db"
     for _ in range(2):
@@ -279,6 +284,7 @@ def test_diff_of_two_recordings_of_one_conversation_shows_no_difference(tmp_path
     assert data["turns"][0]["left"]["permissions"] == ["allow-once"]
 
 
+@pytest.mark.spawns
 def test_diff_shows_a_changed_agent_and_exits_1(tmp_path: Path) -> None:
     db = tmp_path / "rec.db"
     transcript(run_client(proxied(agent_argv("--permission"), db)))
@@ -293,6 +299,7 @@ def test_diff_shows_a_changed_agent_and_exits_1(tmp_path: Path) -> None:
     assert plain.returncode == 1 and "differs: tool_calls, permissions" in plain.stdout
 
 
+@pytest.mark.spawns
 def test_diff_of_a_recording_and_its_replay_shows_no_difference(tmp_path: Path) -> None:
     """Record the SDK client talking to the fake agent: the replay reproduces the conversation."""
     db = tmp_path / "rec.db"
@@ -303,6 +310,7 @@ def test_diff_of_a_recording_and_its_replay_shows_no_difference(tmp_path: Path) 
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.spawns
 def test_diff_reports_a_missing_turn(tmp_path: Path) -> None:
     db = tmp_path / "rec.db"
     transcript(run_client(proxied(agent_argv(), db)))

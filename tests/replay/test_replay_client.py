@@ -15,6 +15,8 @@ from tests.conftest import PROXY, proxy_env
 from tests.peers import agent_argv, expected_echo, proxied, run_client, transcript
 from tests.replay.test_replay import frame_rows, run_diff
 
+pytestmark = pytest.mark.spawns  # every test here starts processes
+
 TIMEOUT_S = 60
 
 

@@ -6,7 +6,11 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from tests.peers import agent_argv, proxied, run_client, transcript, without_session
+
+pytestmark = pytest.mark.spawns  # every test here starts processes
 
 
 def frames(db: Path) -> list[dict]:

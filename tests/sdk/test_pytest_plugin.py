@@ -32,6 +32,7 @@ def run_pytest(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.spawns
 def test_a_mistyped_rule_fails_the_test_with_the_parsers_message(tmp_path: Path) -> None:
     done = run_pytest(
         tmp_path,
@@ -45,6 +46,7 @@ def test_a_mistyped_rule_fails_the_test_with_the_parsers_message(tmp_path: Path)
     assert "Connection closed" not in done.stdout
 
 
+@pytest.mark.spawns
 def test_the_proxys_stderr_is_in_the_report_when_the_agent_dies(tmp_path: Path) -> None:
     done = run_pytest(
         tmp_path,
@@ -85,6 +87,7 @@ def test_the_api_checks_rules_and_options_before_spawning(tmp_path: Path) -> Non
     assert agent.stderr() == ""
 
 
+@pytest.mark.spawns
 def test_stderr_file_collects_the_proxys_and_the_agents_lines(tmp_path: Path) -> None:
     agent = ProxiedAgent(
         [sys.executable, "-c", "import sys; sys.stderr.write('from the agent\\n'); sys.exit(4)"],

@@ -30,6 +30,8 @@ from tests.peers import (
     without_session,
 )
 
+pytestmark = pytest.mark.spawns  # every test here starts processes
+
 SESSION_ID = re.compile(r"[0-9a-f]{32}")
 
 

@@ -59,6 +59,7 @@ def test_a_query_upgrades_an_older_database_and_keeps_its_frames(tmp_path: Path)
     assert "origin" in columns(path)
 
 
+@pytest.mark.spawns
 def test_a_run_upgrades_an_older_database_and_records_into_it(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     make_v1_database(path)
@@ -98,14 +99,16 @@ def test_a_foreign_database_is_not_read(tmp_path: Path) -> None:
     assert "is not an acp-proxy database" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.spawns
 def test_opening_a_recorded_database_to_read_loads_no_recorder_when_nothing_is_to_recover(tmp_path: Path) -> None:
     path = tmp_path / "rec.db"
     assert run_proxy(["run", "--db", str(path), "--", *python_agent("pass")], timeout=60).returncode == 0
     assert Path(f"{path}.journal").is_dir()
     code = (
-        "import sys; from pathlib import Path; from acp_proxy.store import database as store; "
-        f"store.open_for_reading(Path({str(path)!r})).conn.close(); "
-        "print(sorted(m for m in ('acp_proxy.record.recorder', 'sqlite_utils', 'trio', 'msgspec') if m in sys.modules))"
+        "import sys; from pathlib import Path; from acp_proxy.record import recovery; "
+        f"recovery.open_for_reading(Path({str(path)!r})).conn.close(); "
+        "heavy = ('acp_proxy.record.recorder', 'acp_proxy.record.session', 'sqlite_utils', 'trio', 'msgspec'); "
+        "print(sorted(m for m in heavy if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -114,7 +117,7 @@ def test_opening_a_recorded_database_to_read_loads_no_recorder_when_nothing_is_t
 
 def test_a_newer_database_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
-    store.open_for_writing(path, recover=False).conn.close()
+    store.open_for_writing(path).conn.close()
     with sqlite3.connect(path) as conn:
         conn.execute(f"PRAGMA user_version = {store.SCHEMA_VERSION + 1}")
         conn.execute("PRAGMA journal_mode = DELETE")
@@ -137,6 +140,7 @@ os._exit(9)  # kill -9 before COMMIT: the rollback journal is left hot
 """
 
 
+@pytest.mark.spawns
 def test_a_database_whose_creator_was_killed_mid_transaction_is_rolled_back_and_used(tmp_path: Path) -> None:
     # A read-only connection cannot roll a hot journal back, so every command failed with
     # "attempt to write a readonly database" until some writer did.

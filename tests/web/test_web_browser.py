@@ -24,6 +24,8 @@ from tests.conftest import PROXY, proxy_env, watchdog
 from tests.peers import REPO, agent_argv, client_argv, proxied, run_client, session_of, transcript
 from tests.web_support import SECRETS, conversation_traffic, record
 
+pytestmark = pytest.mark.spawns  # a browser, the proxy, the web inspector
+
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
     pytest.skip(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)

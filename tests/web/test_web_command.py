@@ -15,6 +15,8 @@ import pytest
 
 from tests.conftest import PROXY, proxy_env, run_proxy, watchdog
 
+pytestmark = pytest.mark.spawns  # every test here starts processes
+
 pytest.importorskip("datasette", reason="the [ui] extra (Datasette) is not installed")
 
 SERVE_TIMEOUT = 60
