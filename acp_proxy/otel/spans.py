@@ -63,7 +63,8 @@ import msgspec
 
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.protocol.state import ConnectionState, RecordedFrame
+from acp_proxy.protocol.rows import RecordedFrame
+from acp_proxy.protocol.state import ConnectionState
 
 __all__ = ["Annotation", "Point", "Span", "SpanBuilder", "SpanEvent", "build", "fault_annotation", "finding_annotation"]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.protocol.state import RecordedFrame
+from acp_proxy.protocol.rows import RecordedFrame
 from acp_proxy.read import fold as fd
 from acp_proxy.read import queries
 from acp_proxy.read.queries import Ref

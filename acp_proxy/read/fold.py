@@ -62,7 +62,8 @@ import msgspec
 
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import wire
-from acp_proxy.protocol.state import ConnectionState, FrameLike, RecordedFrame
+from acp_proxy.protocol.rows import FrameLike, RecordedFrame
+from acp_proxy.protocol.state import ConnectionState
 from acp_proxy.protocol.vocabulary import A2C, C2A
 
 __all__ = [
