@@ -54,15 +54,17 @@ import binascii
 import bisect
 import copy
 import difflib
-from collections.abc import Callable, Iterable
+import itertools
+import json
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
 from acp_proxy.protocol import events as ev
-from acp_proxy.protocol import wire
-from acp_proxy.protocol.rows import FrameLike, RecordedFrame
+from acp_proxy.protocol import output, wire
+from acp_proxy.protocol.rows import FrameLike, RecordedFrame, run_events
 from acp_proxy.protocol.state import ConnectionState
 from acp_proxy.protocol.vocabulary import A2C, C2A
 
@@ -89,6 +91,7 @@ __all__ = [
     "Usage",
     "diff_text",
     "fold",
+    "fold_rows",
     "fold_sessions",
     "text_of",
 ]
@@ -146,7 +149,9 @@ class Entity:
     ts_ns: int
     session_id: str | None
     turn: int
-    """Index of the session's prompt turn in effect when the entry was created (0: before any)."""
+    """Index of the prompt turn the frame that created the entry belongs to (``turn_of`` of the
+    connection's state: the session's oldest open turn); 0: outside any turn (before the first
+    prompt, between turns, work the agent started itself, replayed history)."""
     replay: bool
     """Created by history replay (``session/load``, ``session/resume`` with ``replayFrom``)."""
     run: int | str | None = None
@@ -484,8 +489,18 @@ class PromptTurn:
     """The v1 response's (unstable) per-turn ``usage``."""
     replay: bool = False
     status: str = "running"
-    """``running``, ``ended`` (v1 response or v2 idle), ``error`` (an error answer) or
-    ``unfinished`` (the connection ended first)."""
+    """``running`` (open, the connection goes on), ``ended`` (v1 response or v2 idle), ``error``
+    (an error answer) or ``unfinished`` (open when the connection ended)."""
+    first_output_ns: int | None = None
+    """When the agent's first output of the turn came (``TurnOutput``; ``protocol.output``)."""
+    first_output_seq: int | None = None
+    chunks: int = 0
+    """The agent's streamed pieces counted towards the turn (``protocol.output.CHUNK``)."""
+
+    @property
+    def first_output_ms(self) -> float | None:
+        """Time to first output: from the prompt to the agent's first output, in ms."""
+        return None if self.first_output_ns is None else round((self.first_output_ns - self.ts_ns) / 1e6, 1)
 
     @property
     def open(self) -> bool:
@@ -637,6 +652,43 @@ def fold(
     return merged
 
 
+def fold_rows(
+    rows: Iterable[Mapping[str, Any]], *, ended: Mapping[Any, bool] | None = None
+) -> dict[str | None, Conversation]:
+    """Fold recorded ``frames`` rows (in run, seq order) into conversations by session.
+
+    Each run's rows get their meaning from ``protocol.rows.run_events`` (the one rows-to-events
+    adapter; a batch through its element rows, as the recorder tracked it). ``ended``: run id ->
+    whether that run is over; then its unanswered requests are final and its open turns
+    ``unfinished``; a run still recording keeps them ``running``. Runs not named are taken as
+    ended (an import, a file).
+    """
+    folder = Folder()
+    relayed = (r for r in rows if r["dir"] in (C2A, A2C) and r.get("kind") != "batch")
+    for run, group in itertools.groupby(relayed, key=lambda r: r["run_id"]):
+        for row, events, turn in run_events(group, ended=(ended or {}).get(run, True)):
+            if row is None:
+                folder.ended(run, 0, events)
+                continue
+            message = None
+            raw = row.get("raw")
+            if raw is not None and row.get("kind") != "invalid":
+                try:
+                    message = json.loads(raw)
+                except ValueError:
+                    message = None
+            item = FoldInput(
+                seq=row["seq"],
+                ts_ns=row["ts_ns"],
+                dir=row["dir"],
+                message=message,
+                forwarded=row.get("forwarded") != 0,
+                run=run,
+            )
+            folder.apply(item, message, events, turn)
+    return folder.conversations
+
+
 def fold_sessions(
     inputs: Iterable[FoldInput], *, protocol_version: int | None = None
 ) -> dict[str | None, Conversation]:
@@ -658,6 +710,8 @@ class _At:
     replay: bool
     window: int | None = None
     """The replay window the frame is history of (the seq of the request that opened it)."""
+    turn_seq: int | None = None
+    """The prompt seq of the turn the frame belongs to (``ConnectionState.turn_of``)."""
 
 
 @dataclass(slots=True)
@@ -798,8 +852,8 @@ class Folder:
         self._requests: dict[tuple[Any, int], list[_Pending]] = {}
         """Requests by (run, seq); a list only because a batch given as one input shares a seq."""
         self._turns: dict[tuple[Any, int], PromptTurn] = {}
-        self._windows: dict[tuple[Any, str], int] = {}
-        """(run, session) -> seq of the request whose replay window is open."""
+        self._turn_seq: int | None = None
+        """The turn of the frame being applied (``ConnectionState.turn_of``)."""
         self._updates: dict[str, Callable[[Conversation, _At, dict[str, Any], str], bool]] = {
             "tool_call": self._tool_call,
             "tool_call_update": self._tool_call_update,
@@ -828,32 +882,56 @@ class Folder:
     # ---- entry points
 
     def feed(self, item: FoldInput) -> None:
+        """Apply ``item`` (a batch: each element), its meaning from this fold's state machine."""
         state = self._states.get(item.run)
         if state is None:
             state = self._states[item.run] = ConnectionState(version=self.protocol_version)
         for msg, frame in _frames(item):
             events = state.feed(frame)
-            if events:
-                self._before(item, events)
-            if not item.forwarded:
-                # The peer never saw it: it changed nothing the peer holds. Say so where it belongs
-                # (a line that is not JSON belongs nowhere: the frame list shows it).
-                if msg is not None:
-                    unforwarded = self._conv(self._session_of(item, msg, events), item.run).unforwarded
-                    if not unforwarded or unforwarded[-1] != item.seq:
-                        unforwarded.append(item.seq)
-            elif isinstance(msg, dict):
+            self.apply(item, msg, events, state.turn_of(frame, events))
+
+    def apply(self, item: FoldInput, msg: Json, events: tuple[ev.Event, ...], turn: int | None) -> None:
+        """Apply one frame's message given its meaning: the ``events`` and ``turn`` (prompt seq)
+        its connection's state machine gave (``feed``, or ``protocol.rows.run_events``)."""
+        self._turn_seq = turn
+        if events:
+            self._before(item, events)
+        if not item.forwarded:
+            # The peer never saw it: it changed nothing the peer holds. Say so where it belongs
+            # (a line that is not JSON belongs nowhere: the frame list shows it).
+            if msg is not None:
+                unforwarded = self._conv(self._session_of(item, msg, events), item.run).unforwarded
+                if not unforwarded or unforwarded[-1] != item.seq:
+                    unforwarded.append(item.seq)
+            if isinstance(msg, dict) and "id" in msg and isinstance(msg.get("method"), str):
+                # A request kept from its receiver was still made: its sender waits for an answer
+                # (the proxy may give one, e.g. an injected error), so it is in the conversation.
                 self._message(item, msg, events)
-            if events:
-                self._after(item, events)
+        elif isinstance(msg, dict):
+            self._message(item, msg, events)
+        self._count(item, msg, turn)
+        if events:
+            self._after(item, events)
+
+    def _count(self, item: FoldInput, msg: Json, turn_seq: int | None) -> None:
+        # What the agent's update counts towards its turn: protocol.output's vocabulary.
+        if turn_seq is None or item.dir != A2C or not isinstance(msg, dict) or msg.get("method") != "session/update":
+            return
+        mask = output.counts(_str(_dict(_dict(msg.get("params")).get("update")).get("sessionUpdate")))
+        turn = self._turns.get((item.run, turn_seq))
+        if turn is not None and mask & output.IS_CHUNK:
+            turn.chunks += 1
 
     def finish(self, run: Any, ts_ns: int = 0) -> None:
         """The connection ``run`` ended: its unanswered requests and unfinished turns are final."""
         state = self._states.get(run)
         if state is None:
             return
-        item = FoldInput(seq=0, ts_ns=ts_ns, dir=A2C, message=None, run=run)
-        self._after(item, state.finish(ts_ns))
+        self.ended(run, ts_ns, state.finish(ts_ns))
+
+    def ended(self, run: Any, ts_ns: int, events: tuple[ev.Event, ...]) -> None:
+        """The events the end of connection ``run`` caused (``ConnectionState.finish``)."""
+        self._after(FoldInput(seq=0, ts_ns=ts_ns, dir=A2C, message=None, run=run), events)
 
     def conversation(self, session_id: str | None) -> Conversation:
         return self.conversations.get(session_id) or Conversation(session_id=session_id)
@@ -869,8 +947,6 @@ class Folder:
                     self._negotiated[run] = e.version
             elif isinstance(e, ev.VersionInferred):
                 self._inferred.setdefault(run, e.version)
-            elif isinstance(e, ev.ReplayWindowOpened):
-                self._windows[(run, e.session_id)] = e.seq or 0
 
     def _after(self, item: FoldInput, events: tuple[ev.Event, ...]) -> None:
         """Events that change what the frame's content created or found."""
@@ -893,8 +969,10 @@ class Folder:
                     target: Any = pending.entity if pending.entity is not None else pending.turn
                     if target is not None and getattr(target, "cancel_requested_seq", None) is None:
                         target.cancel_requested_seq = e.seq
-            elif isinstance(e, ev.ReplayWindowClosed):
-                self._windows.pop((run, e.session_id), None)
+            elif isinstance(e, ev.TurnOutput):
+                turn = self._turns.get((run, e.prompt_seq))
+                if turn is not None and turn.first_output_ns is None:
+                    turn.first_output_ns, turn.first_output_seq = e.ts_ns, e.seq
             elif isinstance(e, ev.Unanswered):
                 self._conv(e.session_id, run).unanswered.append((e.request_seq, e.method))
 
@@ -954,14 +1032,14 @@ class Folder:
             if isinstance(e, ev.UpdateReplayed):
                 # History: sent inside a replay window (session/load, session/resume + replayFrom).
                 replay, window = True, e.window_seq
-        return _At(item.seq, item.ts_ns, item.run, replay, window)
+        return _At(item.seq, item.ts_ns, item.run, replay, window, None if replay else self._turn_seq)
 
     def _add(self, conv: Conversation, at: _At, cls: type[Any], **fields: Any) -> Any:
         entity = cls(
             seq=at.seq,
             ts_ns=at.ts_ns,
             session_id=conv.session_id,
-            turn=_turn_index(conv),
+            turn=self._turn_index(at),
             replay=at.replay,
             run=at.run,
             rebuilt_in=at.window,
@@ -969,6 +1047,10 @@ class Folder:
         )
         conv.timeline.append(entity)
         return entity
+
+    def _turn_index(self, at: _At) -> int:
+        turn = self._turns.get((at.run, at.turn_seq)) if at.turn_seq is not None else None
+        return turn.index if turn is not None else 0
 
     def _keyed(self, conv: Conversation, at: _At, kind: str, item_id: str) -> Any:
         return conv._index.get((kind, at.run, item_id))
@@ -1242,6 +1324,10 @@ class Folder:
                 if mine is not None and mine.from_prompt and mine.message_id is None and mine in conv.timeline:
                     conv.timeline.remove(mine)
                 turn.user_message = reported
+                if not reported.replay:
+                    # The agent may report a queued prompt's message while earlier work is open:
+                    # it is still this prompt's message.
+                    reported.turn = turn.index
             elif mine is not None and mine.message_id is None:
                 mine.message_id = message_id
                 self._register(conv, at, "message:user", message_id, mine)
@@ -1719,10 +1805,6 @@ def _last_entry(conv: Conversation) -> Entity | None:
         if not isinstance(entity, SessionState):
             return entity
     return None
-
-
-def _turn_index(conv: Conversation) -> int:
-    return conv.turns[-1].index if conv.turns else 0
 
 
 def _b64(data: Json) -> bytes | None:
