@@ -17,7 +17,7 @@ from acp_proxy.protocol import events as ev
 from acp_proxy.protocol.state import NO_EVENTS, ConnectionState
 from acp_proxy.protocol.vocabulary import OTHER
 
-__all__ = ["FrameLike", "Meaning", "RecordedFrame", "run_events"]
+__all__ = ["FrameLike", "Meaning", "RecordedFrame", "RunReader", "run_events"]
 
 
 class FrameLike(Protocol):
@@ -85,6 +85,27 @@ class Meaning(NamedTuple):
     """The prompt seq of the turn the frame belongs to (``ConnectionState.turn_of``); None."""
 
 
+class RunReader:
+    """The rows of one run in seq order, their meaning out, one row at a time (a live follow feeds
+    rows as they are recorded); ``finish`` when the run has ended."""
+
+    def __init__(self, *, version: int | None = None, state: ConnectionState | None = None) -> None:
+        self.state = state if state is not None else ConnectionState(version=version)
+        self.last_ts = 0
+
+    def feed(self, row: Mapping[str, Any]) -> Meaning:
+        self.last_ts = row.get("ts_ns") or self.last_ts
+        if row.get("dir") not in OTHER:
+            return Meaning(row, NO_EVENTS, None)
+        frame = RecordedFrame(row)
+        events = self.state.feed(frame)
+        return Meaning(row, events, self.state.turn_of(frame, events))
+
+    def finish(self, ts_ns: int | None = None) -> tuple[ev.Event, ...]:
+        """What the end of the run causes (at ``ts_ns``, else the last row's time)."""
+        return self.state.finish(ts_ns if ts_ns is not None else self.last_ts)
+
+
 def run_events(
     rows: Iterable[Mapping[str, Any]],
     *,
@@ -103,16 +124,8 @@ def run_events(
     same events the recorder's tracker saw. ``state``: the machine to feed (a caller that asks
     it more, e.g. ``replaying``); ``version``: the protocol version known in advance.
     """
-    if state is None:
-        state = ConnectionState(version=version)
-    last_ts = 0
+    reader = RunReader(version=version, state=state)
     for row in rows:
-        last_ts = row.get("ts_ns") or last_ts
-        if row.get("dir") in OTHER:
-            frame = RecordedFrame(row)
-            events = state.feed(frame)
-            yield Meaning(row, events, state.turn_of(frame, events))
-        else:
-            yield Meaning(row, NO_EVENTS, None)
+        yield reader.feed(row)
     if ended:
-        yield Meaning(None, state.finish(ended_ns if ended_ns is not None else last_ts), None)
+        yield Meaning(None, reader.finish(ended_ns), None)
