@@ -66,6 +66,7 @@ from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import output
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.protocol.rows import RecordedFrame, RunReader
+from acp_proxy.protocol.vocabulary import A2C, OTHER
 
 __all__ = ["Annotation", "Point", "Span", "SpanBuilder", "SpanEvent", "build", "fault_annotation", "finding_annotation"]
 
@@ -238,7 +239,7 @@ class SpanBuilder:
 
     def feed(self, row: Mapping[str, Any]) -> list[Span]:
         """The spans ``row`` (a ``frames`` row) finished."""
-        if self.finished or row.get("dir") not in ("c2a", "a2c") or row.get("kind") == "batch":
+        if self.finished or row.get("dir") not in OTHER or row.get("kind") == "batch":
             return []
         meaning = self.reader.feed(row)
         frame = RecordedFrame(row)
@@ -285,7 +286,7 @@ class SpanBuilder:
                     )
                 )
         turn = self._turns.get(meaning.turn) if meaning.turn is not None else None
-        if frame.kind == "notification" and frame.method == "session/update" and frame.dir == "a2c" and not replayed:
+        if frame.kind == "notification" and frame.method == "session/update" and frame.dir == A2C and not replayed:
             target = self._update(frame, row, out, turn) or target
         elif target is None:
             target = turn

@@ -59,6 +59,7 @@ from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import output
 from acp_proxy.protocol.frames import FrameRecord
 from acp_proxy.protocol.state import ConnectionState
+from acp_proxy.protocol.vocabulary import A2C
 
 NOTE_UNKNOWN_ID = "response to unknown id"
 NOTE_NOTICE_REPLAYED = "notice inside replay window"
@@ -320,7 +321,7 @@ class Tracker:
             return
         if e.reused_id_of is not None:
             _add_note(rec, f"id reused while request seq {e.reused_id_of} is pending")
-        if e.method == "session/request_permission" and e.direction == "a2c":
+        if e.method == "session/request_permission" and e.direction == A2C:
             turn = self._turns.get(self.state.open_turn(e.session_id))  # type: ignore[arg-type]
             if turn is not None:
                 turn.permission_requests += 1
