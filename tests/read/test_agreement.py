@@ -24,14 +24,17 @@ from hypothesis import strategies as st
 
 from acp_proxy.checks.rules import Checker, check
 from acp_proxy.cli import transcript
+from acp_proxy.mcp.server import Tools
 from acp_proxy.otel import spans
 from acp_proxy.protocol import rows as rw
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.frames import FrameRecord
+from acp_proxy.protocol.redact import Redactor
 from acp_proxy.protocol.tracker import Change, Tracker
 from acp_proxy.read import diff as df
 from acp_proxy.record.recorder import FactsApplier
 from acp_proxy.store import database as store
+from acp_proxy.web import model, timeline
 
 RUN = 1
 MS = 1_000_000
@@ -491,3 +494,48 @@ def assert_views_agree(frames: list[tuple[str, Any, bool]], ended: bool) -> Fact
 def test_every_view_tells_the_same_turns(conversation: tuple[list[tuple[str, Any, bool]], bool]) -> None:
     frames, ended = conversation
     assert_views_agree(frames, ended)
+
+
+def _recorded_database(path: Path, records: list[FrameRecord], changes: list[Change], ended: bool) -> None:
+    db = store.open_for_writing(path)
+    with db.conn:
+        run_id = db["runs"].insert({"started_ns": 1, "status": "ended" if ended else "running"}).last_pk
+        assert run_id == RUN
+        db["frames"].insert_all(rec.as_dict() for rec in records)
+        FactsApplier(db, RUN).apply([{"table": c.table, "key": c.key, "values": c.values} for c in changes])
+    db.conn.close()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversations())
+def test_the_database_doors_tell_the_same_turns(conversation: tuple[list[tuple[str, Any, bool]], bool]) -> None:
+    """``stats`` (the ``turn_metrics`` view), the inspector's run page and the MCP tools, each
+    reading a real database, tell what the tracker and every in-memory view tell."""
+    frames, ended = conversation
+    records, changes = record(frames, ended)
+    table = tracker_facts(changes)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rec.db"
+        _recorded_database(path, records, changes, ended)
+        read = store.open_for_reading(path)
+        page = model.conversation(read, "run", str(RUN), Redactor(), parts=("summary", "conversation", "charts"))
+        read.conn.close()
+        tools = Tools(path, Redactor())
+        stats = json.loads(tools.stats(str(RUN)))
+        diffed = json.loads(tools.diff(str(RUN), str(RUN)))
+    # The inspector's conversations are show's.
+    inspected, permissions, _ = conversation_facts(page["conversations"])
+    assert inspected == table and permissions == permissions_per_turn(changes)
+    firsts = sorted(first for _, _, first in table.values() if first is not None)
+    marks = sorted(m["start_ms"] for m in page["waterfall"] if m["kind"] == "first output")
+    assert [round(m, 1) for m in marks] == firsts
+    bars = sorted(m["detail"] for m in page["waterfall"] if m["kind"] == "turn" and m["end_ms"] is None)
+    assert bars == sorted(status for status, _, _ in table.values() if status in ("running", "unfinished"))
+    # stats (and the MCP stats tool): the turns table through its view; turns known by their start.
+    started = {timeline.iso(seq * MS): seq for seq in table}
+    metrics = {started[t["started"]]: (t["status"], t["chunks"], t["to_first_output_ms"]) for t in stats["turns"]}
+    assert metrics == table
+    # The MCP diff tool: every turn's outcome and first output.
+    turns = sorted(((t["left"]["outcome"], t["left"]["first_output_ms"]) for t in diffed["turns"]), key=repr)
+    assert not diffed["differ"]
+    assert turns == sorted(((status, first) for status, _, first in table.values()), key=repr)
