@@ -1,14 +1,19 @@
-"""One truth: the turns table, `show --json` and the checker tell the same story of every turn.
+"""One truth: every view tells the same story of every turn.
 
 Hypothesis writes conversations of both protocol versions — queued prompts, cancels,
 ``$/cancel_request``, history replays (v1 ``session/load``, v2 ``session/resume`` with and without
-``replayFrom``), idle with and without a stop reason, batches, unknown variants and methods,
-errors, answers the proxy withheld, stray answers, lines that are not JSON — and records each as
-the recorder does (``wire.decode`` into ``FrameRecord``s, batch lines then their elements, the
-tracker annotating each). Then the three views are built from what was recorded, each by its
-own code: the tracker's row changes (in memory, and once through the recorder's ``FactsApplier``
-into a real database), the folded conversations that ``show --json`` prints, and the checker.
-They must agree turn by turn: the same prompts, the same status, stop reason and end frame.
+``replayFrom``), idle with and without a stop reason, plans, tool calls, permission requests,
+agent work without a prompt, prompts the proxy answered with an injected error, batches, unknown
+variants and methods, errors, answers the proxy withheld, stray answers, lines that are not JSON —
+and records each as the recorder does (``wire.decode`` into ``FrameRecord``s, batch lines then
+their elements, the tracker annotating each). Then every view is built from what was recorded,
+each by its own code: the tracker's row changes (in memory, and through the recorder's
+``FactsApplier`` into a real database: ``stats``), the folded conversations that ``show --json``
+prints, ``diff --json``, the checker, the OpenTelemetry spans, the inspector's run page, the MCP
+tools, and replay's view (the recording served as a fake agent to its own client lines). They
+must agree turn by turn: the same prompts, status, stop reason and end frame, the same chunk
+counts and first output, the same permission requests, and every entity in the turn the one
+rows-to-events adapter (``protocol.rows.run_events``) gives its frame.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from acp_proxy.protocol.redact import Redactor
 from acp_proxy.protocol.tracker import Change, Tracker
 from acp_proxy.read import diff as df
 from acp_proxy.record.recorder import FactsApplier
+from acp_proxy.replay import replayer as rp
 from acp_proxy.store import database as store
 from acp_proxy.web import model, timeline
 
@@ -468,6 +474,26 @@ def meaning_of_each_frame(rows: list[dict[str, Any]]) -> dict[int, int | None]:
     return {m.row["seq"]: m.turn for m in rw.run_events(rows, ended=False) if m.row is not None}
 
 
+def replayed(rows: list[dict[str, Any]]) -> list[tuple[str, Any, bool]]:
+    """Replay's view of the recording: a client sending the recorded client lines to the
+    recording served as a fake agent (``acp_proxy.replay``), and what it answers, in order."""
+    fake = rp.Replayer(rows)
+    out: list[tuple[str, Any, bool]] = [("a2c", _json_or_bytes(s.data), True) for s in fake.start()]
+    for row in rows:
+        if row["dir"] != "c2a" or row.get("batch_seq") is not None:
+            continue
+        out.append(("c2a", _json_or_bytes(row["raw"].encode()), True))
+        out.extend(("a2c", _json_or_bytes(s.data), True) for s in fake.receive(row["raw"].encode() + b"\n"))
+    return out
+
+
+def _json_or_bytes(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.rstrip(b"\n")
+
+
 def assert_views_agree(frames: list[tuple[str, Any, bool]], ended: bool) -> Facts:
     records, changes = record(frames, ended)
     rows = rows_of(records)
@@ -486,6 +512,14 @@ def assert_views_agree(frames: list[tuple[str, Any, bool]], ended: bool) -> Fact
     if ended:
         assert set(from_spans) == set(table)
         assert all(status != "running" for status, _, _ in table.values())
+    # Replayed, the recording tells the same turns in the same order: end states, chunk counts and
+    # whether there was output (its times are the replay's). An answer the proxy withheld is left
+    # out: the replay sends it (the client of the recording never saw it), which changes the turns.
+    if all(forwarded for direction, _, forwarded in frames if direction == "a2c"):
+        _, again = record(replayed(rows), ended)
+        assert [(status, chunks, first is None) for _, (status, chunks, first) in sorted(table.items())] == [
+            (status, chunks, first is None) for _, (status, chunks, first) in sorted(tracker_facts(again).items())
+        ]
     return table
 
 
