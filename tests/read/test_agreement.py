@@ -558,8 +558,10 @@ def test_the_database_doors_tell_the_same_turns(conversation: tuple[list[tuple[s
         stats = json.loads(tools.stats(str(RUN)))
         diffed = json.loads(tools.diff(str(RUN), str(RUN)))
     # The inspector's conversations are show's.
-    inspected, permissions, _ = conversation_facts(page["conversations"])
+    inspected, permissions, inspected_turns = conversation_facts(page["conversations"])
     assert inspected == table and permissions == permissions_per_turn(changes)
+    # ... and every entity is in the turn show puts it in (and run_events gives its frame).
+    assert inspected_turns == conversation_facts(show_pages(rows_of(records), ended))[2]
     firsts = sorted(first for _, _, first in table.values() if first is not None)
     marks = sorted(m["start_ms"] for m in page["waterfall"] if m["kind"] == "first output")
     assert [round(m, 1) for m in marks] == firsts
