@@ -36,7 +36,8 @@ import msgspec
 
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import vocabulary as acp
-from acp_proxy.protocol.state import ConnectionState, FrameLike, RecordedFrame
+from acp_proxy.protocol.rows import FrameLike, RecordedFrame
+from acp_proxy.protocol.state import ConnectionState
 from acp_proxy.protocol.vocabulary import A2C, OTHER, RECEIVER
 
 Severity = Literal["error", "warning", "info"]

@@ -76,12 +76,14 @@ def render_conversation(con: Console, conv: fd.Conversation, turn: int | None = 
     con.print(header)
     turns = {t.index: t for t in conv.turns}
     current: int | None = -1
+    prompted = False
     for entity in conv.timeline:
         if turn is not None and entity.turn != turn:
             continue
         if entity.turn != current:
             current = entity.turn
-            _turn_header(con, turns.get(current or 0), current)
+            _turn_header(con, turns.get(current or 0), current, prompted)
+            prompted = prompted or bool(current)
         render_entity(con, entity)
     if turn is None:
         _footer(con, conv)
@@ -101,9 +103,10 @@ def turn_outcome(t: fd.PromptTurn) -> str:
     return "running"
 
 
-def _turn_header(con: Console, t: fd.PromptTurn | None, index: int | None) -> None:
+def _turn_header(con: Console, t: fd.PromptTurn | None, index: int | None, prompted: bool = False) -> None:
     if not index:
-        con.print(Text("── before the first prompt", style="dim"))
+        # Turn 0 is outside any prompt turn: before the first, or between turns (fold.Entity.turn).
+        con.print(Text("── outside any prompt turn" if prompted else "── before the first prompt", style="dim"))
         return
     bits = [f"── Turn {index}"]
     if t is not None:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from acp_proxy.protocol import filters
+from acp_proxy.protocol.vocabulary import DIRECTIONS
 
-DIRECTIONS = ("c2a", "a2c")
 SUB = 0x1A  # ASCII "substitute": made to stand in for a character received in error
 
 

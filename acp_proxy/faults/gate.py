@@ -30,9 +30,9 @@ from acp_proxy.protocol import wire
 from acp_proxy.protocol.frames import FrameRecord
 from acp_proxy.protocol.framing import Line, LineFramer
 from acp_proxy.protocol.tracker import NOTE_NOTICE_REPLAYED, Tracker
-from acp_proxy.protocol.vocabulary import A2C, OTHER
+from acp_proxy.protocol.vocabulary import A2C, C2A, DIRECTIONS, OTHER
 
-PIPE_OF = {"c2a": "agent-stdin", "a2c": "client-stdout"}
+PIPE_OF = {C2A: "agent-stdin", A2C: "client-stdout"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +109,7 @@ class Gate:
         self.tracker = Tracker(0, changes=False)  # the gate needs state, not rows
         errors = self.plan is not None and any(rule.action == "error" for rule in self.plan.rules)
         self.directions: dict[str, _Direction] = {}
-        for d in ("c2a", "a2c"):
+        for d in DIRECTIONS:
             # An error reply travels against its request: both directions then carry whole
             # lines only, so a reply can never land in the middle of a forwarded line.
             judged = (

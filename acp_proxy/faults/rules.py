@@ -137,6 +137,7 @@ from acp_proxy.errors import UsageError
 from acp_proxy.faults.actions import DIRECTIONS, Rule, RuleSet
 from acp_proxy.limits import MAX_COUNT, SEED_RANGE
 from acp_proxy.protocol import filters
+from acp_proxy.protocol.vocabulary import A2C, C2A
 
 if TYPE_CHECKING:
     pass
@@ -145,7 +146,7 @@ HELP = __doc__[__doc__.index("FAULT RULES") :] if __doc__ else ""
 """The rule language, for ``acp-proxy run --help`` and the README."""
 
 ENV_VAR = "ACP_PROXY_FAULTS"
-PIPES = {"agent-stdin": "c2a", "client-stdout": "a2c"}
+PIPES = {"agent-stdin": C2A, "client-stdout": A2C}
 """The pipes ``close`` can close, and the direction each one carries."""
 
 ACTIONS = (

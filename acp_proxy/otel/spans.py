@@ -38,8 +38,9 @@ Where the structure comes from: the protocol's meaning (pairs, turns, cancellati
 left unanswered, the negotiated peers) is the events of the connection's state machine
 (``protocol.state``), as for every other view; the builder decodes only the payloads it takes
 facts from (tool call updates, permission answers, usage, notices, and message text with
-``content``). "First output" is the turns table's rule: the first agent message, thought or
-tool call update of the turn, history excluded.
+``content``). Which turn a frame belongs to, and its first output (``TurnOutput``), are the state
+machine's (``protocol.rows.RunReader``), and what counts is ``protocol.output``'s: the same
+numbers as the turns table, ``show`` and ``diff``.
 
 Must not know: the OpenTelemetry SDK, HTTP, SQL, clocks. ``ids`` makes span and trace ids:
 ``recording_ids`` derives them from the recording (the run's identity and the order in which the
@@ -62,8 +63,10 @@ from typing import Any
 import msgspec
 
 from acp_proxy.protocol import events as ev
+from acp_proxy.protocol import output
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.protocol.state import ConnectionState, RecordedFrame
+from acp_proxy.protocol.rows import RecordedFrame, RunReader
+from acp_proxy.protocol.vocabulary import A2C, OTHER
 
 __all__ = ["Annotation", "Point", "Span", "SpanBuilder", "SpanEvent", "build", "fault_annotation", "finding_annotation"]
 
@@ -77,7 +80,6 @@ TOOL_TYPE = "extension"
 conventions; "function" is a tool the client runs)."""
 TRANSPORT = "pipe"
 """``network.transport`` of every JSON-RPC call: ACP runs over the agent's stdin and stdout."""
-_OUTPUT_PREFIXES = ("agent_message", "agent_thought", "tool_call")
 _TERMINAL_TOOL_STATUS = frozenset({"completed", "failed"})
 _decode = msgspec.json.Decoder()
 
@@ -157,6 +159,7 @@ class _Tool(_Open):
 class _Turn(_Open):
     prompt_seq: int
     first_output_ns: int | None = None
+    chunks: int = 0
     tools: dict[str, _Tool] = field(default_factory=dict)
     output: list[dict[str, Any]] = field(default_factory=list)
     """With content: the agent's message and thought parts, in order."""
@@ -190,7 +193,8 @@ class SpanBuilder:
         self.content = content
         self.redactor = redactor if redactor is not None else Redactor()
         self._ids = ids
-        self.state = ConnectionState()
+        self.reader = RunReader()
+        self.state = self.reader.state
         self._agent: dict[str, str] = {}
         self._client: dict[str, str] = {}
         self._version: int | None = None
@@ -206,8 +210,6 @@ class SpanBuilder:
         )
         self._turns: dict[int, _Turn] = {}
         """Open turns by the seq of their prompt."""
-        self._open_turns: dict[str, list[_Turn]] = {}
-        """Per session, its open turns, oldest first (work belongs to the oldest, as in the turns table)."""
         self._requests: dict[int, _Request] = {}
         """Pending requests by seq."""
         self._annotations: dict[int, list[SpanEvent]] = {}
@@ -237,15 +239,16 @@ class SpanBuilder:
 
     def feed(self, row: Mapping[str, Any]) -> list[Span]:
         """The spans ``row`` (a ``frames`` row) finished."""
-        if self.finished or row.get("dir") not in ("c2a", "a2c") or row.get("kind") == "batch":
+        if self.finished or row.get("dir") not in OTHER or row.get("kind") == "batch":
             return []
+        meaning = self.reader.feed(row)
         frame = RecordedFrame(row)
         self._last_seq = max(self._last_seq, frame.seq)
         self._last_ts = max(self._last_ts, frame.ts_ns)
         if self._connection.start_ns < 0:
             self._connection.start_ns = frame.ts_ns
         out: list[Span] = []
-        events = self.state.feed(frame)
+        events = meaning.events
         target: _Open | None = None
         replayed = False
         for e in events:
@@ -253,7 +256,7 @@ class SpanBuilder:
                 self._turn_started(e, row)
         for e in events:
             if isinstance(e, ev.RequestSent):
-                target = self._request_sent(e, row)
+                target = self._request_sent(e, row, meaning.turn)
             elif isinstance(e, ev.ResponsePaired):
                 target = self._requests.get(e.request_seq) or target
                 out.extend(self._response_paired(e, row))
@@ -261,6 +264,10 @@ class SpanBuilder:
                 out.extend(self._turn_ended(e, row))
             elif isinstance(e, ev.UpdateReplayed):
                 replayed = True
+            elif isinstance(e, ev.TurnOutput):
+                found = self._turns.get(e.prompt_seq)
+                if found is not None and found.first_output_ns is None:
+                    found.first_output_ns = e.ts_ns
             elif isinstance(e, ev.PeerAnnounced):
                 self._peer(e)
             elif isinstance(e, ev.VersionNegotiated):
@@ -278,11 +285,11 @@ class SpanBuilder:
                         {"acp.frame.seq": e.seq, "acp.direction": e.direction, "jsonrpc.request.id": _id(e.rpc_id)},
                     )
                 )
-        if frame.kind == "notification" and frame.method == "session/update" and frame.dir == "a2c" and not replayed:
-            target = self._update(frame, row, out) or target
-        elif target is None and frame.session_id is not None:
-            turns = self._open_turns.get(frame.session_id)
-            target = turns[0] if turns else None
+        turn = self._turns.get(meaning.turn) if meaning.turn is not None else None
+        if frame.kind == "notification" and frame.method == "session/update" and frame.dir == A2C and not replayed:
+            target = self._update(frame, row, out, turn) or target
+        elif target is None:
+            target = turn
         pending = self._annotations.pop(frame.seq, None)
         if pending:
             for event in pending:
@@ -298,7 +305,7 @@ class SpanBuilder:
             return []
         end = ts_ns if ts_ns is not None else self._last_ts
         out: list[Span] = []
-        for e in self.state.finish(end):
+        for e in self.reader.finish(end):
             if isinstance(e, ev.Unanswered):
                 request = self._requests.pop(e.request_seq, None)
                 if request is not None:
@@ -359,18 +366,12 @@ class SpanBuilder:
                 parts = [self._part(block) for block in prompt]
                 span.attributes["gen_ai.input.messages"] = _json([{"role": "user", "parts": parts}])
         self._turns[e.prompt_seq] = turn
-        self._open_turns.setdefault(e.session_id, []).append(turn)
         self._turn_links.append((span.trace_id, span.span_id))
 
     def _turn_ended(self, e: ev.TurnEnded, row: Mapping[str, Any] | None) -> list[Span]:
         turn = self._turns.pop(e.prompt_seq, None)
         if turn is None:
             return []
-        turns = self._open_turns.get(e.session_id, [])
-        if turn in turns:
-            turns.remove(turn)
-        if not turns:
-            self._open_turns.pop(e.session_id, None)
         span = turn.span
         attrs = span.attributes
         attrs.update(self._peer_attributes())
@@ -384,6 +385,7 @@ class SpanBuilder:
             turn.usage = _update_of(row).get("usage")
         usage = self._usage(turn.usage)
         attrs.update(usage)
+        attrs["acp.turn.chunks"] = turn.chunks
         if turn.first_output_ns is not None:
             attrs["gen_ai.response.time_to_first_chunk"] = (turn.first_output_ns - span.start_ns) / 1e9
         if self.content and turn.output:
@@ -424,14 +426,12 @@ class SpanBuilder:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _request_sent(self, e: ev.RequestSent, row: Mapping[str, Any]) -> _Request:
+    def _request_sent(self, e: ev.RequestSent, row: Mapping[str, Any], turn_seq: int | None) -> _Request:
         parent: _Open = _Open(self._connection)
         tool: _Tool | None = None
         sid = e.session_id
-        if e.method == "session/prompt" and e.seq in self._turns:
-            parent = self._turns[e.seq]
-        elif sid is not None and self._open_turns.get(sid):
-            turn = self._open_turns[sid][0]
+        turn = self._turns.get(turn_seq) if turn_seq is not None else None
+        if turn is not None:
             parent = turn
             if e.method == "session/request_permission":
                 tool = self._permission_tool(turn, row)
@@ -518,11 +518,10 @@ class SpanBuilder:
 
     # -- session updates ------------------------------------------------------------------------
 
-    def _update(self, frame: RecordedFrame, row: Mapping[str, Any], out: list[Span]) -> _Open | None:
-        sid = frame.session_id
+    def _update(
+        self, frame: RecordedFrame, row: Mapping[str, Any], out: list[Span], turn: _Turn | None
+    ) -> _Open | None:
         variant = frame.update_kind
-        turns = self._open_turns.get(sid) if sid is not None else None
-        turn = turns[0] if turns else None
         if variant == "notice":
             update = _update_of(row)
             attrs: dict[str, Any] = {"acp.frame.seq": frame.seq}
@@ -538,8 +537,8 @@ class SpanBuilder:
             return turn
         if turn is None or variant is None:
             return None
-        if variant.startswith(_OUTPUT_PREFIXES) and turn.first_output_ns is None:
-            turn.first_output_ns = frame.ts_ns
+        if output.counts(variant) & output.IS_CHUNK:
+            turn.chunks += 1
         if variant in ("tool_call", "tool_call_update"):
             return self._tool_update(turn, frame, row, out) or turn
         if variant == "usage_update":

@@ -6,7 +6,7 @@ Owns: the vocabulary of protocol facts every view shares — pairing (``RequestS
 (``SessionOpened``, ``SessionRestoring``, ``SessionRestored``, ``SessionTitled``,
 ``SessionClosed``), history replay (``ReplayWindowOpened``, ``UpdateReplayed``,
 ``ReplayWindowClosed``) and prompt turns (``TurnStarted``, ``TurnAccepted``, ``StateReported``,
-``SessionCancelled``, ``TurnEnded``).
+``TurnOutput``, ``SessionCancelled``, ``TurnEnded``).
 
 Must not know: how they are computed (``state.py``), rows, rendering, SQL, pipes.
 
@@ -243,6 +243,16 @@ class TurnAccepted(Event, frozen=True, kw_only=True, gc=False):
     protocol_version: int | None
 
 
+class TurnOutput(Event, frozen=True, kw_only=True, gc=False):
+    """The agent's first output of a prompt turn: the first live ``session/update`` of a variant in
+    ``protocol.output.OUTPUT`` while the turn is its session's oldest open one. ``ts_ns`` minus
+    the prompt's time is the turn's time to first output; every view reads it from here."""
+
+    session_id: str
+    prompt_seq: int
+    variant: str
+
+
 class StateReported(Event, frozen=True, kw_only=True, gc=False):
     """v2: a live ``state_update`` (``running``, ``requires_action``, ``idle``, ...)."""
 
@@ -297,6 +307,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ReplayWindowClosed,
     TurnStarted,
     TurnAccepted,
+    TurnOutput,
     StateReported,
     SessionCancelled,
     TurnEnded,

@@ -7,9 +7,11 @@ negotiated (or, without an ``initialize`` answer, inferred) protocol version, se
 (new / fork / load / resume / first seen, titles, close, delete), history replay windows
 (v1 ``session/load``; ``session/resume`` with a non-null ``replayFrom``), and prompt turns (v1:
 request to response; v2: request, acceptance, ``running`` ... ``idle``; cancellation; turns left
-open at the end). The transitions are the three tables below (``REQUEST_TRANSITIONS``,
-``SESSION_TRANSITIONS``, ``TURN_TRANSITIONS``); the code computes a trigger from a frame, looks
-the transition up, and emits what the table names. What each event means is in ``events.py``.
+open at the end), which turn a frame belongs to (``turn_of``: the session's oldest open turn)
+and each turn's first output (``TurnOutput``, by ``output.OUTPUT``). The transitions are the
+three tables of ``transitions.py``; the code computes a trigger from a frame, looks the
+transition up, and emits what the table names. What each event means is in ``events.py``; the
+payloads it decodes are in ``payloads.py``; recorded rows come in through ``rows.py``.
 
 Must not know: SQL, rows, pipes, rendering, message content. It reads a frame's envelope fields
 (kind, method, id, sessionId, variant: what ``wire.decode`` extracted) and decodes a payload a
@@ -19,8 +21,9 @@ set-up and their answers, prompt answers, ``$/cancel_request``, ``state_update``
 plans, schema shapes) is that view's own content logic.
 
 Rule 1: the hot path is a chunk storm. For a ``session/update`` of a known session outside any
-replay window whose variant changes no state, ``feed`` does a few set and dict lookups and
-returns the shared empty tuple ``NO_EVENTS``: no allocation.
+replay window, whose oldest open turn (if any) has had its first output, and whose variant
+changes no state, ``feed`` does a few set and dict lookups and returns the shared empty tuple
+``NO_EVENTS``: no allocation.
 
 Rule 2: total. Any frame — odd ids, payloads of the wrong shape, answers nobody asked for — gives
 events or none, never an exception.
@@ -32,326 +35,78 @@ dropped is still pending for its sender, an answer it withheld leaves its reques
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from msgspec import UNSET, Raw, Struct
+from msgspec import UNSET, Raw
 
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import vocabulary as acp
+from acp_proxy.protocol.output import OUTPUT
+from acp_proxy.protocol.payloads import (
+    ACT_INFER,
+    ACT_STATE,
+    ACT_TITLE,
+    ACTIONS,
+    CREATES,
+    CUT_RESPONSE,
+    EVIDENCE,
+    LIVE_ONLY,
+    RESTORES,
+    InitRequest,
+    InitResponse,
+    Request,
+    Response,
+    Update,
+    as_int,
+    as_str,
+    decode,
+    json_text,
+)
+from acp_proxy.protocol.transitions import (
+    ACCEPT,
+    ANSWER_FRAME,
+    ANSWERED,
+    CANCEL,
+    CREATED,
+    CUT,
+    END,
+    END_BY,
+    END_STATUS,
+    ENDED_BY_CLIENT,
+    FINISH,
+    IDLE,
+    NONE,
+    OPEN,
+    OPEN_TURN,
+    PENDING,
+    REJECT,
+    REPLAYING,
+    REQUEST,
+    REQUEST_TRANSITIONS,
+    RESTORE,
+    RESTORE_REPLAY,
+    RESTORED,
+    RESTORED_REPLAY,
+    SEEN,
+    SENT,
+    SESSION_TRANSITIONS,
+    TURN_TRANSITIONS,
+    UNSEEN,
+    UPDATE,
+    WITHHELD,
+    WORK,
+)
 from acp_proxy.protocol.vocabulary import A2C, C2A, OTHER
 from acp_proxy.protocol.wire import canonical_id
 
-__all__ = [
-    "NO_EVENTS",
-    "REQUEST_TRANSITIONS",
-    "SESSION_TRANSITIONS",
-    "TURN_TRANSITIONS",
-    "ConnectionState",
-    "FrameLike",
-    "RecordedFrame",
-    "run_events",
-]
+if TYPE_CHECKING:
+    from acp_proxy.protocol.rows import FrameLike
+
+__all__ = ["NO_EVENTS", "ConnectionState"]
 
 NO_EVENTS: tuple[ev.Event, ...] = ()
-
-
-class FrameLike(Protocol):
-    """What ``feed`` reads of a frame: a ``FrameRecord`` (live), or a ``RecordedFrame`` (a row)."""
-
-    seq: int
-    ts_ns: int
-    dir: str
-    kind: str | None
-    method: str | None
-    rpc_id: str | None
-    session_id: str | None
-    update_kind: str | None
-    line: bytes
-    forwarded: int
-    cut: int
-
-
-class RecordedFrame:
-    """A ``frames`` row (a mapping of its columns) as ``feed`` reads it.
-
-    Only the envelope columns are read: a recorded response's ``method`` and ``session_id`` are
-    the recorder's annotations of its request, which ``feed`` works out again by pairing.
-    """
-
-    __slots__ = (
-        "cut",
-        "dir",
-        "forwarded",
-        "kind",
-        "line",
-        "method",
-        "rpc_id",
-        "seq",
-        "session_id",
-        "ts_ns",
-        "update_kind",
-    )
-
-    def __init__(self, row: Mapping[str, Any]) -> None:
-        self.seq: int = row["seq"]
-        self.ts_ns: int = row.get("ts_ns") or 0
-        self.dir: str = row["dir"]
-        self.kind: str | None = row.get("kind")
-        self.method: str | None = row.get("method")
-        self.rpc_id: str | None = row.get("rpc_id")
-        self.session_id: str | None = row.get("session_id")
-        self.update_kind: str | None = row.get("update_kind")
-        raw = row.get("raw")
-        self.line: bytes = (
-            raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else (row.get("raw_bytes") or b"")
-        )
-        forwarded = row.get("forwarded")
-        self.forwarded: int = 1 if forwarded is None else forwarded
-        self.cut: int = row.get("cut") or 0
-
-
-# == the transition tables ========================================================================
-#
-# Each maps (state, trigger) to (next state, what to emit). A pair that is not listed changes
-# nothing and emits nothing: that is a transition too (e.g. an error answer to a prompt that an
-# idle already ended).
-
-# -- requests, per (direction, id) -----------------------------------------------------------------
-NONE = "none"
-"""No request with this id is pending."""
-PENDING = "pending"
-
-# Triggers.
-REQUEST = "request"
-ANSWER_FRAME = "response"  # a response or error, forwarded
-WITHHELD = "withheld"  # a response the proxy did not forward: the requester never saw it
-CUT = "cut-response"  # a line recorded only in part whose head shows a response with this id
-CANCEL = "cancel"  # $/cancel_request naming the id (the sender cancels its own request)
-END = "finish"  # the connection ended
-
-REQUEST_TRANSITIONS: dict[tuple[str, str], tuple[str, str | None]] = {
-    (NONE, REQUEST): (PENDING, "RequestSent"),
-    # JSON-RPC forbids reusing a pending id; if it happens anyway, answers are taken in order.
-    (PENDING, REQUEST): (PENDING, "RequestSent reused"),
-    (PENDING, ANSWER_FRAME): (NONE, "ResponsePaired"),  # a request queued behind it moves up
-    (PENDING, WITHHELD): (PENDING, "ResponsePaired withheld"),
-    (PENDING, CUT): (NONE, "ResponsePaired cut"),  # paired for latency; its payload is lost
-    (PENDING, CANCEL): (PENDING, "RequestCancelled"),  # still pending: the answer must still come
-    (PENDING, END): (NONE, "Unanswered"),
-    (NONE, ANSWER_FRAME): (NONE, "ResponseUnpaired"),
-    (NONE, WITHHELD): (NONE, "ResponseUnpaired"),
-    (NONE, CUT): (NONE, None),  # a cut line that only looks like an answer: nothing to say
-    (NONE, CANCEL): (NONE, "RequestCancelled unmatched"),
-}
-
-# -- sessions, per session id: instances and history replay windows --------------------------------
-UNSEEN = "unseen"
-OPEN = "open"
-REPLAYING = "replaying"
-"""At least one replay window is open: the agent's updates for the session are history."""
-
-# Triggers.
-CREATED = "created"  # session/new or session/fork answered with this id
-RESTORE = "restore"  # session/load or session/resume sent, no replay asked for
-RESTORE_REPLAY = "restore-replay"  # session/load, or session/resume with a non-null replayFrom
-RESTORED = "restored"  # the answer to a restore without replay
-RESTORED_REPLAY = "restored-replay"  # the answer to a replaying restore (closes its window)
-SEEN = "seen"  # any other frame naming the session
-UPDATE = "update"  # a session/update for the session
-ENDED_BY_CLIENT = "closed"  # session/close or session/delete answered successfully
-
-SESSION_TRANSITIONS: dict[tuple[str, str], tuple[str, str | None]] = {
-    (UNSEEN, CREATED): (OPEN, "SessionOpened"),
-    (OPEN, CREATED): (OPEN, "SessionOpened"),  # an id seen before: a new instance
-    (REPLAYING, CREATED): (OPEN, "SessionOpened"),  # a new instance has no window open
-    (UNSEEN, RESTORE): (OPEN, "SessionOpened SessionRestoring"),
-    (OPEN, RESTORE): (OPEN, "SessionRestoring"),
-    (REPLAYING, RESTORE): (REPLAYING, "SessionRestoring"),
-    (UNSEEN, RESTORE_REPLAY): (REPLAYING, "SessionOpened SessionRestoring ReplayWindowOpened"),
-    (OPEN, RESTORE_REPLAY): (REPLAYING, "SessionRestoring ReplayWindowOpened"),
-    (REPLAYING, RESTORE_REPLAY): (REPLAYING, "SessionRestoring ReplayWindowOpened"),  # windows nest
-    (OPEN, RESTORED): (OPEN, "SessionRestored"),
-    (REPLAYING, RESTORED): (REPLAYING, "SessionRestored"),
-    # Closes the newest window; the session replays until its last window is closed.
-    (REPLAYING, RESTORED_REPLAY): (OPEN, "ReplayWindowClosed SessionRestored"),
-    (OPEN, RESTORED_REPLAY): (OPEN, "SessionRestored"),  # its window went with a new instance
-    (UNSEEN, SEEN): (OPEN, "SessionOpened"),
-    (UNSEEN, UPDATE): (OPEN, "SessionOpened"),
-    (REPLAYING, UPDATE): (REPLAYING, "UpdateReplayed"),
-    (OPEN, ENDED_BY_CLIENT): (OPEN, "SessionClosed"),
-    (REPLAYING, ENDED_BY_CLIENT): (REPLAYING, "SessionClosed"),
-}
-
-# -- prompt turns, per session/prompt request --------------------------------------------------------
-SENT = "sent"
-"""The prompt was sent; not accepted, not worked on. It may be queued behind other work."""
-WORKING = "working"
-"""v2: the agent reported work (running / requires_action) while this was the oldest open prompt."""
-ACCEPTED = "accepted"
-"""v2: the answer accepted it: the user message was inserted (acceptance means insertion)."""
-ENDED = "ended"
-ERROR = "error"
-UNFINISHED = "unfinished"
-OPEN_TURN = frozenset({SENT, WORKING, ACCEPTED})
-
-# Triggers, computed per turn (see ``_prompt_trigger`` and ``_state_update``).
-ACCEPT = "accept"  # an answer with a messageId (or, for a v2 turn, without a stopReason)
-ANSWERED = "answer"  # an answer that ends the turn: v1 (or a v1-shaped answer: stopReason)
-REJECT = "reject"  # an error answer
-WORK = "work"  # v2 state_update running / requires_action; only the session's oldest open turn
-IDLE = "idle"  # v2 state_update idle, live (a replayed idle ends nothing); every open v2 turn
-FINISH = "finish"  # the connection ended
-
-TURN_TRANSITIONS: dict[tuple[str, str], tuple[str, str | None]] = {
-    (SENT, ACCEPT): (ACCEPTED, "TurnAccepted"),
-    (SENT, ANSWERED): (ENDED, "TurnEnded"),
-    (SENT, REJECT): (ERROR, "TurnEnded"),
-    (SENT, WORK): (WORKING, None),
-    (SENT, IDLE): (SENT, None),  # the idle ends work this prompt is queued behind
-    (SENT, FINISH): (UNFINISHED, "TurnEnded"),
-    (WORKING, ACCEPT): (ACCEPTED, "TurnAccepted"),
-    (WORKING, ANSWERED): (ENDED, "TurnEnded"),
-    (WORKING, REJECT): (ERROR, "TurnEnded"),
-    (WORKING, WORK): (WORKING, None),
-    (WORKING, IDLE): (ENDED, "TurnEnded"),
-    (WORKING, FINISH): (UNFINISHED, "TurnEnded"),
-    (ACCEPTED, WORK): (ACCEPTED, None),
-    (ACCEPTED, IDLE): (ENDED, "TurnEnded"),  # with or without a stop reason (the check says which)
-    (ACCEPTED, FINISH): (UNFINISHED, "TurnEnded"),
-    # The acceptance arrived after the idle that ended the work: still the prompt's acceptance.
-    (ENDED, ACCEPT): (ENDED, "TurnAccepted"),
-}
-_END_STATUS = {ENDED: "ended", ERROR: "error", UNFINISHED: "unfinished"}
-_END_BY = {ANSWERED: "response", REJECT: "error", IDLE: "idle", FINISH: "finish"}
-
-
-# == payload decoders for the rare frames whose payload matters =====================================
-# Members are Any (or Raw, to keep a JSON object's text verbatim): a peer sending a number where a
-# string belongs must not make the frame undecodable; the handlers check types themselves.
-
-
-class _InitParams(Struct):
-    protocolVersion: Any = None
-    clientInfo: Raw = Raw()
-    info: Raw = Raw()
-    clientCapabilities: Raw = Raw()
-    capabilities: Raw = Raw()
-
-
-class _InitResult(Struct):
-    protocolVersion: Any = None
-    agentInfo: Raw = Raw()
-    info: Raw = Raw()
-    agentCapabilities: Raw = Raw()
-    capabilities: Raw = Raw()
-    authMethods: Raw = Raw()
-
-
-class _InitRequest(Struct):
-    params: _InitParams | None = None
-
-
-class _InitResponse(Struct):
-    result: _InitResult | None = None
-
-
-class _Params(Struct):
-    cwd: Any = None
-    replayFrom: Any = None
-    title: Any = UNSET
-    requestId: Raw = Raw()
-
-
-class _Request(Struct):
-    params: _Params | None = None
-
-
-class _Result(Struct):
-    sessionId: Any = None
-    stopReason: Any = UNSET
-    messageId: Any = UNSET
-
-
-class _Response(Struct):
-    result: _Result | None = None
-
-
-class _UpdateBody(Struct):
-    state: Any = None
-    stopReason: Any = None
-    title: Any = UNSET
-
-
-class _UpdateParams(Struct):
-    update: _UpdateBody | None = None
-
-
-class _Update(Struct):
-    params: _UpdateParams | None = None
-
-
-_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
-
-
-def _decode(kind: type, line: bytes) -> Any:
-    """The frame decoded as ``kind``; None when it does not fit (never raises)."""
-    decoder = _decoders.get(kind)
-    if decoder is None:
-        decoder = _decoders[kind] = msgspec.json.Decoder(kind)
-    try:
-        return decoder.decode(line)
-    except (msgspec.DecodeError, UnicodeError):  # ValidationError included
-        return None
-
-
-def _json_text(raw: Raw) -> str | None:
-    """A member's JSON text exactly as sent (absent and null give None)."""
-    if not raw:
-        return None
-    data = bytes(raw)
-    return None if data == b"null" else data.decode("utf-8", "replace")
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-# A line recorded only in part (--max-record-bytes) does not decode; when its head shows it to be
-# a response, its id still pairs it, so a huge result is not reported as a missing answer.
-_CUT_RESPONSE = re.compile(
-    rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*"|null)\s*,'
-    rb'\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"(?:result|error)"\s*:'
-)
-
-# -- what a session/update variant does to the state (one dict lookup on the hot path) ----------------
-_STATE = 1  # v2 state_update: work and idle
-_TITLE = 2  # session_info_update: the title
-_INFER = 4  # only one version has it: evidence of the version spoken when none was negotiated
-
-
-def _variant_actions() -> tuple[dict[str, int], dict[str, int]]:
-    v1, v2 = acp.vocabulary(1).updates, acp.vocabulary(2).updates
-    actions: dict[str, int] = {}
-    evidence: dict[str, int] = {}
-    for name, version in [*((n, 1) for n in v1 - v2), *((n, 2) for n in v2 - v1)]:
-        actions[name] = _INFER
-        evidence[name] = version
-    actions["state_update"] = actions.get("state_update", 0) | _STATE
-    actions["session_info_update"] = actions.get("session_info_update", 0) | _TITLE
-    return actions, evidence
-
-
-_ACTIONS, _EVIDENCE = _variant_actions()
-_LIVE_ONLY = acp.vocabulary().live_only
-_RESTORES = ("session/load", "session/resume")
-_CREATES = ("session/new", "session/fork")
 
 
 # == the state's entities ===========================================================================
@@ -412,7 +167,7 @@ class _Session:
 
 
 class _Turn:
-    __slots__ = ("index", "prompt_seq", "session", "state", "version")
+    __slots__ = ("index", "output", "prompt_seq", "session", "state", "version")
 
     def __init__(self, prompt_seq: int, session: _Session, version: int | None) -> None:
         self.prompt_seq = prompt_seq
@@ -421,6 +176,8 @@ class _Turn:
         self.index = session.turn_count
         self.version = version
         self.state = SENT
+        self.output = False
+        """The agent's first output of the turn was seen (``TurnOutput``)."""
 
 
 # == the machine =====================================================================================
@@ -463,6 +220,33 @@ class ConnectionState:
     @property
     def negotiated_version(self) -> int | None:
         return self._negotiated
+
+    def open_turn(self, session_id: str | None) -> int | None:
+        """The prompt seq of ``session_id``'s oldest open turn (the work the agent is on); None."""
+        session = self._sessions.get(session_id) if session_id is not None else None
+        return session.turns[0].prompt_seq if session is not None and session.turns else None
+
+    def turn_of(self, f: FrameLike, events: Iterable[ev.Event]) -> int | None:
+        """The prompt turn ``f`` belongs to (its prompt's seq), given the events ``feed`` gave for
+        it; None when it belongs to none. Every view asks this; none has a rule of its own.
+
+        A frame that starts, accepts, gives the first output of, or ends a turn belongs to that
+        turn (an ``idle`` ending several: the oldest). History replayed in a replay window belongs
+        to no turn. Any other frame of a session (a response: its request's session) belongs to
+        the session's oldest open turn on this connection — the work the agent is on; a prompt
+        queued behind it gets what comes after that turn has ended — and to none when no turn is
+        open (work the agent started itself, set-up between turns, a late update).
+        """
+        sid = f.session_id
+        for e in events:
+            kind = type(e)
+            if kind is ev.TurnStarted or kind is ev.TurnAccepted or kind is ev.TurnEnded or kind is ev.TurnOutput:
+                return e.prompt_seq  # type: ignore[attr-defined]
+            if kind is ev.UpdateReplayed:
+                return None
+            if kind is ev.ResponsePaired and sid is None:
+                sid = e.session_id  # type: ignore[attr-defined]
+        return self.open_turn(sid)
 
     def replaying(self, session_id: str | None = None) -> bool:
         """Whether ``session_id`` is replaying history now; for None, whether any session is."""
@@ -535,7 +319,7 @@ class ConnectionState:
         vocabulary = acp.vocabulary(version)
         self._methods = vocabulary.methods
         self._updates = vocabulary.updates
-        self._quiet_updates = vocabulary.updates - _ACTIONS.keys()
+        self._quiet_updates = vocabulary.updates - ACTIONS.keys()
         """Known variants that change no state: a chunk storm's."""
 
     @staticmethod
@@ -579,7 +363,7 @@ class ConnectionState:
                 assert session is not None
                 session.windows.append(f.seq)
                 self._windows[sid] = session
-                self._quiet_sessions.discard(sid)
+                self._settle(session)
                 out.append(ev.ReplayWindowOpened(seq=f.seq, ts_ns=f.ts_ns, session_id=sid, method=facts["method"]))
             elif name == "ReplayWindowClosed":
                 assert session is not None
@@ -592,7 +376,7 @@ class ConnectionState:
                     new_state = REPLAYING
                 else:
                     self._windows.pop(sid, None)
-                    self._quiet_sessions.add(sid)
+                    self._settle(session)
                 out.append(
                     ev.ReplayWindowClosed(
                         seq=f.seq,
@@ -625,7 +409,7 @@ class ConnectionState:
                         ts_ns=f.ts_ns,
                         session_id=sid,
                         variant=variant,
-                        live_only=variant in _LIVE_ONLY,
+                        live_only=variant in LIVE_ONLY,
                         window_seq=session.windows[-1],
                     )
                 )
@@ -634,6 +418,17 @@ class ConnectionState:
         if session is not None:
             session.state = new_state
         return session
+
+    def _settle(self, session: _Session) -> None:
+        """Keep the hot path's set right: a session is quiet (its chunks cost no events) unless it
+        replays history or its oldest open turn still awaits the agent's first output."""
+        sid = session.session_id
+        if self._sessions.get(sid) is not session:
+            return
+        if session.windows or (session.turns and not session.turns[0].output):
+            self._quiet_sessions.discard(sid)
+        else:
+            self._quiet_sessions.add(sid)
 
     def _new_instance(self, sid: str) -> _Session:
         old = self._sessions.get(sid)
@@ -675,6 +470,7 @@ class ConnectionState:
             turns = turn.session.turns
             if turn in turns:
                 turns.remove(turn)
+                self._settle(turn.session)
         sid = turn.session.session_id
         if emit == "TurnAccepted":
             out.append(
@@ -694,9 +490,9 @@ class ConnectionState:
                     ts_ns=ts_ns,
                     session_id=sid,
                     prompt_seq=turn.prompt_seq,
-                    status=_END_STATUS[new_state],
+                    status=END_STATUS[new_state],
                     stop_reason=stop,
-                    by=_END_BY[trigger],
+                    by=END_BY[trigger],
                     protocol_version=turn.version,
                 )
             )
@@ -720,27 +516,38 @@ class ConnectionState:
             return
         if sid not in self._sessions:
             self._seen(sid, f, out)
-        action = _ACTIONS.get(variant, 0) if variant is not None else 0
+        action = ACTIONS.get(variant, 0) if variant is not None else 0
         if sid in self._windows:
             # History: flagged, and never this connection's turn activity.
             self._session_transition(sid, UPDATE, f, out)
-            if action & _TITLE:
+            if action & ACT_TITLE:
                 self._title_update(sid, f, out)
             return
-        if action & _INFER and variant is not None:
-            self._infer(_EVIDENCE[variant], f"session/update {variant}", f, out)
-        if action & _STATE:
+        if action & ACT_INFER and variant is not None:
+            self._infer(EVIDENCE[variant], f"session/update {variant}", f, out)
+        if action & ACT_STATE:
             self._state_update(sid, f, out)
-        elif action & _TITLE:
+        elif action & ACT_TITLE:
             self._title_update(sid, f, out)
+        elif variant in OUTPUT:
+            self._output(sid, variant, f, out)
+
+    def _output(self, sid: str, variant: str, f: FrameLike, out: list[ev.Event]) -> None:
+        session = self._sessions.get(sid)
+        if session is None or not session.turns or session.turns[0].output:
+            return
+        turn = session.turns[0]
+        turn.output = True
+        self._settle(session)
+        out.append(ev.TurnOutput(seq=f.seq, ts_ns=f.ts_ns, session_id=sid, prompt_seq=turn.prompt_seq, variant=variant))
 
     def _state_update(self, sid: str, f: FrameLike, out: list[ev.Event]) -> None:
-        message = _decode(_Update, f.line)
+        message = decode(Update, f.line)
         body = message.params.update if message is not None and message.params is not None else None
         if body is None:
             return
-        state = _str(body.state)
-        stop = _str(body.stopReason)
+        state = as_str(body.state)
+        stop = as_str(body.stopReason)
         out.append(ev.StateReported(seq=f.seq, ts_ns=f.ts_ns, session_id=sid, state=state, stop_reason=stop))
         session = self._sessions.get(sid)
         if session is None:
@@ -755,7 +562,7 @@ class ConnectionState:
                 self._turn(turn, IDLE, stop, f.ts_ns, out, f.seq)
 
     def _title_update(self, sid: str, f: FrameLike, out: list[ev.Event]) -> None:
-        message = _decode(_Update, f.line)
+        message = decode(Update, f.line)
         body = message.params.update if message is not None and message.params is not None else None
         title = body.title if body is not None else UNSET
         if title is None or isinstance(title, str):  # null clears the title; absent leaves it
@@ -794,13 +601,14 @@ class ConnectionState:
         if f.dir == C2A:
             if method == "initialize":
                 self._initialize_request(f, out)
-            elif method in _CREATES:
-                message = _decode(_Request, f.line)
-                pending.data = _str(message.params.cwd) if message is not None and message.params is not None else None
-            elif method in _RESTORES:
+            elif method in CREATES:
+                message = decode(Request, f.line)
+                params = message.params if message is not None else None
+                pending.data = as_str(params.cwd) if params is not None else None
+            elif method in RESTORES:
                 self._restore_request(f, pending, out)
             elif method == "session/set_title":
-                message = _decode(_Request, f.line)
+                message = decode(Request, f.line)
                 if message is not None and message.params is not None and isinstance(message.params.title, str):
                     pending.data = message.params.title
             elif method == "session/prompt" and sid is not None:
@@ -808,6 +616,7 @@ class ConnectionState:
                 assert session is not None
                 turn = _Turn(f.seq, session, self.version)
                 session.turns.append(turn)
+                self._settle(session)
                 pending.data = turn
                 out.append(
                     ev.TurnStarted(
@@ -823,32 +632,32 @@ class ConnectionState:
         self._seen(sid, f, out)
 
     def _initialize_request(self, f: FrameLike, out: list[ev.Event]) -> None:
-        message = _decode(_InitRequest, f.line)
+        message = decode(InitRequest, f.line)
         params = message.params if message is not None else None
         if params is None:
             return
-        proposed = _int(params.protocolVersion)
+        proposed = as_int(params.protocolVersion)
         out.append(
             ev.PeerAnnounced(
                 seq=f.seq,
                 ts_ns=f.ts_ns,
                 side="client",
                 protocol_version=proposed,
-                info=_json_text(params.clientInfo or params.info),
-                capabilities=_json_text(params.clientCapabilities or params.capabilities),
+                info=json_text(params.clientInfo or params.info),
+                capabilities=json_text(params.clientCapabilities or params.capabilities),
             )
         )
         if proposed is not None:
             self._infer(proposed, "initialize request", f, out)
 
     def _restore_request(self, f: FrameLike, pending: _Pending, out: list[ev.Event]) -> None:
-        message = _decode(_Request, f.line)
+        message = decode(Request, f.line)
         params = message.params if message is not None else None
         sid = f.session_id
         method = f.method or "session/load"
         # v1 session/load always replays; session/resume only when asked to (replayFrom, v2).
         replays = method == "session/load" or (params is not None and params.replayFrom is not None)
-        cwd = _str(params.cwd) if params is not None else None
+        cwd = as_str(params.cwd) if params is not None else None
         if sid is None:
             pending.data = _Restore(None, cwd, replays, None)
             return
@@ -887,7 +696,7 @@ class ConnectionState:
 
     def _cancel_request(self, f: FrameLike, out: list[ev.Event]) -> None:
         # The sender cancels a request it sent itself: look in its own direction.
-        message = _decode(_Request, f.line)
+        message = decode(Request, f.line)
         raw = message.params.requestId if message is not None and message.params is not None else Raw()
         request_id: str | None = None
         if raw:
@@ -960,10 +769,10 @@ class ConnectionState:
             if method == "initialize":
                 if ok:
                     self._initialize_response(f, after)
-            elif method in _CREATES:
+            elif method in CREATES:
                 if ok:
                     sid = self._created(f, pending, after) or sid
-            elif method in _RESTORES:
+            elif method in RESTORES:
                 self._restored(f, pending, ok, after)
             elif method == "session/prompt":
                 self._prompt_response(f, pending, after)
@@ -984,7 +793,7 @@ class ConnectionState:
         # Remembered so that a request left pending at the end can say its answer may be here.
         previous = self._last_cut_seq[f.dir]
         self._last_cut_seq[f.dir] = f.seq
-        match = _CUT_RESPONSE.match(f.line)
+        match = CUT_RESPONSE.match(f.line)
         if match is None:
             return
         try:
@@ -999,20 +808,20 @@ class ConnectionState:
         self._last_cut_seq[f.dir] = previous
 
     def _initialize_response(self, f: FrameLike, out: list[ev.Event]) -> None:
-        message = _decode(_InitResponse, f.line)
+        message = decode(InitResponse, f.line)
         result = message.result if message is not None else None
         if result is None:
             return
-        version = _int(result.protocolVersion)
+        version = as_int(result.protocolVersion)
         out.append(
             ev.PeerAnnounced(
                 seq=f.seq,
                 ts_ns=f.ts_ns,
                 side="agent",
                 protocol_version=version,
-                info=_json_text(result.agentInfo or result.info),
-                capabilities=_json_text(result.agentCapabilities or result.capabilities),
-                auth_methods=_json_text(result.authMethods),
+                info=json_text(result.agentInfo or result.info),
+                capabilities=json_text(result.agentCapabilities or result.capabilities),
+                auth_methods=json_text(result.authMethods),
             )
         )
         # The latest successful initialize is authoritative (the client may repeat it).
@@ -1023,8 +832,8 @@ class ConnectionState:
         out.append(ev.VersionNegotiated(seq=f.seq, ts_ns=f.ts_ns, version=version, supported=supported))
 
     def _created(self, f: FrameLike, pending: _Pending, out: list[ev.Event]) -> str | None:
-        message = _decode(_Response, f.line)
-        sid = _str(message.result.sessionId) if message is not None and message.result is not None else None
+        message = decode(Response, f.line)
+        sid = as_str(message.result.sessionId) if message is not None and message.result is not None else None
         if sid is None:
             return None
         parent = pending.session_id if pending.method == "session/fork" else None
@@ -1061,11 +870,11 @@ class ConnectionState:
         if f.kind == "error":
             self._turn(turn, REJECT, None, f.ts_ns, out, f.seq)
             return
-        message = _decode(_Response, f.line)
+        message = decode(Response, f.line)
         result = message.result if message is not None else None
-        message_id = _str(result.messageId) if result is not None else None
+        message_id = as_str(result.messageId) if result is not None else None
         has_stop = result is not None and result.stopReason is not UNSET
-        stop = _str(result.stopReason) if result is not None and has_stop else None
+        stop = as_str(result.stopReason) if result is not None and has_stop else None
         if turn.version == 1:
             trigger = ANSWERED
         elif message_id is not None or (not has_stop and turn.version == 2):
@@ -1079,26 +888,3 @@ class ConnectionState:
         elif stop is not None:
             self._infer(1, "prompt response", f, out)
         self._turn(turn, trigger, stop, f.ts_ns, out, f.seq, message_id)
-
-
-def run_events(
-    rows: Iterable[Mapping[str, Any]], *, ended: bool = True, ended_ns: int | None = None
-) -> Iterator[tuple[Mapping[str, Any] | None, tuple[ev.Event, ...]]]:
-    """The events of one recorded run: each ``frames`` row (in seq order) with the events it
-    causes, then, if the run has ``ended``, ``(None, events)`` for what its end causes
-    (``Unanswered``, unfinished ``TurnEnded``; at ``ended_ns``, else the last row's time).
-
-    Every row is yielded, stderr lines and batch lines included (they cause no events; a batch's
-    elements are rows of their own). This is how a view that reads the database — the web
-    inspector, the OpenTelemetry exporter — gets the same events the recorder's tracker saw.
-    """
-    state = ConnectionState()
-    last_ts = 0
-    for row in rows:
-        last_ts = row.get("ts_ns") or last_ts
-        if row.get("dir") in OTHER:
-            yield row, state.feed(RecordedFrame(row))
-        else:
-            yield row, NO_EVENTS
-    if ended:
-        yield None, state.finish(ended_ns if ended_ns is not None else last_ts)

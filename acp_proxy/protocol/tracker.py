@@ -5,8 +5,9 @@ pairing, negotiation, sessions, replay windows and prompt turns lives there) int
 recorder stores — annotations of the ``FrameRecord`` being recorded (a response's ``method``,
 ``request_seq``, ``latency_ns`` and ``session_id``; ``replay``; ``unknown``; ``note``) and
 ``Change``s to the ``runs``, ``frames``, ``sessions``, ``session_runs`` and ``turns`` rows — plus the
-per-turn counters that are content, not protocol (chunks, distinct tool calls, permission
-requests, the time of the first agent output).
+per-turn counters (chunks, distinct tool calls, permission requests, the time of the first
+agent output), counted by ``protocol.output``'s vocabulary into the turn ``ConnectionState.turn_of``
+names, and the first output as ``TurnOutput`` says.
 
 Must not know: SQL, pipes, processes, time sources or the database's row ids. It annotates the
 ``FrameRecord`` it is given in place (the recorder inserts that row right after) and describes
@@ -55,38 +56,16 @@ from typing import Any
 import msgspec
 
 from acp_proxy.protocol import events as ev
-from acp_proxy.protocol import vocabulary as acp
+from acp_proxy.protocol import output
 from acp_proxy.protocol.frames import FrameRecord
 from acp_proxy.protocol.state import ConnectionState
+from acp_proxy.protocol.vocabulary import A2C
 
 NOTE_UNKNOWN_ID = "response to unknown id"
 NOTE_NOTICE_REPLAYED = "notice inside replay window"
 
-# -- what a session/update variant counts towards the open turn (content, not protocol) -----------
-# Derived from the vocabulary of every version, so a draft variant counts as soon as the schema
-# ships it. A bit mask per variant keeps the per-chunk work to one dict lookup.
-_CHUNK = 1  # a streamed piece of the agent's output (user_message_chunk is the prompt's echo)
-_OUTPUT = 2  # the agent answering: message, thought or tool call
-_TOOL = 4  # a tool call, counted once per toolCallId
-
-
-def _counters(variants: frozenset[str]) -> dict[str, int]:
-    table: dict[str, int] = {}
-    for name in variants:
-        mask = 0
-        if name.endswith("_chunk") and name != "user_message_chunk":
-            mask |= _CHUNK
-        if name.startswith(("agent_message", "agent_thought", "tool_call")):
-            mask |= _OUTPUT
-        if name.startswith("tool_call"):
-            mask |= _TOOL
-        if mask:
-            table[name] = mask
-    return table
-
-
-_COUNTERS = _counters(acp.vocabulary().updates)
-_LIVE_ONLY = acp.vocabulary().live_only
+# What an update counts towards its turn (chunks, first output, tool calls) is ``protocol.output``'s
+# one vocabulary; which turn it counts towards is the state's ``turn_of``.
 
 
 @dataclass(slots=True)
@@ -133,15 +112,13 @@ class _RunRow:
 
 
 class _Session:
-    __slots__ = ("dirty", "key", "session_id", "turns", "values")
+    __slots__ = ("dirty", "key", "session_id", "values")
 
     def __init__(self, key: int, session_id: str, values: dict[str, Any]) -> None:
         self.key = key
         self.session_id = session_id
         self.values = values
         self.dirty = False
-        self.turns: list[_Turn] = []
-        """Open turns, oldest first (as the events say); output is counted into the oldest."""
 
     def change(self, run_id: int) -> Change:
         return Change("sessions", {"session_key": self.key}, dict(self.values))
@@ -255,6 +232,7 @@ class Tracker:
             ev.UpdateReplayed: self._update_replayed,
             ev.TurnStarted: self._turn_started,
             ev.TurnAccepted: self._turn_accepted,
+            ev.TurnOutput: self._turn_output,
             ev.TurnEnded: self._turn_ended,
         }
         self._handlers = handlers
@@ -269,7 +247,6 @@ class Tracker:
     def observe(self, rec: FrameRecord) -> tuple[ev.Event, ...]:
         """Annotate ``rec`` in place and note what it changes; its events. Once per frame, in order."""
         events = self._feed(rec)
-        counts = True
         if events:
             handlers = self._handlers
             for event in events:
@@ -278,7 +255,6 @@ class Tracker:
                     handler(rec, event)
             if rec.kind == "request" and rec.note is not None:
                 self._request_notes[rec.seq] = rec.note
-            counts = not rec.replay  # history is never this run's turn activity
         session = self._sessions.get(rec.session_id)
         if session is None:
             return events
@@ -286,16 +262,15 @@ class Tracker:
         if not session.dirty:
             session.dirty = True
             self._queue.append(session)
-        # Content, not protocol: what the agent's updates count towards the oldest open turn.
-        if counts and session.turns:
-            action = _COUNTERS.get(rec.update_kind, 0)  # type: ignore[arg-type]
-            if action and rec.method == "session/update" and rec.kind == "notification":
-                turn = session.turns[0]
-                if action & _CHUNK:
+        # Content, not protocol: what the agent's updates count towards their turn (history, in a
+        # replay window, belongs to no turn: ``turn_of`` says None).
+        action = output.COUNTS.get(rec.update_kind, 0)  # type: ignore[arg-type]
+        if action and rec.kind == "notification" and rec.method == "session/update":
+            turn = self._turns.get(self.state.turn_of(rec, events))  # type: ignore[arg-type]
+            if turn is not None:
+                if action & output.IS_CHUNK:
                     turn.chunks += 1
-                if action & _OUTPUT and turn.first_output_ns is None:
-                    turn.first_output_ns = rec.ts_ns
-                if action & _TOOL:
+                if action & output.IS_TOOL:
                     item = rec.item_id
                     if item is not None and item not in turn.tool_ids:
                         turn.tool_ids.add(item)
@@ -304,22 +279,6 @@ class Tracker:
                     turn.dirty = True
                     self._queue.append(turn)
         return events
-
-    def should_strip(self, rec: FrameRecord) -> str | None:
-        """Why this a2c frame could be withheld: a live-only notice inside a replay window.
-
-        Asks the state as it is before ``rec`` is observed; the caller decides whether to strip.
-        """
-        if (
-            rec.kind == "notification"
-            and rec.dir == "a2c"
-            and rec.method == "session/update"
-            and rec.update_kind in _LIVE_ONLY
-            and self.state.replaying(rec.session_id)
-            and rec.session_id is not None
-        ):
-            return NOTE_NOTICE_REPLAYED
-        return None
 
     def in_replay_window(self, session_id: str | None) -> bool:
         """Whether ``session_id`` is replaying history now; for None, whether any session is."""
@@ -362,10 +321,9 @@ class Tracker:
             return
         if e.reused_id_of is not None:
             _add_note(rec, f"id reused while request seq {e.reused_id_of} is pending")
-        if e.method == "session/request_permission" and e.session_id is not None:
-            session = self._sessions.get(e.session_id)
-            if session is not None and session.turns:
-                turn = session.turns[0]
+        if e.method == "session/request_permission" and e.direction == A2C:
+            turn = self._turns.get(self.state.open_turn(e.session_id))  # type: ignore[arg-type]
+            if turn is not None:
                 turn.permission_requests += 1
                 self._dirty(turn)
 
@@ -493,8 +451,13 @@ class Tracker:
             return
         turn = _Turn(len(self._turns) + 1, session, e)
         self._turns[e.prompt_seq] = turn
-        session.turns.append(turn)
         self._dirty(turn)
+
+    def _turn_output(self, rec: FrameRecord | None, e: ev.TurnOutput) -> None:
+        turn = self._turns.get(e.prompt_seq)
+        if turn is not None and turn.first_output_ns is None:
+            # Marked dirty by ``observe``'s counting (output is always counted), after the session.
+            turn.first_output_ns = e.ts_ns
 
     def _turn_accepted(self, rec: FrameRecord | None, e: ev.TurnAccepted) -> None:
         turn = self._turns.get(e.prompt_seq)
@@ -516,9 +479,6 @@ class Tracker:
             turn.end_ns = e.ts_ns
             turn.end_seq = e.seq
             turn.stop_reason = e.stop_reason
-        turns = turn.session.turns
-        if turn in turns:
-            turns.remove(turn)
         self._dirty(turn)
 
     # -- bookkeeping -----------------------------------------------------------------------------

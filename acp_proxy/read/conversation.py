@@ -12,13 +12,11 @@ Must not know: click, rich, HTTP, MCP; how a conversation is rendered. The fold'
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.protocol.state import RecordedFrame
 from acp_proxy.read import fold as fd
 from acp_proxy.read import queries
 from acp_proxy.read.queries import Ref
@@ -60,41 +58,10 @@ def conversations(db: Any, ref: Ref, redactor: Redactor | None = None, *, includ
 def fold_rows(
     rows: Iterable[dict[str, Any]], *, ended: Mapping[Any, bool] | None = None
 ) -> dict[str | None, fd.Conversation]:
-    """Fold recorded frame rows (as ``queries`` returns them) into conversations by session.
-
-    Every c2a/a2c row goes to the connection's state machine (a batch through its element rows,
-    as the recorder tracked it); ``ended``: run id -> whether that run is over (then its
-    unanswered requests and unfinished turns are final). Runs not named are taken as ended.
-    """
-    folder = fd.Folder()
-    last_ts: dict[Any, int] = {}
-    for row in rows:
-        if row["dir"] not in ("c2a", "a2c") or row.get("kind") == "batch":
-            continue
-        message = None
-        raw = row.get("raw")
-        if raw is not None and row.get("kind") != "invalid":
-            try:
-                message = json.loads(raw)
-            except ValueError:
-                message = None
-        run = row["run_id"]
-        last_ts[run] = row["ts_ns"]
-        folder.feed(
-            fd.FoldInput(
-                seq=row["seq"],
-                ts_ns=row["ts_ns"],
-                dir=row["dir"],
-                message=message,
-                forwarded=row.get("forwarded") != 0,
-                run=run,
-                frame=RecordedFrame(row),
-            )
-        )
-    for run, ts in last_ts.items():
-        if (ended or {}).get(run, True):
-            folder.finish(run, ts)
-    return folder.conversations
+    """Fold recorded frame rows (as ``queries`` returns them) into conversations by session
+    (``fold.fold_rows``: each run's rows read through ``protocol.rows.run_events``); ``ended``:
+    run id -> whether that run is over. Runs not named are taken as ended."""
+    return fd.fold_rows(rows, ended=ended)
 
 
 def conversation_json(conv: fd.Conversation) -> dict[str, Any]:

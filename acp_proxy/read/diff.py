@@ -126,7 +126,6 @@ def summarise_turn(conv: fd.Conversation, turn: fd.PromptTurn) -> dict[str, Any]
     thought: list[str] = []
     tools: list[str] = []
     permissions: list[str] = []
-    first_output_ns: int | None = None
     for entity in conv.timeline:
         if entity.turn != turn.index or entity.replay:
             continue
@@ -136,10 +135,6 @@ def summarise_turn(conv: fd.Conversation, turn: fd.PromptTurn) -> dict[str, Any]
             tools.append(f"{entity.title or entity.name or '?'} [{entity.tool_kind or '-'}] {entity.status or '-'}")
         elif isinstance(entity, fd.Permission):
             permissions.append(entity.option_id or entity.outcome or ("error" if entity.error else "unanswered"))
-        else:
-            continue
-        if first_output_ns is None:
-            first_output_ns = entity.ts_ns
     return {
         "prompt": fd.text_of(turn.prompt),
         "agent": "\n".join(agent),
@@ -150,7 +145,8 @@ def summarise_turn(conv: fd.Conversation, turn: fd.PromptTurn) -> dict[str, Any]
         "outcome": turn.status,
         "error": _error(turn.error),
         "duration_ms": None if turn.duration_ns is None else round(turn.duration_ns / 1e6, 1),
-        "first_output_ms": None if first_output_ns is None else round((first_output_ns - turn.ts_ns) / 1e6, 1),
+        # The one definition of first output (protocol.output), as the state machine saw it.
+        "first_output_ms": turn.first_output_ms,
     }
 
 

@@ -26,6 +26,7 @@ import msgspec
 
 from acp_proxy import __version__
 from acp_proxy.protocol.redact import Redactor
+from acp_proxy.protocol.vocabulary import RECEIVER, SENDER
 
 FORMATS = ("jsonl", "jsons", "inspector")
 WARNING = "nothing is redacted: this file holds the whole conversation, including file contents and secrets"
@@ -94,7 +95,7 @@ def _jsons(frames: Iterable[dict[str, Any]]) -> Iterator[bytes]:
                 {"ts": ts, "type": "trace", "component": "agent", "level": "info", "message": row.get("raw") or ""}
             )
             continue
-        sender, receiver = ("client", "agent") if row["dir"] == "c2a" else ("agent", "client")
+        sender, receiver = SENDER.get(row["dir"], "agent"), RECEIVER.get(row["dir"], "client")
         message = _payload(row)
         if message is None:
             yield _json.encode(

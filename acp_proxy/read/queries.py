@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acp_proxy.errors import UsageError
+from acp_proxy.protocol.vocabulary import OTHER
 from acp_proxy.store.database import ReadDb
 
 
@@ -314,7 +315,7 @@ def latency_stats(db: ReadDb, run_ids: list[int] | None) -> list[dict[str, Any]]
     """
     for method, direction, kind, latency in db.execute(sql, params):
         # The request travelled the other way: name the pair by the request's direction.
-        key = (method or "?", "a2c" if direction == "c2a" else "c2a")
+        key = (method or "?", OTHER.get(direction, direction))
         by_method.setdefault(key, []).append(latency / 1e6)
         if kind == "error":
             errors[key] = errors.get(key, 0) + 1

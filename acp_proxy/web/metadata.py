@@ -141,7 +141,7 @@ TABLES: dict[str, Any] = {
             "start_ns": f"the prompt was sent ({_NS})",
             "accepted_ns": f"protocol v2: the prompt was accepted ({_NS})",
             "message_id": "protocol v2: the user message id the acceptance gave",
-            "first_output_ns": f"the agent's first update of the turn ({_NS})",
+            "first_output_ns": f"the agent's first output of the turn: message, thought, tool call or plan ({_NS})",
             "end_ns": f"the turn ended ({_NS})",
             "end_seq": "the seq of the frame that ended it (the answer, or an idle state_update)",
             "stop_reason": "the stop reason: end_turn, cancelled, max_tokens, refusal, ...",

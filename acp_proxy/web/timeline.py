@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from acp_proxy.protocol.vocabulary import OTHER
 from acp_proxy.read import fold as fd
 
 PREVIEW_CHARS = 160
@@ -189,7 +190,7 @@ def latency_samples(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append(
             {
                 "method": row.get("method") or "?",
-                "dir": "a2c" if row["dir"] == "c2a" else "c2a",
+                "dir": OTHER.get(row["dir"], row["dir"]),
                 "latency_ms": round(row["latency_ns"] / 1e6, 3),
                 "error": row["kind"] == "error",
             }
@@ -220,22 +221,16 @@ def waterfall(conversations: Iterable[fd.Conversation], ts_of: dict[tuple[Any, i
                     "kind": "turn",
                     "start_ms": 0.0,
                     "end_ms": ms(end),
-                    "detail": turn.stop_reason or ("unfinished" if end is None else ""),
+                    "detail": turn.stop_reason or (turn.status if end is None else ""),
                 }
             )
             if turn.accepted_seq is not None:
                 accepted = ts_of.get((turn.run, turn.accepted_seq))
                 if accepted is not None:
                     out.append(_mark(label, "acceptance", ms(accepted)))
-            first_output = None
             for entity in conv.timeline:
                 if entity.turn != turn.index or entity.replay:
                     continue
-                output = isinstance(entity, (fd.ToolCall, fd.Plan)) or (
-                    isinstance(entity, fd.Message) and entity.role != "user"
-                )
-                if first_output is None and output:
-                    first_output = entity.ts_ns
                 if isinstance(entity, fd.ToolCall):
                     last = entity.updated_ts_ns or entity.ts_ns
                     out.append(
@@ -259,8 +254,8 @@ def waterfall(conversations: Iterable[fd.Conversation], ts_of: dict[tuple[Any, i
                             "detail": entity.option_id or entity.outcome or ("answered" if entity.answered else ""),
                         }
                     )
-            if first_output is not None:
-                out.append(_mark(label, "first output", ms(first_output)))
+            if turn.first_output_ns is not None:  # protocol.output's one definition
+                out.append(_mark(label, "first output", ms(turn.first_output_ns)))
             if end is not None:
                 out.append(_mark(label, "end", ms(end)))
     return out

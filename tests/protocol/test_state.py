@@ -14,10 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from acp_proxy.protocol import events as ev
-from acp_proxy.protocol import state as sm
+from acp_proxy.protocol import rows as rw
+from acp_proxy.protocol import transitions as sm
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.frames import FrameRecord
-from acp_proxy.protocol.state import NO_EVENTS, ConnectionState, RecordedFrame
+from acp_proxy.protocol.rows import RecordedFrame
+from acp_proxy.protocol.state import NO_EVENTS, ConnectionState
 
 S = "sess_1"
 MS = 1_000_000
@@ -336,12 +338,14 @@ def test_v1_turn_from_request_to_response() -> None:
     start(conn, 1)
     (_, started) = conn.c2a(req(2, "session/prompt", {"sessionId": S, "prompt": []}))
     assert isinstance(started, ev.TurnStarted) and (started.index, started.protocol_version) == (1, 1)
-    assert conn.a2c(chunk()) is NO_EVENTS
+    (first,) = conn.a2c(chunk())
+    assert isinstance(first, ev.TurnOutput) and (first.prompt_seq, first.variant) == (5, "agent_message_chunk")
+    assert conn.a2c(chunk()) is NO_EVENTS  # only the first output is an event: the storm stays quiet
     # v1 knows no state_update: an idle is not its end.
     conn.a2c(state("idle", "end_turn"))
     ended = conn.a2c(res(2, {"stopReason": "max_tokens"}))[-1]
     assert isinstance(ended, ev.TurnEnded)
-    assert (ended.status, ended.stop_reason, ended.by, ended.seq) == ("ended", "max_tokens", "response", 8)
+    assert (ended.status, ended.stop_reason, ended.by, ended.seq) == ("ended", "max_tokens", "response", 9)
     conn.c2a(req(3, "session/prompt", {"sessionId": S, "prompt": []}))
     failed = conn.a2c(err(3))[-1]
     assert (failed.status, failed.by, failed.stop_reason) == ("error", "error", None)
@@ -436,8 +440,13 @@ def test_a_chunk_of_a_known_session_outside_windows_costs_no_events() -> None:
     conn = Conn()
     start(conn, 1)
     conn.c2a(req(2, "session/prompt", {"sessionId": S, "prompt": []}))
-    for variant in ("agent_message_chunk", "agent_thought_chunk", "tool_call_update", "usage_update"):
+    # Until the turn's first output the session is not quiet: what is not output stays an event-less
+    # slow path, the first output is an event, and then every chunk is the hot path.
+    assert conn.a2c(upd({"sessionUpdate": "usage_update"})) is NO_EVENTS
+    assert kinds(conn.a2c(upd({"sessionUpdate": "plan", "entries": []}))) == ["TurnOutput"]
+    for variant in ("agent_message_chunk", "agent_thought_chunk", "tool_call_update", "usage_update", "plan"):
         assert conn.a2c(upd({"sessionUpdate": variant, "toolCallId": "t"})) is NO_EVENTS
+    assert S in conn.state._quiet_sessions
 
 
 def test_events_are_frozen_and_encode_as_json_with_their_name() -> None:
@@ -641,11 +650,14 @@ def test_a_recorded_run_gives_every_row_with_its_events_then_the_end() -> None:
             "raw": json.dumps(chunk()),
         },
     ]
-    out = list(sm.run_events(rows))
-    assert [row["seq"] if row else None for row, _ in out] == [1, 2, 3, None]
-    assert kinds(out[0][1]) == ["RequestSent", "SessionOpened", "TurnStarted"]
-    assert out[1][1] is NO_EVENTS and out[2][1] is NO_EVENTS
-    (unanswered, unfinished) = out[3][1]
+    out = list(rw.run_events(rows))
+    assert [row["seq"] if row else None for row, _, _ in out] == [1, 2, 3, None]
+    assert kinds(out[0].events) == ["RequestSent", "SessionOpened", "TurnStarted"]
+    assert out[1].events is NO_EVENTS
+    # The chunk is the turn's first output; the turn of each frame comes with it.
+    assert kinds(out[2].events) == ["TurnOutput"]
+    assert [m.turn for m in out] == [1, None, 1, None]
+    (unanswered, unfinished) = out[3].events
     assert isinstance(unanswered, ev.Unanswered) and isinstance(unfinished, ev.TurnEnded)
     assert unfinished.ts_ns == 30
-    assert [row for row, _ in sm.run_events(rows, ended=False)] == rows
+    assert [m.row for m in rw.run_events(rows, ended=False)] == rows

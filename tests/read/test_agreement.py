@@ -1,14 +1,19 @@
-"""One truth: the turns table, `show --json` and the checker tell the same story of every turn.
+"""One truth: every view tells the same story of every turn.
 
 Hypothesis writes conversations of both protocol versions — queued prompts, cancels,
 ``$/cancel_request``, history replays (v1 ``session/load``, v2 ``session/resume`` with and without
-``replayFrom``), idle with and without a stop reason, batches, unknown variants and methods,
-errors, answers the proxy withheld, stray answers, lines that are not JSON — and records each as
-the recorder does (``wire.decode`` into ``FrameRecord``s, batch lines then their elements, the
-tracker annotating each). Then the three views are built from what was recorded, each by its
-own code: the tracker's row changes (in memory, and once through the recorder's ``FactsApplier``
-into a real database), the folded conversations that ``show --json`` prints, and the checker.
-They must agree turn by turn: the same prompts, the same status, stop reason and end frame.
+``replayFrom``), idle with and without a stop reason, plans, tool calls, permission requests,
+agent work without a prompt, prompts the proxy answered with an injected error, batches, unknown
+variants and methods, errors, answers the proxy withheld, stray answers, lines that are not JSON —
+and records each as the recorder does (``wire.decode`` into ``FrameRecord``s, batch lines then
+their elements, the tracker annotating each). Then every view is built from what was recorded,
+each by its own code: the tracker's row changes (in memory, and through the recorder's
+``FactsApplier`` into a real database: ``stats``), the folded conversations that ``show --json``
+prints, ``diff --json``, the checker, the OpenTelemetry spans, the inspector's run page, the MCP
+tools, and replay's view (the recording served as a fake agent to its own client lines). They
+must agree turn by turn: the same prompts, status, stop reason and end frame, the same chunk
+counts and first output, the same permission requests, and every entity in the turn the one
+rows-to-events adapter (``protocol.rows.run_events``) gives its frame.
 """
 
 from __future__ import annotations
@@ -24,13 +29,22 @@ from hypothesis import strategies as st
 
 from acp_proxy.checks.rules import Checker, check
 from acp_proxy.cli import transcript
+from acp_proxy.mcp.server import Tools
+from acp_proxy.otel import spans
+from acp_proxy.protocol import rows as rw
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.frames import FrameRecord
+from acp_proxy.protocol.redact import Redactor
 from acp_proxy.protocol.tracker import Change, Tracker
+from acp_proxy.read import diff as df
 from acp_proxy.record.writer import FactsApplier
+from acp_proxy.replay import replayer as rp
 from acp_proxy.store import database as store
+from acp_proxy.web import model, timeline
 
 RUN = 1
+MS = 1_000_000
+"""Frame n is recorded at n ms: every time difference is a whole number of ms."""
 Turns = dict[int, tuple[str, str | None, int | None]]
 
 
@@ -89,10 +103,19 @@ ACTIONS = (
     "permission_answer",
     "stray",
     "odd",
+    "output",
+    "output",
+    "injected",
 )
 
 
 _SESSIONLESS = frozenset({"new", "answer", "cancel_request", "permission_answer", "stray", "odd"})
+
+# The agent's output as each version spells it (protocol.output), besides the chunks above.
+_OUTPUT = {
+    1: ["plan", "tool_call", "tool_call_update", "agent_message_chunk", "agent_thought_chunk"],
+    2: ["plan_update", "tool_call_update", "tool_call_content_chunk", "agent_message", "agent_thought", "plan_removed"],
+}
 
 
 def _step(draw: Any, s: Script) -> None:
@@ -183,6 +206,21 @@ def _step(draw: Any, s: Script) -> None:
         rid = s.agent_pending.pop(0)
         outcome = draw(st.sampled_from(["cancelled", "selected"]))
         s.send("c2a", {"jsonrpc": "2.0", "id": rid, "result": {"outcome": {"outcome": outcome, "optionId": "o"}}})
+    elif action == "output":
+        variant = draw(st.sampled_from(_OUTPUT[s.version]))
+        body = {"sessionUpdate": variant, "messageId": "a2", "toolCallId": f"t{draw(st.integers(1, 3))}"}
+        if variant.startswith("plan"):
+            body = {"sessionUpdate": variant, "entries": [], "planId": "p", "plan": {"type": "items", "planId": "p"}}
+        else:
+            body["content"] = _text("y") if variant.endswith("_chunk") else [_text("y")]
+        s.update(sid, body)
+    elif action == "injected":
+        # The proxy kept a prompt from the agent and answered it with an error (a fault rule).
+        rid = s.next_id
+        s.next_id += 1
+        prompt = {"sessionId": sid, "prompt": [_text("hi")]}
+        s.send("c2a", {"jsonrpc": "2.0", "id": rid, "method": "session/prompt", "params": prompt}, forwarded=False)
+        s.send("a2c", {"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "injected"}})
     elif action == "stray":
         s.send("a2c", {"jsonrpc": "2.0", "id": 777, "result": {}})
     elif action == "odd":
@@ -238,7 +276,7 @@ def record(frames: list[tuple[str, Any, bool]], ended: bool) -> tuple[list[Frame
     def add(direction: str, line: bytes, frame: wire.Frame, forwarded: bool) -> FrameRecord:
         nonlocal seq
         seq += 1
-        rec = FrameRecord(RUN, seq, seq * 1000, direction, line, frame)
+        rec = FrameRecord(RUN, seq, seq * MS, direction, line, frame)
         rec.raw = line.decode(errors="replace")
         rec.forwarded = int(forwarded)
         records.append(rec)
@@ -254,7 +292,7 @@ def record(frames: list[tuple[str, Any, bool]], ended: bool) -> tuple[list[Frame
             tracker.observe(rec)
         changes.extend(tracker.drain())
     if ended:
-        tracker.finish(seq * 1000 + 1)
+        tracker.finish(seq * MS + 1)
         changes.extend(tracker.drain())
     return records, changes
 
@@ -341,3 +379,199 @@ def test_the_turns_table_in_a_real_database_agrees_with_show(
         db.conn.close()
     assert stored == turns_table(changes)
     assert show_json(rows, ended) == stored
+
+
+# -- every view: the same turns, entities' turns, chunk counts, first output and end states ----------
+
+Facts = dict[int, tuple[str, int, float | None]]
+"""prompt seq -> (status, chunks, time to first output in ms)."""
+
+
+def _ms(ns: int | None, start: int) -> float | None:
+    return None if ns is None else round((ns - start) / 1e6, 1)
+
+
+def tracker_facts(changes: list[Change]) -> Facts:
+    """What the turns table says (what ``stats`` reads)."""
+    rows: dict[int, dict[str, Any]] = {}
+    for change in changes:
+        if change.table == "turns":
+            rows.setdefault(change.key["turn_key"], {}).update(change.values)
+    return {
+        r["prompt_seq"]: (r["status"], r["chunks"], _ms(r["first_output_ns"], r["start_ns"])) for r in rows.values()
+    }
+
+
+def permissions_per_turn(changes: list[Change]) -> dict[int, int]:
+    rows: dict[int, dict[str, Any]] = {}
+    for change in changes:
+        if change.table == "turns":
+            rows.setdefault(change.key["turn_key"], {}).update(change.values)
+    return {r["prompt_seq"]: r["permission_requests"] for r in rows.values()}
+
+
+def conversation_facts(pages: list[dict[str, Any]]) -> tuple[Facts, dict[int, int], dict[int, int | None]]:
+    """``show --json`` (and the inspector's conversations): the turns, the permission requests
+    made in each, and the turn (its prompt seq) of every live entity by its frame."""
+    facts: Facts = {}
+    permissions: dict[int, int] = {}
+    entity_turns: dict[int, int | None] = {}
+    for page in pages:
+        by_index = {t["index"]: t["seq"] for t in page["turns"]}
+        for t in page["turns"]:
+            facts[t["seq"]] = (t["status"], t["chunks"], _ms(t["first_output_ns"], t["ts_ns"]))
+            permissions.setdefault(t["seq"], 0)
+        for e in page["timeline"]:
+            if e["replay"]:
+                continue
+            turn = by_index.get(e["turn"])
+            entity_turns[e["seq"]] = turn
+            if e["entity"] == "permission" and turn is not None:
+                permissions[turn] += 1
+    return facts, permissions, entity_turns
+
+
+def show_pages(rows: list[dict[str, Any]], ended: bool) -> list[dict[str, Any]]:
+    folded = transcript.fold_rows(rows, ended={RUN: ended})
+    return [transcript.conversation_json(c) for c in folded.values()]
+
+
+def diff_facts(rows: list[dict[str, Any]], ended: bool) -> dict[int, tuple[str, float | None]]:
+    """``diff --json`` of the recording against itself: each turn's outcome and first output."""
+    convs = list(transcript.fold_rows(rows, ended={RUN: ended}).values())
+    out: dict[int, tuple[str, float | None]] = {}
+    for conv in convs:
+        for turn in conv.turns:
+            summary = df.summarise_turn(conv, turn)
+            out[turn.seq] = (summary["outcome"], summary["first_output_ms"])
+    # What the diff prints: every turn paired with itself, nothing differs.
+    assert not df.any_difference(df.diff_conversations(convs, convs))
+    return out
+
+
+def span_facts(rows: list[dict[str, Any]], ended: bool) -> Facts:
+    """The OpenTelemetry ``invoke_agent`` spans of the turns that ended (all of them once the run has)."""
+    builder = spans.SpanBuilder(run_id=RUN)
+    finished = [span for row in rows for span in builder.feed(row)]
+    if ended:
+        finished += builder.finish(len(rows) * MS + 1)
+    out: Facts = {}
+    for span in finished:
+        attrs = span.attributes
+        if attrs.get("gen_ai.operation.name") != "invoke_agent":
+            continue
+        first = attrs.get("gen_ai.response.time_to_first_chunk")
+        out[attrs["acp.prompt.seq"]] = (
+            attrs["acp.turn.status"],
+            attrs["acp.turn.chunks"],
+            None if first is None else round(first * 1e3, 1),
+        )
+    return out
+
+
+def meaning_of_each_frame(rows: list[dict[str, Any]]) -> dict[int, int | None]:
+    """The turn of each frame, as the one rows-to-events adapter gives it."""
+    return {m.row["seq"]: m.turn for m in rw.run_events(rows, ended=False) if m.row is not None}
+
+
+def replayed(rows: list[dict[str, Any]]) -> list[tuple[str, Any, bool]]:
+    """Replay's view of the recording: a client sending the recorded client lines to the
+    recording served as a fake agent (``acp_proxy.replay``), and what it answers, in order."""
+    fake = rp.Replayer(rows)
+    out: list[tuple[str, Any, bool]] = [("a2c", _json_or_bytes(s.data), True) for s in fake.start()]
+    for row in rows:
+        if row["dir"] != "c2a" or row.get("batch_seq") is not None:
+            continue
+        out.append(("c2a", _json_or_bytes(row["raw"].encode()), True))
+        out.extend(("a2c", _json_or_bytes(s.data), True) for s in fake.receive(row["raw"].encode() + b"\n"))
+    return out
+
+
+def _json_or_bytes(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.rstrip(b"\n")
+
+
+def assert_views_agree(frames: list[tuple[str, Any, bool]], ended: bool) -> Facts:
+    records, changes = record(frames, ended)
+    rows = rows_of(records)
+    table = tracker_facts(changes)
+    pages = show_pages(rows, ended)
+    shown, permissions, entity_turns = conversation_facts(pages)
+    assert shown == table
+    assert permissions == permissions_per_turn(changes)
+    turns_of_frames = meaning_of_each_frame(rows)
+    for seq, turn in entity_turns.items():
+        if seq in turns_of_frames:
+            assert turn == turns_of_frames[seq], seq
+    assert diff_facts(rows, ended) == {seq: (status, first) for seq, (status, _, first) in table.items()}
+    from_spans = span_facts(rows, ended)
+    assert from_spans == {seq: facts for seq, facts in table.items() if seq in from_spans}
+    if ended:
+        assert set(from_spans) == set(table)
+        assert all(status != "running" for status, _, _ in table.values())
+    # Replayed, the recording tells the same turns in the same order: end states, chunk counts and
+    # whether there was output (its times are the replay's). An answer the proxy withheld is left
+    # out: the replay sends it (the client of the recording never saw it), which changes the turns.
+    if all(forwarded for direction, _, forwarded in frames if direction == "a2c"):
+        _, again = record(replayed(rows), ended)
+        assert [(status, chunks, first is None) for _, (status, chunks, first) in sorted(table.items())] == [
+            (status, chunks, first is None) for _, (status, chunks, first) in sorted(tracker_facts(again).items())
+        ]
+    return table
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversations())
+def test_every_view_tells_the_same_turns(conversation: tuple[list[tuple[str, Any, bool]], bool]) -> None:
+    frames, ended = conversation
+    assert_views_agree(frames, ended)
+
+
+def _recorded_database(path: Path, records: list[FrameRecord], changes: list[Change], ended: bool) -> None:
+    db = store.open_for_writing(path)
+    with db.conn:
+        run_id = db["runs"].insert({"started_ns": 1, "status": "ended" if ended else "running"}).last_pk
+        assert run_id == RUN
+        db["frames"].insert_all(rec.as_dict() for rec in records)
+        FactsApplier(db, RUN).apply([{"table": c.table, "key": c.key, "values": c.values} for c in changes])
+    db.conn.close()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversations())
+def test_the_database_doors_tell_the_same_turns(conversation: tuple[list[tuple[str, Any, bool]], bool]) -> None:
+    """``stats`` (the ``turn_metrics`` view), the inspector's run page and the MCP tools, each
+    reading a real database, tell what the tracker and every in-memory view tell."""
+    frames, ended = conversation
+    records, changes = record(frames, ended)
+    table = tracker_facts(changes)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rec.db"
+        _recorded_database(path, records, changes, ended)
+        read = store.open_for_reading(path)
+        page = model.conversation(read, "run", str(RUN), Redactor(), parts=("summary", "conversation", "charts"))
+        read.conn.close()
+        tools = Tools(path, Redactor())
+        stats = json.loads(tools.stats(str(RUN)))
+        diffed = json.loads(tools.diff(str(RUN), str(RUN)))
+    # The inspector's conversations are show's.
+    inspected, permissions, inspected_turns = conversation_facts(page["conversations"])
+    assert inspected == table and permissions == permissions_per_turn(changes)
+    # ... and every entity is in the turn show puts it in (and run_events gives its frame).
+    assert inspected_turns == conversation_facts(show_pages(rows_of(records), ended))[2]
+    firsts = sorted(first for _, _, first in table.values() if first is not None)
+    marks = sorted(m["start_ms"] for m in page["waterfall"] if m["kind"] == "first output")
+    assert [round(m, 1) for m in marks] == firsts
+    bars = sorted(m["detail"] for m in page["waterfall"] if m["kind"] == "turn" and m["end_ms"] is None)
+    assert bars == sorted(status for status, _, _ in table.values() if status in ("running", "unfinished"))
+    # stats (and the MCP stats tool): the turns table through its view; turns known by their start.
+    started = {timeline.iso(seq * MS): seq for seq in table}
+    metrics = {started[t["started"]]: (t["status"], t["chunks"], t["to_first_output_ms"]) for t in stats["turns"]}
+    assert metrics == table
+    # The MCP diff tool: every turn's outcome and first output.
+    turns = sorted(((t["left"]["outcome"], t["left"]["first_output_ms"]) for t in diffed["turns"]), key=repr)
+    assert not diffed["differ"]
+    assert turns == sorted(((status, first) for status, _, first in table.values()), key=repr)

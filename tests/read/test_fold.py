@@ -1559,9 +1559,11 @@ def test_v2_seed_traffic_folds_into_its_conversation() -> None:
         "message",
         "cancel",
         "tool_call",
-        "call",  # the session/resume request, then what it replayed
-        "notice",
     ]
+    # The session/resume request came after the turn's idle, and what it replayed is history:
+    # both belong to no turn.
+    after = [e for e in conv.in_turn(0) if not isinstance(e, SessionState) and e.seq > two.seq]
+    assert [e.entity for e in after] == ["call", "notice"]
 
 
 # ---------------------------------------------------------------------------------------------
