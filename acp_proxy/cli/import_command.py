@@ -49,7 +49,11 @@ def import_log(db_path: Path | None, fmt: str, file: Path) -> None:
     from acp_proxy.record import importers
 
     target = db_path if db_path is not None else default_db_path()
-    found, runs, skipped = importers.import_file(target, file, fmt)  # a mistake: one line, exit 2
+
+    def warn(text: str) -> None:
+        click.echo(f"acp-proxy: {text}", err=True)
+
+    found, runs, skipped = importers.import_file(target, file, fmt, warn)  # a mistake: one line, exit 2
     for run in runs:
         unknown = f"; unknown: {', '.join(run.unknown)}" if run.unknown else ""
         click.echo(f"acp-proxy: imported {file} ({found}) as run {run.run_id}: {run.frames} lines{unknown}", err=True)

@@ -8,6 +8,7 @@ export gives the same file for acp-proxy's own formats, and an imported run answ
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import sqlite3
 from pathlib import Path
@@ -242,11 +243,15 @@ def run_count(db: Path) -> int:
         (b"", "auto", "cannot tell the format"),
         (b"\x00\xff\xfe garbage \x89PNG\r\n\x1a\n" * 20, "auto", "cannot tell the format"),
         (b"\x00\xff\xfe garbage", "jsonl", "line 1: not JSON"),
-        (b'{"acp_proxy_export":1}\n{"dir":"c2a","seq":1,"raw":"{}"}\n{"dir":"a2c","seq":2,"ra', "auto", "line 3"),
+        (b'{"acp_proxy_export":1}\n{"dir":"c2a","seq":1,"ra\n{"dir":"a2c","seq":2,"raw":"{}"}', "auto", "line 2"),
+        (b'{"ts":1,"direction":"fromClient"', "inspector", "is this an ACP Inspector trace?"),
+        (b'{"ts":1,"from":"client","to":"agent"}\n', "jsons", "an event has no `type`"),
+        (b'{"ts":1,"type":null,"from":"client"}\n', "jsons", "has `type` null"),
+        (b"[1]\n", "jsonl", "an array, not a JSON object; is this an acp-proxy export?"),
         (b'{"ts":1,"direction":"sideways","json":"{}"}\n', "auto", "fromClient or fromAgent"),
         (b'{"ts":1,"type":"request","from":"client","to":"agent"}\n', "auto", "needs `id`"),
         (b'{"ts":-5,"type":"trace","component":"agent","level":"info","message":"x"}\n', "jsons", "out of range"),
-        (b"2025-12-17 11:26:25,895 [ 1]   INFO - X - nothing here\n", "jetbrains", "holds no frames"),
+        (b"2025-12-17 11:26:25,895 [ 1]   INFO - X - nothing here\n", "jetbrains", "holds no ACP messages (read as a"),
     ],
 )
 def test_bad_logs_are_one_line_and_add_no_run(tmp_path: Path, content: bytes, fmt: str, expected: str) -> None:
@@ -256,6 +261,7 @@ def test_bad_logs_are_one_line_and_add_no_run(tmp_path: Path, content: bytes, fm
     result = CliRunner().invoke(cli, ["import", "--db", str(db), "--format", fmt, str(log)])
     assert result.exit_code == 2, result.output
     assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "None" not in result.stderr and " a inspector" not in result.stderr
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert run_count(db) == 0
 
@@ -391,3 +397,82 @@ def test_detection_and_reading_are_total(tmp_path_factory: pytest.TempPathFactor
     lines = list(importers.read_lines(path))
     assert b"\n".join(line for _, line in lines) == data.removesuffix(b"\n")
     assert importers.detect(iter(lines)) in (None, *importers.FORMATS)
+
+
+# -- the ACP conductor's namings, and torn last lines ------------------------------------------
+
+
+def current_conductor_naming(data: bytes, proxies: int = 0) -> bytes:
+    """A jsons trace as conductors since January 2026 write it: components by their debug names
+    (``Client``, ``Proxy(0)``, ``Agent``); with ``proxies``, each message also crosses that many
+    proxies (the hops a chain adds, which the import leaves out)."""
+    out = []
+    for line in data.splitlines():
+        event = json.loads(line)
+        if event["type"] == "trace":
+            event["component"] = event["component"].capitalize()
+            out.append(event)
+            continue
+        names = ["Client", *[f"Proxy({n})" for n in range(proxies)], "Agent"]
+        hops = list(itertools.pairwise(names))
+        if event["from"] == "agent":
+            hops = [(b, a) for a, b in reversed(hops)]
+        for sender, receiver in hops:
+            out.append({**event, "from": sender, "to": receiver})
+    return b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in out)
+
+
+@pytest.mark.parametrize("proxies", [0, 2])
+def test_a_current_conductor_trace_imports_like_the_older_naming(
+    sdk_recording: tuple[Path, str], tmp_path: Path, proxies: int
+) -> None:
+    db, _ = sdk_recording
+    older = export(db, "1", "jsons", tmp_path / "older.jsons")
+    (tmp_path / "current.jsons").write_bytes(current_conductor_naming(older, proxies))
+    target = tmp_path / "imported.db"
+    run_id = import_log(target, tmp_path / "current.jsons")
+    # Round trip: the run exports to the very trace the older naming gave.
+    assert export(target, str(run_id), "jsons", tmp_path / "again.jsons") == older
+    assert turns_of(target, run_id) and [t[6] for t in turns_of(target, run_id)] == [t[6] for t in turns_of(db, 1)]
+
+
+def torn(data: bytes) -> bytes:
+    """The log as a writer killed in the middle of its last line leaves it."""
+    head, _, last = data.rstrip(b"\n").rpartition(b"\n")
+    return head + b"\n" + last[:-10]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "jsons", "inspector", "jetbrains"])
+def test_a_torn_last_line_is_left_out_with_one_warning(
+    sdk_recording: tuple[Path, str], tmp_path: Path, fmt: str
+) -> None:
+    db, _ = sdk_recording
+    if fmt == "jetbrains":
+        frames = rows(db, "select * from frames where run_id = 1 and dir != 'stderr' order by seq")
+        whole = jetbrains_log(frames).encode()
+        whole = whole[: whole.rstrip(b"\n").rfind(b"\n") + 1]  # the last frame ends the log
+    else:
+        whole = export(db, "1", fmt, tmp_path / f"whole.{fmt}")
+    (tmp_path / "torn.log").write_bytes(torn(whole))
+    target = tmp_path / "imported.db"
+    result = invoke("import", "--db", str(target), str(tmp_path / "torn.log"))
+    assert result.exit_code == 0, result.output
+    lines = whole.rstrip(b"\n").split(b"\n")
+    warnings = [line for line in result.stderr.splitlines() if "cut short" in line]
+    assert warnings == [f"acp-proxy: line {len(lines)} of {tmp_path / 'torn.log'} is cut short "
+                        "(the log ends mid-line): left out"]  # fmt: skip
+    run_id = int(result.stdout.split()[-1])
+    imported = rows(target, "select raw from frames where run_id = ? and dir != 'stderr' order by seq", run_id)
+    original = rows(db, "select raw from frames where run_id = 1 and dir != 'stderr' order by seq")
+    if fmt in ("jsonl", "inspector", "jetbrains"):
+        assert [f["raw"] for f in imported] == [f["raw"] for f in original][:-1]
+    else:
+        assert len(imported) == len(original) - 1
+
+
+def test_a_torn_line_that_is_not_the_last_refuses_the_log(sdk_recording: tuple[Path, str], tmp_path: Path) -> None:
+    db, _ = sdk_recording
+    whole = export(db, "1", "inspector", tmp_path / "whole.inspector")
+    (tmp_path / "torn.log").write_bytes(torn(whole) + b"\n" + whole.split(b"\n")[0] + b"\n")
+    result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "rec.db"), str(tmp_path / "torn.log")])
+    assert result.exit_code == 2 and "not JSON" in result.stderr
