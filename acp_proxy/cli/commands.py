@@ -1437,6 +1437,8 @@ def printable_lines(text: str, printable: Any) -> str:
 cli.add_command(__import__("acp_proxy.web.command", fromlist=["ui"]).ui)
 cli.add_command(__import__("acp_proxy.cli.import_command", fromlist=["import_log"]).import_log)
 cli.add_command(__import__("acp_proxy.mcp.server", fromlist=["mcp"]).mcp)
+cli.add_command(__import__("acp_proxy.cli.setup", fromlist=["setup"]).setup)
+cli.add_command(__import__("acp_proxy.cli.setup", fromlist=["doctor"]).doctor)
 
 
 def main() -> None:
