@@ -58,9 +58,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO
 
-C2A = "c2a"
-A2C = "a2c"
-HISTORY_METHODS = ("session/load", "session/resume")
+import msgspec
+
+from acp_proxy.protocol import vocabulary as acp
+from acp_proxy.protocol import wire
+from acp_proxy.protocol.state import ConnectionState, RecordedFrame
+from acp_proxy.protocol.vocabulary import A2C, C2A
+
 VOLATILE_KEYS = frozenset({"_meta", "timestamp", "createdAt", "updatedAt", "startedAt", "endedAt"})
 # Server-error range of JSON-RPC (-32000..-32099): the replay's own errors, not the agent's.
 REPLAY_ERROR = -32042
@@ -111,45 +115,85 @@ class _Frame:
     replay: bool
     reaction: list[_Frame] = field(default_factory=list)  # on c2a frames
     used: bool = False
+    rpc_id: str | None = None  # the id as canonical JSON text (wire.canonical_id), None without one
+    elements: list[_Frame] = field(default_factory=list)  # on an agent's batch line: its elements
 
 
 def _decode_rows(rows: Iterable[dict[str, Any]]) -> list[_Frame]:
+    """The recorded frames in order. A client's batch line is replayed through its elements (the
+    client sends its own batches); an agent's batch line is one frame, its elements attached, so
+    the fake agent writes the line as recorded."""
     frames: list[_Frame] = []
+    batches: dict[int, _Frame] = {}
     for row in rows:
-        if row.get("dir") not in (C2A, A2C) or row.get("kind") == "batch":
-            continue  # a batch line is replayed through its elements (rows with batch_seq)
-        raw_text = row.get("raw")
-        raw = raw_text.encode() if raw_text is not None else bytes(row.get("raw_bytes") or b"")
-        message: Any = None
-        if row.get("kind") != "invalid" and raw_text is not None:
-            try:
-                message = json.loads(raw_text)
-            except ValueError:
-                message = None
-        method = row.get("method")
-        if isinstance(message, dict) and isinstance(message.get("method"), str):
-            method = message["method"]
-        frames.append(
-            _Frame(
-                seq=int(row["seq"]) + int(row.get("run_id") or 0) * 10**12,  # unique across runs
-                ts_ns=int(row.get("ts_ns") or 0),
-                dir=row["dir"],
-                kind=row.get("kind"),
-                raw=raw,
-                terminated=row.get("terminated") != 0,
-                message=message,
-                method=method,
-                request_seq=(
-                    int(row["request_seq"]) + int(row.get("run_id") or 0) * 10**12
-                    if row.get("request_seq") is not None
-                    else None
-                ),
-                session_id=row.get("session_id"),
-                update_kind=row.get("update_kind"),
-                replay=bool(row.get("replay")),
-            )
-        )
+        if row.get("dir") not in (C2A, A2C):
+            continue
+        batch = row.get("batch_seq")
+        if row.get("kind") == "batch" and row["dir"] == C2A:
+            continue
+        frame = _decode_row(row)
+        if row.get("kind") == "batch":
+            batches[int(row["seq"])] = frame
+        elif batch is not None and row["dir"] == A2C:
+            parent = batches.get(int(batch))
+            if parent is not None:
+                parent.elements.append(frame)
+                continue
+        frames.append(frame)
     return frames
+
+
+def _decode_row(row: dict[str, Any]) -> _Frame:
+    raw_text = row.get("raw")
+    raw = raw_text.encode("utf-8", "surrogatepass") if raw_text is not None else bytes(row.get("raw_bytes") or b"")
+    message: Any = None
+    if row.get("kind") != "invalid" and raw_text is not None:
+        try:
+            message = json.loads(raw_text)
+        except ValueError:
+            message = None
+    method = row.get("method")
+    if isinstance(message, dict) and isinstance(message.get("method"), str):
+        method = message["method"]
+    run = int(row.get("run_id") or 0) * 10**12  # seqs unique across runs
+    return _Frame(
+        seq=int(row["seq"]) + run,
+        ts_ns=int(row.get("ts_ns") or 0),
+        dir=row["dir"],
+        kind=row.get("kind"),
+        raw=raw,
+        terminated=row.get("terminated") != 0,
+        message=message,
+        method=method,
+        request_seq=int(row["request_seq"]) + run if row.get("request_seq") is not None else None,
+        session_id=row.get("session_id"),
+        update_kind=row.get("update_kind"),
+        replay=bool(row.get("replay")),
+        rpc_id=row.get("rpc_id"),
+    )
+
+
+def id_key(value: Any) -> str | None:
+    """A JSON-RPC id as the protocol layer pairs it (``wire.canonical_id``: 1 and "1" differ)."""
+    try:
+        return wire.canonical_id(msgspec.Raw(msgspec.json.encode(value)))
+    except (TypeError, OverflowError, msgspec.EncodeError):
+        return json.dumps(value, default=str)
+
+
+class _Seen:
+    """A line the replay saw or wrote, as ``ConnectionState.feed`` reads a frame."""
+
+    __slots__ = ("cut", "dir", "forwarded", "kind", "line", "method", "rpc_id", "seq", "session_id", "ts_ns",
+                 "update_kind")  # fmt: skip
+
+    def __init__(self, seq: int, direction: str, line: bytes, frame: wire.Frame) -> None:
+        self.seq, self.ts_ns, self.dir, self.line, self.forwarded, self.cut = seq, 0, direction, line, 1, 0
+        self.kind: str | None = frame.kind
+        self.method: str | None = frame.method
+        self.rpc_id: str | None = frame.rpc_id
+        self.session_id: str | None = frame.session_id
+        self.update_kind: str | None = frame.update_kind
 
 
 def normalise(value: Any, ignore: frozenset[str]) -> Any:
@@ -161,25 +205,7 @@ def normalise(value: Any, ignore: frozenset[str]) -> Any:
     return value
 
 
-def _is_history_request(message: dict[str, Any]) -> bool:
-    params = message.get("params")
-    method = message.get("method")
-    if method == "session/load":
-        return True
-    return method == "session/resume" and isinstance(params, dict) and params.get("replayFrom") is not None
-
-
-def _is_notice(frame: _Frame) -> bool:
-    if frame.update_kind == "notice":
-        return True
-    message = frame.message
-    if not (isinstance(message, dict) and message.get("method") == "session/update"):
-        return False
-    update = (message.get("params") or {}).get("update") if isinstance(message.get("params"), dict) else None
-    return isinstance(update, dict) and update.get("sessionUpdate") == "notice"
-
-
-def _line(message: dict[str, Any]) -> bytes:
+def _line(message: Any) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
@@ -189,15 +215,46 @@ def _describe(frame: _Frame) -> str:
 
 
 class Replayer:
-    """The pure fake agent: ``start()`` once, then ``receive(line)`` per client line, then ``finish()``."""
+    """The pure fake agent: ``start()`` once, then ``receive(line)`` per client line, then ``finish()``.
 
-    def __init__(self, rows: Iterable[dict[str, Any]], *, strict: bool = False, match_cwd: bool = False) -> None:
+    One deviation per divergence: a request the strict replay refuses consumes the recorded one
+    it stands for, and once the conversation has diverged, what the recording still had for the
+    client is not counted again at the end. ``follow_client``: when the client answers an agent
+    request otherwise than the recording, play the recording's branch for the answer it gave,
+    where the recording has one (another recorded answer to the same method, equal to it).
+    """
+
+    def __init__(
+        self,
+        rows: Iterable[dict[str, Any]],
+        *,
+        strict: bool = False,
+        match_cwd: bool = False,
+        follow_client: bool = False,
+    ) -> None:
         self.strict = strict
+        self.follow_client = follow_client
         self.ignore = VOLATILE_KEYS if match_cwd else VOLATILE_KEYS | {"cwd"}
         self.deviations: list[str] = []  # what made the replay differ from the recording
         self.notes: list[str] = []  # what the replay did that the recording did not, by design
+        self.received = 0  # client messages seen
+        rows = list(rows)
+        # The protocol layer's rules, not the replay's own: the version the recording
+        # negotiated (or shows), which update variants are live-only in it, and (fed the live
+        # traffic) when a live request opens a history replay window.
+        recorded = ConnectionState()
+        for row in rows:
+            if row.get("dir") in (C2A, A2C):
+                recorded.feed(RecordedFrame(row))
+        self._version = recorded.version or 1
+        self._live_only = acp.vocabulary(self._version).live_only
+        self._live = ConnectionState(version=self._version)
+        self._live_seq = 0
         frames = _decode_rows(rows)
         self._by_seq = {f.seq: f for f in frames}
+        for f in frames:
+            for element in f.elements:
+                self._by_seq[element.seq] = element
         self._start: list[_Frame] = []
         self._triggers: list[_Frame] = []  # recorded c2a messages in order
         current: list[_Frame] = self._start
@@ -216,40 +273,81 @@ class Replayer:
             elif t.request_seq is not None:
                 self._answers[t.request_seq].append(t)
         self._live_ids: dict[int, Any] = {}  # recorded c2a request seq -> the live client's id
-        self._sent_requests: dict[str, int] = {}  # id (JSON text) of a replayed a2c request -> its seq
-        self._version = self._protocol_version(frames)
+        self._open: dict[str, list[int]] = defaultdict(list)  # method -> played requests not yet answered
+        self._sent_requests: dict[str | None, int] = {}  # id_key of a replayed a2c request -> its seq
+        self._diverged = False
+        self.ended_by = "stdin closed"
+        """How the replay ended, for ``summary`` (the shell sets it: a signal's name)."""
 
     # -- the interface the shell drives ----------------------------------------------------
 
     def start(self) -> list[Send]:
         """What the recorded agent wrote before the client said anything (usually nothing)."""
-        return list(self._sends(self._start, None))
+        return self._observed(list(self._sends(self._start, None)))
 
     def receive(self, line: bytes) -> list[Send]:
         """Decide what to write after one line from the live client."""
         text = line.rstrip(b"\r\n")
         if not text.strip():
             return []
+        self._observe(C2A, text)
         try:
             message = json.loads(text)
         except ValueError:
             self._deviate(f"the client sent a line that is not JSON: {text[:80]!r}")
             return []
         if isinstance(message, list):  # a batch: each element on its own, answers unbatched
-            return [s for element in message for s in self._message(element)]
-        return self._message(message)
+            return self._observed([s for element in message for s in self._message(element)])
+        return self._observed(self._message(message))
 
     def finish(self) -> list[str]:
-        """At the client's EOF: the deviations, including recorded requests never sent (strict)."""
-        if self.strict:
-            for t in self._triggers:
-                if not t.used and isinstance(t.message, dict) and "method" in t.message:
-                    self._deviate(f"the client never sent the recorded {_describe(t)}")
+        """At the client's EOF: the deviations, including recorded requests never sent (strict):
+        one, for where the client stopped, unless an earlier divergence explains it."""
+        if self.strict and not self._diverged:
+            unsent = [t for t in self._triggers if not t.used and isinstance(t.message, dict) and "method" in t.message]
+            if unsent:
+                more = f" and {len(unsent) - 1} more recorded client message(s)" if len(unsent) > 1 else ""
+                self._deviate(f"the client ended before the recorded {_describe(unsent[0])}{more}")
         return self.deviations
+
+    def summary(self, ended_by: str) -> str:
+        """The replay's verdict in one line, as a test runner's: ``ended_by`` says how it ended."""
+        count = len(self.deviations)
+        seen = f"{self.received} client message(s), {ended_by}"
+        if not count:
+            return f"replay passed: {seen}, no deviation from the recording"
+        word = "failed" if self.strict else "finished"
+        return f"replay {word} with {count} deviation(s) from the recording: {seen}"
+
+    # -- the protocol layer's view of the live conversation ------------------------------------
+
+    def _observe(self, direction: str, line: bytes) -> None:
+        frame = wire.decode(line)
+        parts = [(data, element) for data, element in frame.elements] if frame.elements else [(line, frame)]
+        for data, part in parts:
+            self._live_seq += 1
+            self._live.feed(_Seen(self._live_seq, direction, data, part))
+
+    def _observed(self, sends: list[Send]) -> list[Send]:
+        for send in sends:
+            self._observe(A2C, send.data.rstrip(b"\r\n"))
+        return sends
+
+    def _is_notice(self, frame: _Frame) -> bool:
+        """A live-only update (``vocabulary.live_only`` of the recording's version)."""
+        if frame.update_kind is not None:
+            return frame.update_kind in self._live_only
+        message = frame.message
+        if not (isinstance(message, dict) and message.get("method") == "session/update"):
+            return False
+        params = message.get("params")
+        update = params.get("update") if isinstance(params, dict) else None
+        return isinstance(update, dict) and update.get("sessionUpdate") in self._live_only
 
     # -- matching ----------------------------------------------------------------------------
 
     def _message(self, message: Any) -> list[Send]:
+        self.received += 1
         if not isinstance(message, dict):
             self._deviate(f"the client sent a JSON value that is no message: {str(message)[:80]}")
             return []
@@ -257,30 +355,26 @@ class Replayer:
         if not isinstance(method, str):
             return self._answer(message)
         is_request = "id" in message
+        params = message.get("params")
+        session_id = params.get("sessionId") if isinstance(params, dict) else None
+        # The window the live request opened, by the protocol layer's rule (v1 session/load;
+        # session/resume with a non-null replayFrom): its reaction is history, notices left out.
+        history = is_request and isinstance(session_id, str) and self._live.replaying(session_id)
         candidate = self._match(message, method)
         if isinstance(candidate, str):  # a deviation, described
             if is_request and not self.strict:
-                fallback = self._lenient_fallback(message, method)
+                fallback = self._lenient_fallback(message, method, history)
                 if fallback is not None:
                     return fallback
             self._deviate(candidate)
             if not is_request:
                 return []
-            return [
-                Send(
-                    _line(
-                        {
-                            "jsonrpc": "2.0",
-                            "id": message["id"],
-                            "error": {"code": REPLAY_ERROR, "message": f"acp-proxy replay: {candidate}"},
-                        }
-                    )
-                )
-            ]
+            error = {"code": REPLAY_ERROR, "message": f"acp-proxy replay: {candidate}"}
+            return [Send(_line({"jsonrpc": "2.0", "id": message["id"], "error": error}))]
         candidate.used = True
         if is_request:
             self._live_ids[candidate.seq] = message["id"]
-        history = _is_history_request(message)
+            self._open[method].append(candidate.seq)
         return list(self._sends(candidate.reaction, candidate, history=history))
 
     def _match(self, message: dict[str, Any], method: str) -> _Frame | str:
@@ -308,8 +402,9 @@ class Replayer:
         if got != want:
             text = f"{method} params differ from {_describe(candidate)}: got {_short(got)}, recorded {_short(want)}"
             if self.strict:
+                candidate.used = True  # the refused request stands for it: not "never sent" too
                 return text
-            self.deviations.append(text)  # lenient: play it anyway
+            self._deviate(text)  # lenient: play it anyway
         self._last_of_method[method] = candidate
         if queue and queue[0] is candidate:
             queue.popleft()
@@ -317,38 +412,62 @@ class Replayer:
 
     def _answer(self, message: dict[str, Any]) -> list[Send]:
         """The live client answered one of the replayed agent requests."""
-        key = json.dumps(message.get("id"))
+        key = id_key(message.get("id"))
         request_seq = self._sent_requests.pop(key, None)
         if request_seq is None:
             self._deviate(f"the client answered id {key}, which the fake agent never asked")
             return []
+        request = self._by_seq[request_seq]
         answers = self._answers.get(request_seq)
         while answers and answers[0].used:
             answers.popleft()
         if not answers:
-            self._deviate(f"the recording has no answer to {_describe(self._by_seq[request_seq])}")
+            self._deviate(f"the recording has no answer to {_describe(request)}")
             return []
         recorded = answers.popleft()
         recorded.used = True
         if ("error" in message) != ("error" in recorded.message):
             self._deviate(
-                f"the client answered {_describe(self._by_seq[request_seq])} "
+                f"the client answered {_describe(request)} "
                 f"{'with an error' if 'error' in message else 'with a result'}, unlike the recording"
             )
-        elif normalise(message.get("result"), self.ignore) != normalise(recorded.message.get("result"), self.ignore):
-            self.deviations.append(
-                f"the client's answer to {_describe(self._by_seq[request_seq])} differs "
-                f"from the recording: {_short(message.get('result'))}"
-            )
-        return list(self._sends(recorded.reaction, recorded))
+            return list(self._sends(recorded.reaction, recorded))
+        live, was = (
+            normalise(message.get("result"), self.ignore),
+            normalise(recorded.message.get("result"), self.ignore),
+        )
+        if live == was:
+            return list(self._sends(recorded.reaction, recorded))
+        branch = self._branch_for(request, live) if self.follow_client else None
+        said = f"the client answered {_describe(request)} with {_short(live, 80)}, the recording with {_short(was, 80)}"
+        if branch is None:
+            tail = "; the recording has no branch for that answer" if self.follow_client else ""
+            self._deviate(f"{said}: the recorded branch plays on{tail}")
+            return list(self._sends(recorded.reaction, recorded))
+        self._deviate(f"{said}: playing the recording's branch for that answer ({_describe(branch)})")
+        return list(self._sends(branch.reaction, branch, borrowed=True))
 
-    def _lenient_fallback(self, message: dict[str, Any], method: str) -> list[Send] | None:
+    def _branch_for(self, request: _Frame, result: Any) -> _Frame | None:
+        """A recorded answer to another request of the same method, equal to the live answer."""
+        for answers in self._answers_by_method(request.method):
+            if normalise(answers.message.get("result"), self.ignore) == result:
+                return answers
+        return None
+
+    def _answers_by_method(self, method: str | None) -> Iterator[_Frame]:
+        for t in self._triggers:
+            if t.request_seq is not None and isinstance(t.message, dict) and "method" not in t.message:
+                asked = self._by_seq.get(t.request_seq)
+                if asked is not None and asked.method == method and "error" not in t.message:
+                    yield t
+
+    def _lenient_fallback(self, message: dict[str, Any], method: str, history: bool) -> list[Send] | None:
         """Best effort for a request the recording cannot play: history, or a repeat of the last answer."""
-        if _is_history_request(message) or method == "session/resume":
+        if history or method == "session/resume" or method == "session/load":
             # Opening a recorded session the recording never reopened is what an editor does
             # with a fake agent: documented behaviour, so a note rather than a deviation.
             self.notes.append(f"{method} not in the recording: history rebuilt from the recorded session")
-            return self._synthesised_history(message, with_history=_is_history_request(message))
+            return self._synthesised_history(message, with_history=history)
         last = self._last_of_method.get(method)
         if last is None:
             return None
@@ -361,32 +480,69 @@ class Replayer:
 
     # -- what goes out -------------------------------------------------------------------------
 
-    def _sends(self, frames: list[_Frame], trigger: _Frame | None, history: bool = False) -> Iterator[Send]:
+    def _sends(
+        self, frames: list[_Frame], trigger: _Frame | None, history: bool = False, borrowed: bool = False
+    ) -> Iterator[Send]:
         previous = trigger.ts_ns if trigger is not None else (frames[0].ts_ns if frames else 0)
         responded = False
         for frame in frames:
             delay = max(frame.ts_ns - previous, 0) / 1e9
             previous = frame.ts_ns
-            if (frame.replay or (history and not responded)) and _is_notice(frame):
+            if (frame.replay or (history and not responded)) and self._is_notice(frame):
                 continue  # Rule 2: a live-only notice is never part of a history replay
-            data = self._outgoing(frame)
+            data = self._outgoing(frame, borrowed)
             if data is None:
                 continue
             if trigger is not None and frame.request_seq == trigger.seq:
                 responded = True
             yield Send(data, delay, frame.seq)
 
-    def _outgoing(self, frame: _Frame) -> bytes | None:
+    def _outgoing(self, frame: _Frame, borrowed: bool = False) -> bytes | None:
         ending = b"\n" if frame.terminated else b""
+        if frame.elements:
+            return self._batch(frame, ending, borrowed)
         message = frame.message
         if not isinstance(message, dict):
             return frame.raw + ending  # an invalid line (or a bare value) the agent really wrote
+        reply = self._element(frame, borrowed)
+        if reply is None:
+            return None
+        return frame.raw + ending if reply is message else _line(reply)
+
+    def _batch(self, frame: _Frame, ending: bytes, borrowed: bool) -> bytes | None:
+        """An agent's batch line: the recorded bytes when no element changes (Rule 1), else the
+        array again with the changed ids, the elements the client cannot take left out."""
+        out: list[Any] = []
+        same = True
+        for element in frame.elements:
+            if not isinstance(element.message, dict):
+                out.append(element.message)
+                continue
+            reply = self._element(element, borrowed)
+            same = same and reply is element.message
+            if reply is not None:
+                out.append(reply)
+        if same:
+            return frame.raw + ending
+        return _line(out) if out else None
+
+    def _element(self, frame: _Frame, borrowed: bool) -> dict[str, Any] | None:
+        """One message for the client: the recorded one (the same object) when nothing changes,
+        a copy with the live id for a response, None for an answer the client cannot take."""
+        message: dict[str, Any] = frame.message
         if "method" in message:
             if "id" in message:  # the agent's own request: its answer comes back with this id
-                self._sent_requests[json.dumps(message["id"])] = frame.seq
-            return frame.raw + ending
+                self._sent_requests[id_key(message["id"])] = frame.seq
+            return message
         if frame.request_seq is None:
-            return frame.raw + ending  # a response the recording could not pair: as it was
+            return message  # a response the recording could not pair: as it was
+        if borrowed and frame.request_seq not in self._live_ids:
+            # The branch of another turn ends with that turn's answer: the live request of the
+            # same method still open takes it.
+            asked = self._by_seq.get(frame.request_seq)
+            opened = self._open.get((asked.method if asked else None) or "") or []
+            if opened:
+                return {**message, "id": self._live_ids[opened.pop(0)]}
         if frame.request_seq not in self._live_ids:
             self._deviate(
                 f"skipped the recorded answer to {_describe(self._by_seq[frame.request_seq])}, "
@@ -394,9 +550,12 @@ class Replayer:
             )
             return None
         live = self._live_ids[frame.request_seq]
-        if json.dumps(live) == json.dumps(message.get("id")):
-            return frame.raw + ending  # Rule 1: byte-identical when the ids agree
-        return _line({**message, "id": live})
+        asked = self._by_seq.get(frame.request_seq)
+        if asked is not None and frame.request_seq in self._open.get(asked.method or "", []):
+            self._open[asked.method or ""].remove(frame.request_seq)
+        if id_key(live) == (frame.rpc_id or id_key(message.get("id"))):
+            return message  # Rule 1: byte-identical when the ids agree
+        return {**message, "id": live}
 
     def _synthesised_history(self, message: dict[str, Any], with_history: bool = True) -> list[Send]:
         """A history for a recorded session the recording never loaded: its live updates, no notices."""
@@ -432,7 +591,7 @@ class Replayer:
                 frame.dir == A2C
                 and frame.method == "session/update"
                 and frame.kind == "notification"
-                and not _is_notice(frame)
+                and not self._is_notice(frame)
             ):
                 sends.append(Send(frame.raw + b"\n", seq=frame.seq))
         if with_history and not any(f.session_id == session_id for f in self._by_seq.values()):
@@ -445,15 +604,7 @@ class Replayer:
 
     def _deviate(self, text: str) -> None:
         self.deviations.append(text)
-
-    @staticmethod
-    def _protocol_version(frames: list[_Frame]) -> int:
-        for f in frames:
-            if f.dir == A2C and f.method == "initialize" and isinstance(f.message, dict):
-                result = f.message.get("result")
-                if isinstance(result, dict) and isinstance(result.get("protocolVersion"), int):
-                    return result["protocolVersion"]
-        return 1
+        self._diverged = True
 
 
 def _short(value: Any, limit: int = 160) -> str:
@@ -464,12 +615,24 @@ def _short(value: Any, limit: int = 160) -> str:
 # -- the I/O shell ---------------------------------------------------------------------------------
 
 
+class _Ended(Exception):
+    """A signal ended the replay (raised by the handler ``serve`` installs)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
 def serve(replayer: Replayer, stdin: BinaryIO, stdout: BinaryIO, speed: float, log: Any = None) -> list[str]:
-    """Play ``replayer`` over blocking streams until the client's EOF; return the deviations.
+    """Play ``replayer`` over blocking streams until the client's EOF, SIGTERM or SIGINT (how
+    editors and the SDK client end an agent); return the deviations. ``replayer.ended_by`` then
+    says which ended it, for the summary: the three end alike, with the verdict so far.
 
     ``speed``: recorded gaps are divided by it (1 = original timing); 0 sends without waiting.
     The sleeps reproduce the recorded agent's pace; they synchronise nothing.
     """
+    import signal
+
     log = log or sys.stderr
 
     def write(sends: list[Send]) -> None:
@@ -483,19 +646,37 @@ def serve(replayer: Replayer, stdin: BinaryIO, stdout: BinaryIO, speed: float, l
 
     def report_new() -> None:
         nonlocal reported, noted
-        for text in replayer.notes[noted:]:
-            print(f"acp-proxy: replay: note: {text}", file=log, flush=True)
-        for text in replayer.deviations[reported:]:
-            print(f"acp-proxy: replay: {text}", file=log, flush=True)
+        try:
+            for text in replayer.notes[noted:]:
+                print(f"acp-proxy: replay: note: {text}", file=log, flush=True)
+            for text in replayer.deviations[reported:]:
+                print(f"acp-proxy: replay: {text}", file=log, flush=True)
+        except (OSError, ValueError):
+            pass  # stderr gone: the exit status still tells
         reported, noted = len(replayer.deviations), len(replayer.notes)
 
+    def stop(signum: int, _frame: Any) -> None:
+        raise _Ended(signal.Signals(signum).name)
+
+    handled: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in handled:
+            previous[sig] = signal.signal(sig, stop)
+    replayer.ended_by = "stdin closed"
     try:
-        write(replayer.start())
-        for line in stdin:
-            write(replayer.receive(line))
-            report_new()
-    except BrokenPipeError:
-        replayer.deviations.append("the client closed its end before the replay was written")
+        try:
+            write(replayer.start())
+            for line in stdin:
+                write(replayer.receive(line))
+                report_new()
+        except BrokenPipeError:
+            replayer.deviations.append("the client closed its end before the replay was written")
+        except _Ended as ended:
+            replayer.ended_by = f"ended by {ended.name}"
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     replayer.finish()
     report_new()
     return replayer.deviations
