@@ -119,22 +119,23 @@ class _Frame:
     elements: list[_Frame] = field(default_factory=list)  # on an agent's batch line: its elements
 
 
-def _decode_rows(rows: Iterable[dict[str, Any]]) -> list[_Frame]:
-    """The recorded frames in order. A client's batch line is replayed through its elements (the
-    client sends its own batches); an agent's batch line is one frame, its elements attached, so
-    the fake agent writes the line as recorded."""
+def _decode_rows(rows: Iterable[dict[str, Any]], whole: str = A2C) -> list[_Frame]:
+    """The recorded frames in order. A batch line in direction ``whole`` (the side the replay
+    plays: the agent's for the fake agent, the client's for the fake client) is one frame with
+    its elements attached, so that it is written as recorded; in the other direction, the live
+    peer sends its own batches and the recording's are matched through their elements."""
     frames: list[_Frame] = []
     batches: dict[int, _Frame] = {}
     for row in rows:
         if row.get("dir") not in (C2A, A2C):
             continue
         batch = row.get("batch_seq")
-        if row.get("kind") == "batch" and row["dir"] == C2A:
+        if row.get("kind") == "batch" and row["dir"] != whole:
             continue
         frame = _decode_row(row)
         if row.get("kind") == "batch":
             batches[int(row["seq"])] = frame
-        elif batch is not None and row["dir"] == A2C:
+        elif batch is not None and row["dir"] == whole:
             parent = batches.get(int(batch))
             if parent is not None:
                 parent.elements.append(frame)
@@ -707,8 +708,11 @@ class ClientReplayer:
         self.strict = strict
         self.deviations: list[str] = []
         self.fatal: str | None = None
-        frames = _decode_rows(rows)
+        frames = _decode_rows(rows, whole=C2A)
         by_seq = {f.seq: f for f in frames}
+        for f in frames:
+            for element in f.elements:
+                by_seq[element.seq] = element
         self._steps: list[_Step] = []
         self._answers: dict[str, deque[_Frame]] = defaultdict(deque)  # agent request method -> answers
         self._responses: dict[int, _Frame] = {}  # recorded client request seq -> the agent's response
@@ -727,10 +731,11 @@ class ClientReplayer:
             else:
                 after = frozenset(s for s in requested if s in self._responses)
                 self._steps.append(_Step(f, after, agent_requests))
-                if "method" in message and "id" in message:
-                    requested.add(f.seq)
+                for part in f.elements or [f]:
+                    if isinstance(part.message, dict) and "method" in part.message and "id" in part.message:
+                        requested.add(part.seq)
         self._next = 0
-        self._pending: dict[str, _Frame] = {}  # id (JSON text) of a sent request -> its frame
+        self._pending: dict[str | None, _Frame] = {}  # id_key of a sent request -> its frame
         self._answered: set[int] = set()
         self._live_agent_requests = 0
         self._session_ids: dict[str, str] = {}  # recorded -> live
@@ -803,15 +808,21 @@ class ClientReplayer:
             frame = self._steps[self._next].frame
             self._next += 1
             message = frame.message
+            if frame.elements:  # a batch line: as recorded, unless a session id had to change
+                for element in frame.elements:
+                    if isinstance(element.message, dict) and "method" in element.message and "id" in element.message:
+                        self._pending[id_key(element.message["id"])] = element
+                out.append(self._encode(frame, message))
+                continue
             if not isinstance(message, dict):
                 out.append(frame.raw + (b"\n" if frame.terminated else b""))
                 continue
             if "method" in message and "id" in message:
-                self._pending[json.dumps(message["id"])] = frame
+                self._pending[id_key(message["id"])] = frame
             out.append(self._encode(frame, message))
         return out
 
-    def _encode(self, frame: _Frame, message: dict[str, Any]) -> bytes:
+    def _encode(self, frame: _Frame, message: Any) -> bytes:
         """The recorded line, byte for byte unless a session id (or ``id``) had to change."""
         remapped = self._remap(message)
         if remapped == message:
@@ -834,9 +845,9 @@ class ClientReplayer:
                 return []  # an update: recorded by the proxy, nothing to answer
             self._live_agent_requests += 1
             return [self._answer(message, method)]
-        frame = self._pending.pop(json.dumps(message.get("id")), None)
+        frame = self._pending.pop(id_key(message.get("id")), None)
         if frame is None:
-            self.deviations.append(f"the agent answered id {json.dumps(message.get('id'))}, never asked")
+            self.deviations.append(f"the agent answered id {id_key(message.get('id'))}, never asked")
             return []
         self._answered.add(frame.seq)
         recorded = self._responses.get(frame.seq)

@@ -180,3 +180,20 @@ def test_a_batch_with_another_id_is_one_line_with_that_id(tmp_path: Path) -> Non
     (sent,) = replayer.receive(INIT.replace(b'"id":0', b'"id":"c-9"'))
     batch = json.loads(sent.data)
     assert [m.get("id") for m in batch] == ["c-9", None] and batch[1]["method"] == "_vendor/hello"
+
+
+CLIENT_BATCH = (
+    b'[{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}},  '
+    b'{"jsonrpc":"2.0","method":"_vendor/hi","params":{}}]'
+)
+
+
+def test_the_fake_client_sends_a_recorded_batch_line_byte_for_byte(tmp_path: Path) -> None:
+    db = tmp_path / "client-batch.db"
+    answer = b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}'
+    run_id = write_run(db, [Record("c2a", 1, CLIENT_BATCH), Record("a2c", 2, answer)], {})
+    replayer = rp.ClientReplayer(frame_rows(db, run_id))
+    assert replayer.start() == [CLIENT_BATCH + b"\n"]
+    assert not replayer.done  # the request inside it waits for its answer
+    assert replayer.receive(answer + b"\n") == [] and replayer.done
+    assert replayer.finish() == []
