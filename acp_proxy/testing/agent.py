@@ -43,6 +43,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from acp_proxy.errors import AcpProxyError
+
 
 class ProxiedAgent:
     def __init__(
@@ -184,9 +186,11 @@ class ProxiedAgent:
         return self._query(query, params)
 
 
-class ClientHung(AssertionError):
+class ClientHung(AcpProxyError, AssertionError):
     """The client under test was still running at its time limit; the message says what the
     recording shows it never got. ``result`` holds what it wrote before it was stopped."""
+
+    exit_code = 1
 
     def __init__(self, message: str, result: subprocess.CompletedProcess[str]) -> None:
         super().__init__(message)
