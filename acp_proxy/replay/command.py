@@ -154,7 +154,7 @@ def _replay_client(
     """`replay --client`: drive `acp-proxy run --db DB -- AGENT` with the recorded client side."""
     import subprocess
 
-    from acp_proxy.replay import replayer as rp
+    from acp_proxy.replay import client as rp
 
     replayer = rp.ClientReplayer(rows, strict=strict)
     argv = [sys.executable, "-m", "acp_proxy", "run", "--db", str(db_path), "--", *agent]
