@@ -14,7 +14,7 @@ import click
 
 from acp_proxy.cli.options import FilePath, db_option
 
-FORMATS = ("jsonl", "jsons", "inspector", "jetbrains")
+FORMATS = ("jsonl", "jsons", "conductor-log", "inspector", "jetbrains")
 """The formats of ``importers`` (spelled here too: the parsers are imported only when a log is)."""
 
 
@@ -28,6 +28,7 @@ FORMATS = ("jsonl", "jsons", "inspector", "jetbrains")
     default="auto",
     show_default=True,
     help="jsonl: an acp-proxy export (or `frames --jsonl`); jsons: an ACP conductor trace; "
+    "conductor-log: an ACP conductor's --debug log; "
     "inspector: an ACP Inspector trace; jetbrains: a JetBrains IDE's acp-transport.log.",
 )
 @click.argument("file", type=FilePath(dir_okay=False))

@@ -29,6 +29,16 @@ What each parser is based on:
   the exact bytes are unknown, and so is the absolute time (the run starts at 0, the Unix epoch;
   relative times are kept to the nanosecond). ``trace`` events of the agent become stderr lines;
   the export's "not JSON-RPC" warnings become the invalid lines they stood for.
+- ``conductor-log`` — the debug log of the ACP conductor (``sacp-conductor --debug DIR``: a
+  file per run, ``YYYYMMDD-HHMMSS.log``), from its writer in symposium-acp (``debug_logger.rs``):
+  a header (``=== Conductor Debug Log ===``, ``Started: RFC 3339 time``, ``Components:`` and one
+  ``  N: COMMAND`` a component, a line of ``=``), then ``LABEL ARROW LINE`` lines: ``C`` is the
+  conductor's own stdio (the editor's hop: ``→`` what the editor sent, ``←`` what it received,
+  ``!`` the conductor's tracing), ``N`` component N (``→`` its stdin, ``←`` its stdout, ``!``
+  its stderr, ANSI escapes stripped). The editor's hop is imported (without ``C`` lines, the
+  last component's: the agent's), with the agent's stderr; the lines are the exact bytes. Unknown:
+  the time of each line (the log has only its start: every frame gets that time), the other
+  hops, the conductor's tracing (skipped, counted).
 - ``inspector`` — the ACP Inspector's trace JSONL (venikman/ACP-inspector,
   ``docs/trace-format.md``): ``ts`` (Unix milliseconds, or an ISO-8601 string), ``direction``
   (``fromClient`` / ``fromAgent``, any case) and ``json`` (the frame as a string, kept as its
@@ -79,7 +89,7 @@ __all__ = [
     "write_run",
 ]
 
-FORMATS = ("jsonl", "jsons", "inspector", "jetbrains")
+FORMATS = ("jsonl", "jsons", "conductor-log", "inspector", "jetbrains")
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """The longest line an importer reads (a frame of the log); longer ones stop the import."""
 SNIFF_LINES = 200
@@ -97,6 +107,7 @@ class ImportFormatError(UsageError):
 DESCRIPTIONS = {
     "jsonl": "an acp-proxy export",
     "jsons": "an ACP conductor trace",
+    "conductor-log": "an ACP conductor debug log",
     "inspector": "an ACP Inspector trace",
     "jetbrains": "a JetBrains acp-transport.log",
 }
@@ -156,6 +167,11 @@ class Parser:
 
     def finish(self) -> list[Record]:
         return []
+
+    def withdraw_cut(self, lineno: int) -> bool:
+        """Drop line ``lineno``, held for ``finish``, when it is a frame cut short; whether it
+        was (for parsers that give their records only at the end)."""
+        return False
 
     def unknown_for(self, run_key: Any) -> list[str]:
         untimed = self.untimed.get(run_key)
@@ -417,6 +433,98 @@ def _invalid_line(text: str) -> bytes:
         start = at + 1
 
 
+# -- conductor-log: the ACP conductor's debug log ------------------------------------------------
+
+_CONDUCTOR_HEADER = b"=== Conductor Debug Log ==="
+_CONDUCTOR_LINE = re.compile(rb"^(C|\d+) (\xe2\x86\x92|\xe2\x86\x90|!) ?(.*)$", re.DOTALL)
+"""``LABEL ARROW LINE``: ``→`` (U+2192) into the component, ``←`` (U+2190) out of it, ``!`` stderr."""
+_COMPONENT = re.compile(rb"^  (\d+): (.*)$")
+_INTO = "\u2192".encode()
+
+
+class ConductorLogParser(Parser):
+    format = "conductor-log"
+    unknown = (
+        "the time of each frame (the log gives only its start)",
+        "the hops between the conductor's components",
+        "the conductor's own tracing",
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._components: dict[int, str] = {}
+        self._in_header = False
+        self._lines: list[tuple[int, bytes, bytes, bytes]] = []
+        """Every labelled line: which hop is the editor's is known only at the end."""
+
+    def feed(self, lineno: int, line: bytes) -> list[Record]:
+        if line.rstrip(b"\r") == _CONDUCTOR_HEADER:
+            self._in_header = True
+            return []
+        if self._in_header:
+            return self._header(lineno, line.rstrip(b"\r"))
+        match = _CONDUCTOR_LINE.match(line)
+        if match is None:
+            self.skipped += bool(line.strip())
+            return []
+        label, arrow, data = match.groups()
+        self._lines.append((lineno, label, arrow, data))
+        return []
+
+    def _header(self, lineno: int, line: bytes) -> list[Record]:
+        if line.startswith(b"Started: "):
+            text = line[len(b"Started: ") :].decode("utf-8", "replace").strip()
+            try:
+                when = dt.datetime.fromisoformat(text)
+            except ValueError:
+                raise _error(lineno, f"`Started:` {_shown(text)} is not an RFC 3339 time") from None
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=dt.UTC)
+            try:
+                micros = (when - _EPOCH) // dt.timedelta(microseconds=1)
+            except OverflowError:
+                raise _error(lineno, "a time out of range (before 1970, after 2262, or not a number)") from None
+            self.runs.setdefault(None, {})["started_ns"] = _ts_ns(lineno, micros * 1000)
+        elif (component := _COMPONENT.match(line)) is not None:
+            self._components[int(component.group(1))] = component.group(2).decode("utf-8", "replace")
+        elif line.startswith(b"=") and line.strip(b"=") == b"":
+            self._in_header = False
+        return []
+
+    def finish(self) -> list[Record]:
+        labels = {label for _, label, _, _ in self._lines}
+        numbered = [int(label) for label in labels if label != b"C"]
+        agent = str(max([*self._components, *numbered], default=0)).encode()
+        editor = b"C" if any(label == b"C" and arrow != b"!" for _, label, arrow, _ in self._lines) else agent
+        if agent_command := self._components.get(int(agent)):
+            self.runs.setdefault(None, {})["argv"] = agent_command.split()
+        out: list[Record] = []
+        for _, label, arrow, data in self._lines:
+            if arrow == b"!":
+                if label == agent:
+                    out += self._timed(Record("stderr", None, data))
+                else:
+                    self.skipped += 1  # the conductor's tracing, a proxy's stderr
+                continue
+            if label != editor:
+                self.skipped += 1  # another hop of the chain
+                continue
+            # Into the conductor (C) or into the agent: what the client sent.
+            out += self._timed(Record("c2a" if arrow == _INTO else "a2c", None, data))
+        self._lines = []
+        return out
+
+    def unknown_for(self, run_key: Any) -> list[str]:
+        return list(self.unknown)
+
+    def withdraw_cut(self, lineno: int) -> bool:
+        held = self._lines[-1] if self._lines else None
+        if held is not None and held[0] == lineno and held[2] != b"!" and _cut_frame(Record("c2a", None, held[3])):
+            self._lines.pop()
+            return True
+        return False
+
+
 # -- inspector: the ACP Inspector's trace JSONL ---------------------------------------------------
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -498,6 +606,7 @@ class JetBrainsParser(Parser):
 _PARSERS: dict[str, type[Parser]] = {
     "jsonl": JsonlParser,
     "jsons": JsonsParser,
+    "conductor-log": ConductorLogParser,
     "inspector": InspectorParser,
     "jetbrains": JetBrainsParser,
 }
@@ -514,6 +623,8 @@ def sniff(line: bytes) -> str | None:
     """The format one line of a log is in, if it tells."""
     if _JETBRAINS_LINE.match(line):
         return "jetbrains"
+    if line.rstrip(b"\r") == _CONDUCTOR_HEADER:
+        return "conductor-log"
     try:
         obj = _json.decode(line)
     except msgspec.DecodeError:
@@ -556,7 +667,10 @@ def parse(parser: Parser, lines: Iterable[tuple[int, bytes]], torn: Torn | None 
             torn.error = exc
             records = []
         else:
-            if not (last and any(_cut_frame(record) for record in records)):
+            cut = last and (
+                any(_cut_frame(record) for record in records) or (not records and parser.withdraw_cut(lineno))
+            )
+            if not cut:
                 yield from records
                 continue
         if torn is not None:

@@ -442,7 +442,7 @@ def torn(data: bytes) -> bytes:
     return head + b"\n" + last[:-10]
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "jsons", "inspector", "jetbrains"])
+@pytest.mark.parametrize("fmt", ["jsonl", "jsons", "conductor-log", "inspector", "jetbrains"])
 def test_a_torn_last_line_is_left_out_with_one_warning(
     sdk_recording: tuple[Path, str], tmp_path: Path, fmt: str
 ) -> None:
@@ -451,6 +451,9 @@ def test_a_torn_last_line_is_left_out_with_one_warning(
         frames = rows(db, "select * from frames where run_id = 1 and dir != 'stderr' order by seq")
         whole = jetbrains_log(frames).encode()
         whole = whole[: whole.rstrip(b"\n").rfind(b"\n") + 1]  # the last frame ends the log
+    elif fmt == "conductor-log":
+        frames = rows(db, "select * from frames where run_id = 1 order by seq")
+        whole = conductor_debug_log(frames, "2026-01-10T12:00:00+00:00")
     else:
         whole = export(db, "1", fmt, tmp_path / f"whole.{fmt}")
     (tmp_path / "torn.log").write_bytes(torn(whole))
@@ -464,7 +467,7 @@ def test_a_torn_last_line_is_left_out_with_one_warning(
     run_id = int(result.stdout.split()[-1])
     imported = rows(target, "select raw from frames where run_id = ? and dir != 'stderr' order by seq", run_id)
     original = rows(db, "select raw from frames where run_id = 1 and dir != 'stderr' order by seq")
-    if fmt in ("jsonl", "inspector", "jetbrains"):
+    if fmt in ("jsonl", "conductor-log", "inspector", "jetbrains"):
         assert [f["raw"] for f in imported] == [f["raw"] for f in original][:-1]
     else:
         assert len(imported) == len(original) - 1
@@ -476,3 +479,56 @@ def test_a_torn_line_that_is_not_the_last_refuses_the_log(sdk_recording: tuple[P
     (tmp_path / "torn.log").write_bytes(torn(whole) + b"\n" + whole.split(b"\n")[0] + b"\n")
     result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "rec.db"), str(tmp_path / "torn.log")])
     assert result.exit_code == 2 and "not JSON" in result.stderr
+
+
+# -- the ACP conductor's debug log -------------------------------------------------------------
+
+
+def conductor_debug_log(frames: list[dict[str, Any]], started: str) -> bytes:
+    """A run as `sacp-conductor --debug` logs it with one proxy in front of the agent: the
+    header, then every line at each hop (C: the editor's; 0: the proxy; 1: the agent), the
+    conductor's tracing and the agent's stderr."""
+    out = [
+        "=== Conductor Debug Log ===",
+        f"Started: {started}",
+        "Components:",
+        "  0: sacp-tee --log tee.log",
+        "  1: python sdk_agent.py --permission",
+        "========================",
+        "C ! 2026-01-10T12:00:00.000Z  INFO sacp_conductor: conductor starting",
+    ]
+    for f in frames:
+        if f["dir"] == "stderr":
+            out.append(f"1 ! {f['raw']}")
+        elif f["dir"] == "c2a":
+            out += [f"C → {f['raw']}", f"0 → {f['raw']}", f"0 ← {f['raw']}", f"1 → {f['raw']}"]
+        else:
+            out += [f"1 ← {f['raw']}", f"0 → {f['raw']}", f"0 ← {f['raw']}", f"C ← {f['raw']}"]
+    return ("\n".join(out) + "\n").encode()
+
+
+def test_a_conductor_debug_log_imports_the_editors_hop_byte_for_byte(
+    sdk_recording: tuple[Path, str], tmp_path: Path
+) -> None:
+    db, _ = sdk_recording
+    frames = rows(db, "select * from frames where run_id = 1 order by seq")
+    log = tmp_path / "20260110-120000.log"
+    log.write_bytes(conductor_debug_log(frames, "2026-01-10T12:00:00.250+01:00"))
+    target = tmp_path / "imported.db"
+    result = invoke("import", "--db", str(target), str(log))  # --format auto knows it
+    assert result.exit_code == 0, result.output
+    run_id = int(result.stdout.split()[-1])
+    imported = rows(target, "select * from frames where run_id = ? order by seq", run_id)
+    assert [(f["dir"], f["raw"]) for f in imported] == [(f["dir"], f["raw"]) for f in frames]
+    (run,) = rows(target, "select * from runs where id = ?", run_id)
+    started = dt.datetime(2026, 1, 10, 11, 0, 0, tzinfo=dt.UTC).timestamp()
+    assert run["started_ns"] == int(started) * 10**9 + 250_000_000 and run["source_format"] == "conductor-log"
+    assert json.loads(run["argv"]) == ["python", "sdk_agent.py", "--permission"]
+    assert [t[6] for t in turns_of(target, run_id)] == [t[6] for t in turns_of(db, 1)]
+    # Round trip: its export is the original run's, but for what the log cannot say (times).
+    again = export(target, str(run_id), "jsonl", tmp_path / "again.jsonl")
+    first = export(db, "1", "jsonl", tmp_path / "first.jsonl")
+    keep = ("seq", "dir", "raw", "kind", "method", "rpc_id", "session_id", "request_seq")
+    assert [{k: f.get(k) for k in keep} for f in frame_lines(again)] == [
+        {k: f.get(k) for k in keep} for f in frame_lines(first)
+    ]
