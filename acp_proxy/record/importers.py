@@ -576,6 +576,10 @@ _JETBRAINS_LINE = re.compile(
 )
 
 
+_JETBRAINS_START = re.compile(rb"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\s+\[\s*\d+\]\s+[A-Z]+\s+-\s+\S*AcpTransport\b")
+"""The head of a transport line (frames are logged by ``AcpTransport``), cut or not."""
+
+
 class JetBrainsParser(Parser):
     format = "jetbrains"
     unknown = (
@@ -589,6 +593,7 @@ class JetBrainsParser(Parser):
         match = _JETBRAINS_LINE.match(line)
         if match is None:
             self.skipped += bool(line.strip())
+            self._unmatched = (lineno, line)
             return []
         year, month, day, hour, minute, second, millis = (int(g) for g in match.groups()[:7])
         try:
@@ -599,6 +604,18 @@ class JetBrainsParser(Parser):
         ts = _ts_ns(lineno, round(seconds * 1000) * 1_000_000)
         self.frames += 1
         return [Record("c2a" if match.group(8) == b"OUT" else "a2c", ts, match.group(9))]
+
+    _unmatched: tuple[int, bytes] | None = None
+
+    def withdraw_cut(self, lineno: int) -> bool:
+        # A last line cut before its "IN:"/"OUT:" marker: the start of a transport line, not
+        # another of the IDE log's lines (those were written whole).
+        if self._unmatched is None or self._unmatched[0] != lineno:
+            return False
+        if _JETBRAINS_START.match(self._unmatched[1]) is None:
+            return False
+        self.skipped -= 1
+        return True
 
 
 # -- choosing a parser ----------------------------------------------------------------------------

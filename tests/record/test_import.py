@@ -436,18 +436,18 @@ def test_a_current_conductor_trace_imports_like_the_older_naming(
     assert turns_of(target, run_id) and [t[6] for t in turns_of(target, run_id)] == [t[6] for t in turns_of(db, 1)]
 
 
-def torn(data: bytes) -> bytes:
-    """The log as a writer killed in the middle of its last line leaves it."""
+def torn(data: bytes, keep: int = -10) -> bytes:
+    """The log as a writer killed in the middle of its last line leaves it (``keep`` bytes of it)."""
     head, _, last = data.rstrip(b"\n").rpartition(b"\n")
-    return head + b"\n" + last[:-10]
+    return head + b"\n" + last[:keep]
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "jsons", "conductor-log", "inspector", "jetbrains"])
+@pytest.mark.parametrize("fmt", ["jsonl", "jsons", "conductor-log", "inspector", "jetbrains", "jetbrains-head"])
 def test_a_torn_last_line_is_left_out_with_one_warning(
     sdk_recording: tuple[Path, str], tmp_path: Path, fmt: str
 ) -> None:
     db, _ = sdk_recording
-    if fmt == "jetbrains":
+    if fmt.startswith("jetbrains"):
         frames = rows(db, "select * from frames where run_id = 1 and dir != 'stderr' order by seq")
         whole = jetbrains_log(frames).encode()
         whole = whole[: whole.rstrip(b"\n").rfind(b"\n") + 1]  # the last frame ends the log
@@ -456,7 +456,8 @@ def test_a_torn_last_line_is_left_out_with_one_warning(
         whole = conductor_debug_log(frames, "2026-01-10T12:00:00+00:00")
     else:
         whole = export(db, "1", fmt, tmp_path / f"whole.{fmt}")
-    (tmp_path / "torn.log").write_bytes(torn(whole))
+    # jetbrains-head: cut in the line's head, before its "IN:" marker
+    (tmp_path / "torn.log").write_bytes(torn(whole, 58 if fmt == "jetbrains-head" else -10))
     target = tmp_path / "imported.db"
     result = invoke("import", "--db", str(target), str(tmp_path / "torn.log"))
     assert result.exit_code == 0, result.output
@@ -467,7 +468,7 @@ def test_a_torn_last_line_is_left_out_with_one_warning(
     run_id = int(result.stdout.split()[-1])
     imported = rows(target, "select raw from frames where run_id = ? and dir != 'stderr' order by seq", run_id)
     original = rows(db, "select raw from frames where run_id = 1 and dir != 'stderr' order by seq")
-    if fmt in ("jsonl", "conductor-log", "inspector", "jetbrains"):
+    if fmt != "jsons":
         assert [f["raw"] for f in imported] == [f["raw"] for f in original][:-1]
     else:
         assert len(imported) == len(original) - 1
