@@ -16,12 +16,15 @@ agent starts.
     │   ├── RedactError           (redact)       a --redact rule cannot be used
     │   ├── ImportFormatError     (importers)    a log cannot be read or is not in its format
     │   ├── OtlpError             (otel.endpoints) an OTLP endpoint or option cannot be used
+    │   ├── SettingsError         (cli.editors)  an editor's settings file cannot be edited
     │   └── ToolFailure           (mcp_server)   an MCP tool was called with what it cannot use
     ├── StoreError                (store)    the database cannot be opened, read or written
     │   ├── NotYetADatabase       (store)    nothing recorded at the path yet (tail waits)
     │   └── SqlRefused            (store)    `acp-proxy sql` was asked to do more than read
     ├── RelayError                (relay)    the run cannot start (exit 126/127 for the agent)
     ├── OtlpExportError           (otel.command) spans of an export were lost (collector down)
+    ├── ClientHung                (testing)  a client under test outlived its time limit (also an
+    │                                        AssertionError: it fails the test that ran it)
     └── MissingExtra              (web.command, mcp_server) an optional extra is not installed
 
 ``cli_support.Group.main`` is the one place the query commands catch it; ``relay.run_and_exit``

@@ -16,7 +16,12 @@ agent's command line and fault rules; it returns a ``ProxiedAgent`` (``acp_proxy
 
 The rule language is ``acp-proxy faults-help``; ``examples/faults.toml`` shows a rules file.
 
-The client under test here is the official Python SDK's, driven in process with asyncio
+The first test is the README's: the client under test is a program (here the SDK example
+client, ``examples/sdk_client.py``), and ``agent.run(CLIENT_ARGV)`` runs it with a time limit
+(``timeout=``, 60 s by default): a client that hangs fails the test, naming the frame it never
+got, instead of a test that never ends.
+
+The other tests drive the official Python SDK's client in process, with asyncio
 (``acp.spawn_agent_process``); the agent is ``examples/sdk_agent.py``. The tests are plain
 functions that call ``asyncio.run``, so they run under any pytest configuration (this
 repository's runs pytest-trio in trio mode, which would take over ``async def`` tests).
@@ -54,6 +59,8 @@ pytestmark = pytest.mark.spawns  # every test here starts processes
 
 AGENT = [sys.executable, str(Path(__file__).with_name("sdk_agent.py"))]
 """The example agent: echoes each prompt back as ``Client sent:`` and the prompt's text."""
+CLIENT = [sys.executable, str(Path(__file__).with_name("sdk_client.py"))]
+"""The example client: ``CLIENT + [options, "--", *agent_argv]``; gives up after ``--timeout`` s."""
 STARTUP_TIMEOUT = 30.0
 
 UNKNOWN_VARIANT = (
@@ -114,6 +121,14 @@ async def one_turn(argv: list[str], client: RecordingClient, prompt: str, prompt
         return await asyncio.wait_for(
             conn.prompt(session_id=session.session_id, prompt=[text_block(prompt)]), prompt_timeout
         )
+
+
+def test_client_survives_a_lost_prompt_response(acp_proxy: Any) -> None:
+    agent = acp_proxy(AGENT, faults=["drop if method:session/prompt kind:response"], timeout=30)
+    result = agent.run([*CLIENT, "--timeout", "3", "--prompt", "hello", "--", *agent.argv])
+    assert result.returncode == 1  # the client gave up on its own, and said why
+    assert "timed out after 3 s waiting for session/prompt" in result.stderr
+    assert agent.frames("fault:drop")  # the recording, through the filter language
 
 
 def test_lost_prompt_response_times_out_cleanly(acp_proxy: Any) -> None:

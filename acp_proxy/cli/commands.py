@@ -20,6 +20,9 @@ _REGISTERED = (check_command, export_replay, frames_tail, lists, run_command, sh
 cli.add_command(__import__("acp_proxy.web.command", fromlist=["ui"]).ui)
 cli.add_command(__import__("acp_proxy.cli.import_command", fromlist=["import_log"]).import_log)
 cli.add_command(__import__("acp_proxy.mcp.server", fromlist=["mcp"]).mcp)
+cli.add_command(__import__("acp_proxy.cli.setup", fromlist=["setup"]).setup)
+cli.add_command(__import__("acp_proxy.cli.setup", fromlist=["doctor"]).doctor)
+cli.add_command(__import__("acp_proxy.replay.command", fromlist=["replay"]).replay)  # replaces `replay` above
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import click
 
 from acp_proxy.cli.options import FilePath, db_option
 
-FORMATS = ("jsonl", "jsons", "inspector", "jetbrains")
+FORMATS = ("jsonl", "jsons", "conductor-log", "inspector", "jetbrains")
 """The formats of ``importers`` (spelled here too: the parsers are imported only when a log is)."""
 
 
@@ -28,6 +28,7 @@ FORMATS = ("jsonl", "jsons", "inspector", "jetbrains")
     default="auto",
     show_default=True,
     help="jsonl: an acp-proxy export (or `frames --jsonl`); jsons: an ACP conductor trace; "
+    "conductor-log: an ACP conductor's --debug log; "
     "inspector: an ACP Inspector trace; jetbrains: a JetBrains IDE's acp-transport.log.",
 )
 @click.argument("file", type=FilePath(dir_okay=False))
@@ -49,7 +50,11 @@ def import_log(db_path: Path | None, fmt: str, file: Path) -> None:
     from acp_proxy.record import importers
 
     target = db_path if db_path is not None else default_db_path()
-    found, runs, skipped = importers.import_file(target, file, fmt)  # a mistake: one line, exit 2
+
+    def warn(text: str) -> None:
+        click.echo(f"acp-proxy: {text}", err=True)
+
+    found, runs, skipped = importers.import_file(target, file, fmt, warn)  # a mistake: one line, exit 2
     for run in runs:
         unknown = f"; unknown: {', '.join(run.unknown)}" if run.unknown else ""
         click.echo(f"acp-proxy: imported {file} ({found}) as run {run.run_id}: {run.frames} lines{unknown}", err=True)

@@ -21,12 +21,24 @@ What each parser is based on:
 - ``jsons`` — the trace format of the ACP conductor (``sacp-conductor --trace``, read by
   ``sacp-trace-viewer``), from its event types in symposium-acp (``trace.rs``: ``request``,
   ``response``, ``notification`` and ``trace`` events, each with ``ts`` in seconds since the trace
-  started, ``from``/``to`` naming ``client``, ``proxy:N`` or ``agent``) and from acp-proxy's own
+  started, ``from``/``to`` naming ``client``, ``proxy:N`` or ``agent`` — or, in conductors since
+  January 2026, ``Client``, ``Proxy(N)`` and ``Agent``, its components' debug names; MCP-over-ACP
+  events carry ``"protocol":"mcp"`` and are imported as the messages they are) and from acp-proxy's own
   ``--format jsons`` export. Only the client's hop is imported (messages from or to ``client``;
   without any, the agent's hop). Frames are rebuilt from ``method``/``params``/``id``/``payload``:
   the exact bytes are unknown, and so is the absolute time (the run starts at 0, the Unix epoch;
   relative times are kept to the nanosecond). ``trace`` events of the agent become stderr lines;
   the export's "not JSON-RPC" warnings become the invalid lines they stood for.
+- ``conductor-log`` — the debug log of the ACP conductor (``sacp-conductor --debug DIR``: a
+  file per run, ``YYYYMMDD-HHMMSS.log``), from its writer in symposium-acp (``debug_logger.rs``):
+  a header (``=== Conductor Debug Log ===``, ``Started: RFC 3339 time``, ``Components:`` and one
+  ``  N: COMMAND`` a component, a line of ``=``), then ``LABEL ARROW LINE`` lines: ``C`` is the
+  conductor's own stdio (the editor's hop: ``→`` what the editor sent, ``←`` what it received,
+  ``!`` the conductor's tracing), ``N`` component N (``→`` its stdin, ``←`` its stdout, ``!``
+  its stderr, ANSI escapes stripped). The editor's hop is imported (without ``C`` lines, the
+  last component's: the agent's), with the agent's stderr; the lines are the exact bytes. Unknown:
+  the time of each line (the log has only its start: every frame gets that time), the other
+  hops, the conductor's tracing (skipped, counted).
 - ``inspector`` — the ACP Inspector's trace JSONL (venikman/ACP-inspector,
   ``docs/trace-format.md``): ``ts`` (Unix milliseconds, or an ISO-8601 string), ``direction``
   (``fromClient`` / ``fromAgent``, any case) and ``json`` (the frame as a string, kept as its
@@ -54,7 +66,7 @@ import datetime as dt
 import itertools
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -69,6 +81,7 @@ __all__ = [
     "ImportFormatError",
     "Parser",
     "Record",
+    "Torn",
     "detect",
     "import_file",
     "parser_for",
@@ -76,7 +89,7 @@ __all__ = [
     "write_run",
 ]
 
-FORMATS = ("jsonl", "jsons", "inspector", "jetbrains")
+FORMATS = ("jsonl", "jsons", "conductor-log", "inspector", "jetbrains")
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """The longest line an importer reads (a frame of the log); longer ones stop the import."""
 SNIFF_LINES = 200
@@ -89,6 +102,30 @@ _encode = msgspec.json.encode
 
 class ImportFormatError(UsageError):
     """A log that cannot be imported; the message is one line for a person."""
+
+
+DESCRIPTIONS = {
+    "jsonl": "an acp-proxy export",
+    "jsons": "an ACP conductor trace",
+    "conductor-log": "an ACP conductor debug log",
+    "inspector": "an ACP Inspector trace",
+    "jetbrains": "a JetBrains acp-transport.log",
+}
+"""Each format in words, for messages (``is this an ACP Inspector trace?``)."""
+
+
+def _shown(value: Any) -> str:
+    """A value of a log as JSON text, clipped: what a message quotes (never Python's ``None``)."""
+    text = _encode(value).decode("utf-8", "replace") if _is_json(value) else type(value).__name__
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        _encode(value)
+    except (TypeError, msgspec.EncodeError, OverflowError):
+        return False
+    return True
 
 
 class Record(NamedTuple):
@@ -131,6 +168,11 @@ class Parser:
     def finish(self) -> list[Record]:
         return []
 
+    def withdraw_cut(self, lineno: int) -> bool:
+        """Drop line ``lineno``, held for ``finish``, when it is a frame cut short; whether it
+        was (for parsers that give their records only at the end)."""
+        return False
+
     def unknown_for(self, run_key: Any) -> list[str]:
         untimed = self.untimed.get(run_key)
         return [*self.unknown, *([f"the time of {untimed} frame(s) (given the time before them)"] if untimed else [])]
@@ -153,9 +195,11 @@ def _object(lineno: int, line: bytes, fmt: str) -> dict[str, Any] | None:
     try:
         value = _json.decode(line)
     except msgspec.DecodeError as exc:
-        raise _error(lineno, f"not JSON ({exc}); is this a {fmt} file?") from None
+        raise _error(lineno, f"not JSON ({exc}); is this {DESCRIPTIONS[fmt]}?") from None
     if not isinstance(value, dict):
-        raise _error(lineno, f"a JSON {type(value).__name__}, not an object; is this a {fmt} file?")
+        what = {list: "an array", str: "a string", bool: "true or false"}.get(type(value), "a number")
+        what = "null" if value is None else what
+        raise _error(lineno, f"{what}, not a JSON object; is this {DESCRIPTIONS[fmt]}?")
     return value
 
 
@@ -166,7 +210,7 @@ def _int(value: Any) -> int | None:
 def _ts_ns(lineno: int, ns: float | int) -> int:
     """Nanoseconds as a run row holds them, or the line's error (a float is rounded)."""
     if ns != ns or not 0 <= ns <= _MAX_TS_NS:  # NaN, infinite, negative, or past the year 2262
-        raise _error(lineno, f"time {ns!r} is out of range")
+        raise _error(lineno, "a time out of range (before 1970, after 2262, or not a number)")
     return round(ns) if isinstance(ns, float) else ns
 
 
@@ -286,7 +330,8 @@ class JsonsParser(Parser):
             return []
         kind = obj.get("type")
         if kind not in ("request", "response", "notification", "trace"):
-            raise _error(lineno, f"`type` {kind!r} is not one of request, response, notification, trace")
+            said = "has no `type`" if "type" not in obj else f"has `type` {_shown(kind)}"
+            raise _error(lineno, f"an event {said}: one of request, response, notification or trace was expected")
         ts = obj.get("ts")
         if not isinstance(ts, (int, float)) or isinstance(ts, bool):
             raise _error(lineno, "an event needs a number `ts` (seconds since the trace started)")
@@ -296,6 +341,7 @@ class JsonsParser(Parser):
         ends = (obj.get("from"), obj.get("to"))
         if not all(isinstance(end, str) for end in ends):
             raise _error(lineno, "a message event needs `from` and `to`")
+        obj["from"], obj["to"] = ends = (_component(obj["from"]), _component(obj["to"]))
         if self._hop is None:
             if "client" in ends:
                 self._hop = "client"
@@ -345,6 +391,7 @@ class JsonsParser(Parser):
 
     def _trace(self, lineno: int, obj: dict[str, Any], ts_ns: int) -> list[Record]:
         component, level, text = obj.get("component"), obj.get("level"), obj.get("message")
+        component = _component(component) if isinstance(component, str) else component
         if not isinstance(text, str):
             raise _error(lineno, "a trace event needs a string `message`")
         if level == "warn" and component in ("client", "agent") and text.startswith(_NOT_JSON_RPC):
@@ -356,6 +403,18 @@ class JsonsParser(Parser):
         if component == "agent" and level == "info":
             return [Record("stderr", ts_ns, text.encode("utf-8", "surrogatepass"))]
         return [Record("stderr", ts_ns, f"[{component} {level}] {text}".encode("utf-8", "surrogatepass"))]
+
+
+_PROXY_DEBUG = re.compile(r"^proxy\((\d+)\)$")
+
+
+def _component(name: str) -> str:
+    """A component of a conductor trace in the older spelling (``client``, ``proxy:0``,
+    ``agent``). Since January 2026 the conductor writes its components' Rust debug names
+    (``Client``, ``Proxy(0)``, ``Agent``); before, lower-case names with ``proxy:N``."""
+    lowered = name.strip().lower()
+    proxy = _PROXY_DEBUG.match(lowered)
+    return f"proxy:{proxy.group(1)}" if proxy else lowered
 
 
 def _invalid_line(text: str) -> bytes:
@@ -372,6 +431,98 @@ def _invalid_line(text: str) -> bytes:
         if (wire.decode(data).decode_error or "") == reason:
             return data
         start = at + 1
+
+
+# -- conductor-log: the ACP conductor's debug log ------------------------------------------------
+
+_CONDUCTOR_HEADER = b"=== Conductor Debug Log ==="
+_CONDUCTOR_LINE = re.compile(rb"^(C|\d+) (\xe2\x86\x92|\xe2\x86\x90|!) ?(.*)$", re.DOTALL)
+"""``LABEL ARROW LINE``: ``→`` (U+2192) into the component, ``←`` (U+2190) out of it, ``!`` stderr."""
+_COMPONENT = re.compile(rb"^  (\d+): (.*)$")
+_INTO = "\u2192".encode()
+
+
+class ConductorLogParser(Parser):
+    format = "conductor-log"
+    unknown = (
+        "the time of each frame (the log gives only its start)",
+        "the hops between the conductor's components",
+        "the conductor's own tracing",
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._components: dict[int, str] = {}
+        self._in_header = False
+        self._lines: list[tuple[int, bytes, bytes, bytes]] = []
+        """Every labelled line: which hop is the editor's is known only at the end."""
+
+    def feed(self, lineno: int, line: bytes) -> list[Record]:
+        if line.rstrip(b"\r") == _CONDUCTOR_HEADER:
+            self._in_header = True
+            return []
+        if self._in_header:
+            return self._header(lineno, line.rstrip(b"\r"))
+        match = _CONDUCTOR_LINE.match(line)
+        if match is None:
+            self.skipped += bool(line.strip())
+            return []
+        label, arrow, data = match.groups()
+        self._lines.append((lineno, label, arrow, data))
+        return []
+
+    def _header(self, lineno: int, line: bytes) -> list[Record]:
+        if line.startswith(b"Started: "):
+            text = line[len(b"Started: ") :].decode("utf-8", "replace").strip()
+            try:
+                when = dt.datetime.fromisoformat(text)
+            except ValueError:
+                raise _error(lineno, f"`Started:` {_shown(text)} is not an RFC 3339 time") from None
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=dt.UTC)
+            try:
+                micros = (when - _EPOCH) // dt.timedelta(microseconds=1)
+            except OverflowError:
+                raise _error(lineno, "a time out of range (before 1970, after 2262, or not a number)") from None
+            self.runs.setdefault(None, {})["started_ns"] = _ts_ns(lineno, micros * 1000)
+        elif (component := _COMPONENT.match(line)) is not None:
+            self._components[int(component.group(1))] = component.group(2).decode("utf-8", "replace")
+        elif line.startswith(b"=") and line.strip(b"=") == b"":
+            self._in_header = False
+        return []
+
+    def finish(self) -> list[Record]:
+        labels = {label for _, label, _, _ in self._lines}
+        numbered = [int(label) for label in labels if label != b"C"]
+        agent = str(max([*self._components, *numbered], default=0)).encode()
+        editor = b"C" if any(label == b"C" and arrow != b"!" for _, label, arrow, _ in self._lines) else agent
+        if agent_command := self._components.get(int(agent)):
+            self.runs.setdefault(None, {})["argv"] = agent_command.split()
+        out: list[Record] = []
+        for _, label, arrow, data in self._lines:
+            if arrow == b"!":
+                if label == agent:
+                    out += self._timed(Record("stderr", None, data))
+                else:
+                    self.skipped += 1  # the conductor's tracing, a proxy's stderr
+                continue
+            if label != editor:
+                self.skipped += 1  # another hop of the chain
+                continue
+            # Into the conductor (C) or into the agent: what the client sent.
+            out += self._timed(Record("c2a" if arrow == _INTO else "a2c", None, data))
+        self._lines = []
+        return out
+
+    def unknown_for(self, run_key: Any) -> list[str]:
+        return list(self.unknown)
+
+    def withdraw_cut(self, lineno: int) -> bool:
+        held = self._lines[-1] if self._lines else None
+        if held is not None and held[0] == lineno and held[2] != b"!" and _cut_frame(Record("c2a", None, held[3])):
+            self._lines.pop()
+            return True
+        return False
 
 
 # -- inspector: the ACP Inspector's trace JSONL ---------------------------------------------------
@@ -409,7 +560,7 @@ def _inspector_ts(lineno: int, ts: Any) -> int | None:
         try:
             when = dt.datetime.fromisoformat(ts)
         except ValueError:
-            raise _error(lineno, f"`ts` {ts[:40]!r} is neither Unix milliseconds nor an ISO-8601 time") from None
+            raise _error(lineno, f"`ts` {_shown(ts)} is neither Unix milliseconds nor an ISO-8601 time") from None
         if when.tzinfo is None:
             when = when.replace(tzinfo=dt.UTC)
         micros = (when - _EPOCH) // dt.timedelta(microseconds=1)
@@ -425,6 +576,10 @@ _JETBRAINS_LINE = re.compile(
 )
 
 
+_JETBRAINS_START = re.compile(rb"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\s+\[\s*\d+\]\s+[A-Z]+\s+-\s+\S*AcpTransport\b")
+"""The head of a transport line (frames are logged by ``AcpTransport``), cut or not."""
+
+
 class JetBrainsParser(Parser):
     format = "jetbrains"
     unknown = (
@@ -438,6 +593,7 @@ class JetBrainsParser(Parser):
         match = _JETBRAINS_LINE.match(line)
         if match is None:
             self.skipped += bool(line.strip())
+            self._unmatched = (lineno, line)
             return []
         year, month, day, hour, minute, second, millis = (int(g) for g in match.groups()[:7])
         try:
@@ -449,12 +605,25 @@ class JetBrainsParser(Parser):
         self.frames += 1
         return [Record("c2a" if match.group(8) == b"OUT" else "a2c", ts, match.group(9))]
 
+    _unmatched: tuple[int, bytes] | None = None
+
+    def withdraw_cut(self, lineno: int) -> bool:
+        # A last line cut before its "IN:"/"OUT:" marker: the start of a transport line, not
+        # another of the IDE log's lines (those were written whole).
+        if self._unmatched is None or self._unmatched[0] != lineno:
+            return False
+        if _JETBRAINS_START.match(self._unmatched[1]) is None:
+            return False
+        self.skipped -= 1
+        return True
+
 
 # -- choosing a parser ----------------------------------------------------------------------------
 
 _PARSERS: dict[str, type[Parser]] = {
     "jsonl": JsonlParser,
     "jsons": JsonsParser,
+    "conductor-log": ConductorLogParser,
     "inspector": InspectorParser,
     "jetbrains": JetBrainsParser,
 }
@@ -464,13 +633,15 @@ def parser_for(fmt: str) -> Parser:
     try:
         return _PARSERS[fmt]()
     except KeyError:
-        raise ImportFormatError(f"unknown format {fmt!r} (one of: auto, {', '.join(FORMATS)})") from None
+        raise ImportFormatError(f"unknown format {_shown(fmt)} (one of: auto, {', '.join(FORMATS)})") from None
 
 
 def sniff(line: bytes) -> str | None:
     """The format one line of a log is in, if it tells."""
     if _JETBRAINS_LINE.match(line):
         return "jetbrains"
+    if line.rstrip(b"\r") == _CONDUCTOR_HEADER:
+        return "conductor-log"
     try:
         obj = _json.decode(line)
     except msgspec.DecodeError:
@@ -496,19 +667,61 @@ def detect(lines: Iterable[tuple[int, bytes]]) -> str | None:
     return None
 
 
-def parse(parser: Parser, lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:
-    """Every record of a log, in order."""
+def parse(parser: Parser, lines: Iterable[tuple[int, bytes]], torn: Torn | None = None) -> Iterator[Record]:
+    """Every record of a log, in order.
+
+    With ``torn`` (the log's lines as ``LogLines`` reads them): a last line without its newline
+    that is no frame of the format — what a writer killed mid-line leaves — is left out, and
+    ``torn.dropped`` names it, instead of refusing the whole log.
+    """
     for lineno, line in lines:
-        yield from parser.feed(lineno, line)
+        last = torn is not None and torn.unterminated == lineno
+        try:
+            records = parser.feed(lineno, line)
+        except ImportFormatError as exc:
+            if not last or torn is None:
+                raise
+            torn.error = exc
+            records = []
+        else:
+            cut = last and (
+                any(_cut_frame(record) for record in records) or (not records and parser.withdraw_cut(lineno))
+            )
+            if not cut:
+                yield from records
+                continue
+        if torn is not None:
+            torn.dropped = lineno
+            parser.frames -= len(records)
     yield from parser.finish()
+
+
+def _cut_frame(record: Record) -> bool:
+    """A frame whose JSON stops short: the tail of a line a writer did not finish."""
+    if record.direction == "stderr" or not record.line.strip():
+        return False
+    frame = wire.decode(record.line)
+    return frame.kind == "invalid" and "truncated" in (frame.decode_error or "").lower()
+
+
+class Torn:
+    """What ``parse`` learns of a log's last line: which line ends without a newline, and
+    whether it was left out."""
+
+    def __init__(self) -> None:
+        self.unterminated: int | None = None
+        self.dropped: int | None = None
+        self.error: ImportFormatError | None = None
+        """Why the dropped line is no frame (told instead when the log has nothing else)."""
 
 
 # -- the shell ------------------------------------------------------------------------------------
 
 
-def read_lines(path: Path, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes]]:
+def read_lines(path: Path, limit: int = MAX_LINE_BYTES, torn: Torn | None = None) -> Iterator[tuple[int, bytes]]:
     """(line number, line without its newline) of a file, read in chunks. A line longer than
-    ``limit`` stops it with an ``ImportFormatError`` before more than ``limit`` of it is read."""
+    ``limit`` stops it with an ``ImportFormatError`` before more than ``limit`` of it is read.
+    ``torn``, if given, learns the number of a last line without its newline before it is read."""
     from acp_proxy.protocol.framing import LineFramer
 
     framer = LineFramer(limit + 1)
@@ -538,6 +751,8 @@ def read_lines(path: Path, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, b
         if last is not None:
             if last.cut:
                 raise _error(lineno + 1, f"longer than {limit} bytes: not a log this importer reads")
+            if torn is not None:
+                torn.unterminated = lineno + 1
             yield lineno + 1, last.data
     finally:
         handle.close()
@@ -549,10 +764,13 @@ class Imported(NamedTuple):
     unknown: list[str]
 
 
-def import_file(db_path: Path, path: Path, fmt: str = "auto") -> tuple[str, list[Imported], int]:
+def import_file(
+    db_path: Path, path: Path, fmt: str = "auto", warn: Callable[[str], None] | None = None
+) -> tuple[str, list[Imported], int]:
     """Import the log at ``path`` into ``db_path``: (format, one ``Imported`` per run, lines skipped).
 
-    The whole log is parsed once before anything is written, so a log with a bad line adds no run.
+    The whole log is parsed once before anything is written, so a log with a bad line adds no run
+    — except a torn last line (no newline, not a frame): it is left out, and ``warn`` told so.
     """
     if fmt == "auto":
         found = detect(read_lines(path))
@@ -561,14 +779,21 @@ def import_file(db_path: Path, path: Path, fmt: str = "auto") -> tuple[str, list
         fmt = found
     checked = parser_for(fmt)
     counts: dict[Any, int] = {}
-    for record in parse(checked, read_lines(path)):
+    torn = Torn()
+    for record in parse(checked, read_lines(path, torn=torn), torn):
         counts[record.run_key] = counts.get(record.run_key, 0) + 1
+    if not counts and torn.error is not None:
+        raise torn.error
     if not counts:
-        raise ImportFormatError(f"{path} holds no frames of the {fmt} format")
+        raise ImportFormatError(f"{path} holds no ACP messages (read as {DESCRIPTIONS[fmt]})")
+    if torn.dropped is not None and warn is not None:
+        warn(f"line {torn.dropped} of {path} is cut short (the log ends mid-line): left out")
     source = str(path.resolve())
     parser = parser_for(fmt)
     done: list[Imported] = []
-    for run_key, group in itertools.groupby(parse(parser, read_lines(path)), key=lambda r: r.run_key):
+    again = Torn()
+    records = parse(parser, read_lines(path, torn=again), again)
+    for run_key, group in itertools.groupby(records, key=lambda r: r.run_key):
         unknown = parser.unknown_for(run_key)
         provenance = {
             **parser.runs.get(run_key, {}),

@@ -20,35 +20,41 @@ is the n-th recorded one), params compared with volatile fields ignored (``_meta
 and ``cwd`` unless asked to match it); answers to the fake agent's requests by their id.
 ``strict`` also demands the recorded order across methods and equal params; a deviating request
 gets a JSON-RPC error naming what was expected. Every deviation, strict or not, is kept in
-``deviations`` for the report.
+``deviations`` for the report — one per divergence: a refused request consumes the recorded one
+it stands for, and once the conversation has diverged, the recorded requests the client never
+sent are not counted again. An answer to an agent request that differs from the recorded one
+(another permission option) is a deviation; with ``follow_client`` the recording's branch for
+that answer plays, where the recording has one (another recorded answer to the same method,
+equal to the live one), its final response going to the live request still open.
+
+The protocol's meaning comes from ``protocol/``, not from rules of the replay's own: the
+recording's version from ``ConnectionState`` (negotiated, else inferred), live-only variants
+from ``vocabulary``, history windows from a ``ConnectionState`` fed the live traffic (a live
+request opens one by the protocol layer's rule), ids compared as ``wire.canonical_id`` text.
+
+Batch lines: an agent's recorded batch line is written as recorded, byte for byte (re-encoded
+only when an id inside must change); the fake client does the same with a client's.
 
 History replay: a recorded ``session/load`` (v1) or ``session/resume`` with ``replayFrom`` (v2)
 replays its recorded history minus live-only ``notice`` updates; when the recording has no such
 request left, a lenient replay synthesises the history of the recorded session from its live
 updates (v1: the prompts as ``user_message_chunk``s first, as agents do), notices excepted.
 
-The fake client (``acp-proxy replay REF --client -- AGENT``) is the mirror image, the pure
-``ClientReplayer``: the recorded client→agent requests and notifications are sent to a live agent
-in recorded order, each once the responses to earlier requests that the recording shows before it
-have arrived (and, while a request is still open, once the agent has made as many requests as it
-had by then — so a ``session/cancel`` sent during a permission prompt waits for that prompt);
-recorded session ids are mapped to the ones the live agent returns; the live agent's requests
-are answered with the recorded answers, matched sequentially per method, under the live ids.
-``drive`` plays it over blocking streams with one deadline.
+The fake client (``acp-proxy replay REF --client -- AGENT``) is ``client``'s.
 
 Must not know: SQL, click, trio, processes. It never raises on odd traffic: invalid lines from
 the live client are reported and ignored; invalid lines the recorded agent wrote are replayed
 as they were.
 
 Rule 1: send what was recorded; change only what must change (response ids), so a replayed
-frame is byte-identical to the recorded one whenever the client used the recorded ids.
+frame — a batch line too — is byte-identical to the recorded one whenever the client used the
+recorded ids.
 Rule 2: a history replay never carries a ``notice``.
 """
 
 from __future__ import annotations
 
 import json
-import queue
 import re
 import sys
 import threading
@@ -56,11 +62,15 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, BinaryIO
+from typing import Any, BinaryIO
 
-C2A = "c2a"
-A2C = "a2c"
-HISTORY_METHODS = ("session/load", "session/resume")
+import msgspec
+
+from acp_proxy.protocol import vocabulary as acp
+from acp_proxy.protocol import wire
+from acp_proxy.protocol.state import ConnectionState, RecordedFrame
+from acp_proxy.protocol.vocabulary import A2C, C2A
+
 VOLATILE_KEYS = frozenset({"_meta", "timestamp", "createdAt", "updatedAt", "startedAt", "endedAt"})
 # Server-error range of JSON-RPC (-32000..-32099): the replay's own errors, not the agent's.
 REPLAY_ERROR = -32042
@@ -111,45 +121,86 @@ class _Frame:
     replay: bool
     reaction: list[_Frame] = field(default_factory=list)  # on c2a frames
     used: bool = False
+    rpc_id: str | None = None  # the id as canonical JSON text (wire.canonical_id), None without one
+    elements: list[_Frame] = field(default_factory=list)  # on an agent's batch line: its elements
 
 
-def _decode_rows(rows: Iterable[dict[str, Any]]) -> list[_Frame]:
+def _decode_rows(rows: Iterable[dict[str, Any]], whole: str = A2C) -> list[_Frame]:
+    """The recorded frames in order. A batch line in direction ``whole`` (the side the replay
+    plays: the agent's for the fake agent, the client's for the fake client) is one frame with
+    its elements attached, so that it is written as recorded; in the other direction, the live
+    peer sends its own batches and the recording's are matched through their elements."""
     frames: list[_Frame] = []
+    batches: dict[int, _Frame] = {}
     for row in rows:
-        if row.get("dir") not in (C2A, A2C) or row.get("kind") == "batch":
-            continue  # a batch line is replayed through its elements (rows with batch_seq)
-        raw_text = row.get("raw")
-        raw = raw_text.encode() if raw_text is not None else bytes(row.get("raw_bytes") or b"")
-        message: Any = None
-        if row.get("kind") != "invalid" and raw_text is not None:
-            try:
-                message = json.loads(raw_text)
-            except ValueError:
-                message = None
-        method = row.get("method")
-        if isinstance(message, dict) and isinstance(message.get("method"), str):
-            method = message["method"]
-        frames.append(
-            _Frame(
-                seq=int(row["seq"]) + int(row.get("run_id") or 0) * 10**12,  # unique across runs
-                ts_ns=int(row.get("ts_ns") or 0),
-                dir=row["dir"],
-                kind=row.get("kind"),
-                raw=raw,
-                terminated=row.get("terminated") != 0,
-                message=message,
-                method=method,
-                request_seq=(
-                    int(row["request_seq"]) + int(row.get("run_id") or 0) * 10**12
-                    if row.get("request_seq") is not None
-                    else None
-                ),
-                session_id=row.get("session_id"),
-                update_kind=row.get("update_kind"),
-                replay=bool(row.get("replay")),
-            )
-        )
+        if row.get("dir") not in (C2A, A2C):
+            continue
+        batch = row.get("batch_seq")
+        if row.get("kind") == "batch" and row["dir"] != whole:
+            continue
+        frame = _decode_row(row)
+        if row.get("kind") == "batch":
+            batches[int(row["seq"])] = frame
+        elif batch is not None and row["dir"] == whole:
+            parent = batches.get(int(batch))
+            if parent is not None:
+                parent.elements.append(frame)
+                continue
+        frames.append(frame)
     return frames
+
+
+def _decode_row(row: dict[str, Any]) -> _Frame:
+    raw_text = row.get("raw")
+    raw = raw_text.encode("utf-8", "surrogatepass") if raw_text is not None else bytes(row.get("raw_bytes") or b"")
+    message: Any = None
+    if row.get("kind") != "invalid" and raw_text is not None:
+        try:
+            message = json.loads(raw_text)
+        except ValueError:
+            message = None
+    method = row.get("method")
+    if isinstance(message, dict) and isinstance(message.get("method"), str):
+        method = message["method"]
+    run = int(row.get("run_id") or 0) * 10**12  # seqs unique across runs
+    return _Frame(
+        seq=int(row["seq"]) + run,
+        ts_ns=int(row.get("ts_ns") or 0),
+        dir=row["dir"],
+        kind=row.get("kind"),
+        raw=raw,
+        terminated=row.get("terminated") != 0,
+        message=message,
+        method=method,
+        request_seq=int(row["request_seq"]) + run if row.get("request_seq") is not None else None,
+        session_id=row.get("session_id"),
+        update_kind=row.get("update_kind"),
+        replay=bool(row.get("replay")),
+        rpc_id=row.get("rpc_id"),
+    )
+
+
+def id_key(value: Any) -> str | None:
+    """A JSON-RPC id as the protocol layer pairs it (``wire.canonical_id``: 1 and "1" differ)."""
+    try:
+        return wire.canonical_id(msgspec.Raw(msgspec.json.encode(value)))
+    except (TypeError, OverflowError, msgspec.EncodeError):
+        return json.dumps(value, default=str)
+
+
+class _Seen:
+    """A line the replay saw or wrote, as ``ConnectionState.feed`` reads a frame."""
+
+    __slots__ = ("cut", "dir", "forwarded", "kind", "line", "method", "rpc_id", "seq", "session_id", "ts_ns",
+                 "update_kind")  # fmt: skip
+
+    def __init__(self, seq: int, direction: str, line: bytes, frame: wire.Frame) -> None:
+        self.seq, self.ts_ns, self.dir, self.line, self.forwarded, self.cut = seq, 0, direction, line, 1, 0
+        self.kind: str | None = frame.kind
+        self.method: str | None = frame.method
+        self.rpc_id: str | None = frame.rpc_id
+        self.session_id: str | None = frame.session_id
+        self.update_kind: str | None = frame.update_kind
 
 
 def normalise(value: Any, ignore: frozenset[str]) -> Any:
@@ -161,25 +212,7 @@ def normalise(value: Any, ignore: frozenset[str]) -> Any:
     return value
 
 
-def _is_history_request(message: dict[str, Any]) -> bool:
-    params = message.get("params")
-    method = message.get("method")
-    if method == "session/load":
-        return True
-    return method == "session/resume" and isinstance(params, dict) and params.get("replayFrom") is not None
-
-
-def _is_notice(frame: _Frame) -> bool:
-    if frame.update_kind == "notice":
-        return True
-    message = frame.message
-    if not (isinstance(message, dict) and message.get("method") == "session/update"):
-        return False
-    update = (message.get("params") or {}).get("update") if isinstance(message.get("params"), dict) else None
-    return isinstance(update, dict) and update.get("sessionUpdate") == "notice"
-
-
-def _line(message: dict[str, Any]) -> bytes:
+def _line(message: Any) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
@@ -189,15 +222,46 @@ def _describe(frame: _Frame) -> str:
 
 
 class Replayer:
-    """The pure fake agent: ``start()`` once, then ``receive(line)`` per client line, then ``finish()``."""
+    """The pure fake agent: ``start()`` once, then ``receive(line)`` per client line, then ``finish()``.
 
-    def __init__(self, rows: Iterable[dict[str, Any]], *, strict: bool = False, match_cwd: bool = False) -> None:
+    One deviation per divergence: a request the strict replay refuses consumes the recorded one
+    it stands for, and once the conversation has diverged, what the recording still had for the
+    client is not counted again at the end. ``follow_client``: when the client answers an agent
+    request otherwise than the recording, play the recording's branch for the answer it gave,
+    where the recording has one (another recorded answer to the same method, equal to it).
+    """
+
+    def __init__(
+        self,
+        rows: Iterable[dict[str, Any]],
+        *,
+        strict: bool = False,
+        match_cwd: bool = False,
+        follow_client: bool = False,
+    ) -> None:
         self.strict = strict
+        self.follow_client = follow_client
         self.ignore = VOLATILE_KEYS if match_cwd else VOLATILE_KEYS | {"cwd"}
         self.deviations: list[str] = []  # what made the replay differ from the recording
         self.notes: list[str] = []  # what the replay did that the recording did not, by design
+        self.received = 0  # client messages seen
+        rows = list(rows)
+        # The protocol layer's rules, not the replay's own: the version the recording
+        # negotiated (or shows), which update variants are live-only in it, and (fed the live
+        # traffic) when a live request opens a history replay window.
+        recorded = ConnectionState()
+        for row in rows:
+            if row.get("dir") in (C2A, A2C):
+                recorded.feed(RecordedFrame(row))
+        self._version = recorded.version or 1
+        self._live_only = acp.vocabulary(self._version).live_only
+        self._live = ConnectionState(version=self._version)
+        self._live_seq = 0
         frames = _decode_rows(rows)
         self._by_seq = {f.seq: f for f in frames}
+        for f in frames:
+            for element in f.elements:
+                self._by_seq[element.seq] = element
         self._start: list[_Frame] = []
         self._triggers: list[_Frame] = []  # recorded c2a messages in order
         current: list[_Frame] = self._start
@@ -216,40 +280,81 @@ class Replayer:
             elif t.request_seq is not None:
                 self._answers[t.request_seq].append(t)
         self._live_ids: dict[int, Any] = {}  # recorded c2a request seq -> the live client's id
-        self._sent_requests: dict[str, int] = {}  # id (JSON text) of a replayed a2c request -> its seq
-        self._version = self._protocol_version(frames)
+        self._open: dict[str, list[int]] = defaultdict(list)  # method -> played requests not yet answered
+        self._sent_requests: dict[str | None, int] = {}  # id_key of a replayed a2c request -> its seq
+        self._diverged = False
+        self.ended_by = "stdin closed"
+        """How the replay ended, for ``summary`` (the shell sets it: a signal's name)."""
 
     # -- the interface the shell drives ----------------------------------------------------
 
     def start(self) -> list[Send]:
         """What the recorded agent wrote before the client said anything (usually nothing)."""
-        return list(self._sends(self._start, None))
+        return self._observed(list(self._sends(self._start, None)))
 
     def receive(self, line: bytes) -> list[Send]:
         """Decide what to write after one line from the live client."""
         text = line.rstrip(b"\r\n")
         if not text.strip():
             return []
+        self._observe(C2A, text)
         try:
             message = json.loads(text)
         except ValueError:
             self._deviate(f"the client sent a line that is not JSON: {text[:80]!r}")
             return []
         if isinstance(message, list):  # a batch: each element on its own, answers unbatched
-            return [s for element in message for s in self._message(element)]
-        return self._message(message)
+            return self._observed([s for element in message for s in self._message(element)])
+        return self._observed(self._message(message))
 
     def finish(self) -> list[str]:
-        """At the client's EOF: the deviations, including recorded requests never sent (strict)."""
-        if self.strict:
-            for t in self._triggers:
-                if not t.used and isinstance(t.message, dict) and "method" in t.message:
-                    self._deviate(f"the client never sent the recorded {_describe(t)}")
+        """At the client's EOF: the deviations, including recorded requests never sent (strict):
+        one, for where the client stopped, unless an earlier divergence explains it."""
+        if self.strict and not self._diverged:
+            unsent = [t for t in self._triggers if not t.used and isinstance(t.message, dict) and "method" in t.message]
+            if unsent:
+                more = f" and {len(unsent) - 1} more recorded client message(s)" if len(unsent) > 1 else ""
+                self._deviate(f"the client ended before the recorded {_describe(unsent[0])}{more}")
         return self.deviations
+
+    def summary(self, ended_by: str) -> str:
+        """The replay's verdict in one line, as a test runner's: ``ended_by`` says how it ended."""
+        count = len(self.deviations)
+        seen = f"{self.received} client message(s), {ended_by}"
+        if not count:
+            return f"replay passed: {seen}, no deviation from the recording"
+        word = "failed" if self.strict else "finished"
+        return f"replay {word} with {count} deviation(s) from the recording: {seen}"
+
+    # -- the protocol layer's view of the live conversation ------------------------------------
+
+    def _observe(self, direction: str, line: bytes) -> None:
+        frame = wire.decode(line)
+        parts = [(data, element) for data, element in frame.elements] if frame.elements else [(line, frame)]
+        for data, part in parts:
+            self._live_seq += 1
+            self._live.feed(_Seen(self._live_seq, direction, data, part))
+
+    def _observed(self, sends: list[Send]) -> list[Send]:
+        for send in sends:
+            self._observe(A2C, send.data.rstrip(b"\r\n"))
+        return sends
+
+    def _is_notice(self, frame: _Frame) -> bool:
+        """A live-only update (``vocabulary.live_only`` of the recording's version)."""
+        if frame.update_kind is not None:
+            return frame.update_kind in self._live_only
+        message = frame.message
+        if not (isinstance(message, dict) and message.get("method") == "session/update"):
+            return False
+        params = message.get("params")
+        update = params.get("update") if isinstance(params, dict) else None
+        return isinstance(update, dict) and update.get("sessionUpdate") in self._live_only
 
     # -- matching ----------------------------------------------------------------------------
 
     def _message(self, message: Any) -> list[Send]:
+        self.received += 1
         if not isinstance(message, dict):
             self._deviate(f"the client sent a JSON value that is no message: {str(message)[:80]}")
             return []
@@ -257,30 +362,26 @@ class Replayer:
         if not isinstance(method, str):
             return self._answer(message)
         is_request = "id" in message
+        params = message.get("params")
+        session_id = params.get("sessionId") if isinstance(params, dict) else None
+        # The window the live request opened, by the protocol layer's rule (v1 session/load;
+        # session/resume with a non-null replayFrom): its reaction is history, notices left out.
+        history = is_request and isinstance(session_id, str) and self._live.replaying(session_id)
         candidate = self._match(message, method)
         if isinstance(candidate, str):  # a deviation, described
             if is_request and not self.strict:
-                fallback = self._lenient_fallback(message, method)
+                fallback = self._lenient_fallback(message, method, history)
                 if fallback is not None:
                     return fallback
             self._deviate(candidate)
             if not is_request:
                 return []
-            return [
-                Send(
-                    _line(
-                        {
-                            "jsonrpc": "2.0",
-                            "id": message["id"],
-                            "error": {"code": REPLAY_ERROR, "message": f"acp-proxy replay: {candidate}"},
-                        }
-                    )
-                )
-            ]
+            error = {"code": REPLAY_ERROR, "message": f"acp-proxy replay: {candidate}"}
+            return [Send(_line({"jsonrpc": "2.0", "id": message["id"], "error": error}))]
         candidate.used = True
         if is_request:
             self._live_ids[candidate.seq] = message["id"]
-        history = _is_history_request(message)
+            self._open[method].append(candidate.seq)
         return list(self._sends(candidate.reaction, candidate, history=history))
 
     def _match(self, message: dict[str, Any], method: str) -> _Frame | str:
@@ -308,8 +409,9 @@ class Replayer:
         if got != want:
             text = f"{method} params differ from {_describe(candidate)}: got {_short(got)}, recorded {_short(want)}"
             if self.strict:
+                candidate.used = True  # the refused request stands for it: not "never sent" too
                 return text
-            self.deviations.append(text)  # lenient: play it anyway
+            self._deviate(text)  # lenient: play it anyway
         self._last_of_method[method] = candidate
         if queue and queue[0] is candidate:
             queue.popleft()
@@ -317,38 +419,62 @@ class Replayer:
 
     def _answer(self, message: dict[str, Any]) -> list[Send]:
         """The live client answered one of the replayed agent requests."""
-        key = json.dumps(message.get("id"))
+        key = id_key(message.get("id"))
         request_seq = self._sent_requests.pop(key, None)
         if request_seq is None:
             self._deviate(f"the client answered id {key}, which the fake agent never asked")
             return []
+        request = self._by_seq[request_seq]
         answers = self._answers.get(request_seq)
         while answers and answers[0].used:
             answers.popleft()
         if not answers:
-            self._deviate(f"the recording has no answer to {_describe(self._by_seq[request_seq])}")
+            self._deviate(f"the recording has no answer to {_describe(request)}")
             return []
         recorded = answers.popleft()
         recorded.used = True
         if ("error" in message) != ("error" in recorded.message):
             self._deviate(
-                f"the client answered {_describe(self._by_seq[request_seq])} "
+                f"the client answered {_describe(request)} "
                 f"{'with an error' if 'error' in message else 'with a result'}, unlike the recording"
             )
-        elif normalise(message.get("result"), self.ignore) != normalise(recorded.message.get("result"), self.ignore):
-            self.deviations.append(
-                f"the client's answer to {_describe(self._by_seq[request_seq])} differs "
-                f"from the recording: {_short(message.get('result'))}"
-            )
-        return list(self._sends(recorded.reaction, recorded))
+            return list(self._sends(recorded.reaction, recorded))
+        live, was = (
+            normalise(message.get("result"), self.ignore),
+            normalise(recorded.message.get("result"), self.ignore),
+        )
+        if live == was:
+            return list(self._sends(recorded.reaction, recorded))
+        branch = self._branch_for(request, live) if self.follow_client else None
+        said = f"the client answered {_describe(request)} with {_short(live, 80)}, the recording with {_short(was, 80)}"
+        if branch is None:
+            tail = "; the recording has no branch for that answer" if self.follow_client else ""
+            self._deviate(f"{said}: the recorded branch plays on{tail}")
+            return list(self._sends(recorded.reaction, recorded))
+        self._deviate(f"{said}: playing the recording's branch for that answer ({_describe(branch)})")
+        return list(self._sends(branch.reaction, branch, borrowed=True))
 
-    def _lenient_fallback(self, message: dict[str, Any], method: str) -> list[Send] | None:
+    def _branch_for(self, request: _Frame, result: Any) -> _Frame | None:
+        """A recorded answer to another request of the same method, equal to the live answer."""
+        for answers in self._answers_by_method(request.method):
+            if normalise(answers.message.get("result"), self.ignore) == result:
+                return answers
+        return None
+
+    def _answers_by_method(self, method: str | None) -> Iterator[_Frame]:
+        for t in self._triggers:
+            if t.request_seq is not None and isinstance(t.message, dict) and "method" not in t.message:
+                asked = self._by_seq.get(t.request_seq)
+                if asked is not None and asked.method == method and "error" not in t.message:
+                    yield t
+
+    def _lenient_fallback(self, message: dict[str, Any], method: str, history: bool) -> list[Send] | None:
         """Best effort for a request the recording cannot play: history, or a repeat of the last answer."""
-        if _is_history_request(message) or method == "session/resume":
+        if history or method == "session/resume" or method == "session/load":
             # Opening a recorded session the recording never reopened is what an editor does
             # with a fake agent: documented behaviour, so a note rather than a deviation.
             self.notes.append(f"{method} not in the recording: history rebuilt from the recorded session")
-            return self._synthesised_history(message, with_history=_is_history_request(message))
+            return self._synthesised_history(message, with_history=history)
         last = self._last_of_method.get(method)
         if last is None:
             return None
@@ -361,32 +487,69 @@ class Replayer:
 
     # -- what goes out -------------------------------------------------------------------------
 
-    def _sends(self, frames: list[_Frame], trigger: _Frame | None, history: bool = False) -> Iterator[Send]:
+    def _sends(
+        self, frames: list[_Frame], trigger: _Frame | None, history: bool = False, borrowed: bool = False
+    ) -> Iterator[Send]:
         previous = trigger.ts_ns if trigger is not None else (frames[0].ts_ns if frames else 0)
         responded = False
         for frame in frames:
             delay = max(frame.ts_ns - previous, 0) / 1e9
             previous = frame.ts_ns
-            if (frame.replay or (history and not responded)) and _is_notice(frame):
+            if (frame.replay or (history and not responded)) and self._is_notice(frame):
                 continue  # Rule 2: a live-only notice is never part of a history replay
-            data = self._outgoing(frame)
+            data = self._outgoing(frame, borrowed)
             if data is None:
                 continue
             if trigger is not None and frame.request_seq == trigger.seq:
                 responded = True
             yield Send(data, delay, frame.seq)
 
-    def _outgoing(self, frame: _Frame) -> bytes | None:
+    def _outgoing(self, frame: _Frame, borrowed: bool = False) -> bytes | None:
         ending = b"\n" if frame.terminated else b""
+        if frame.elements:
+            return self._batch(frame, ending, borrowed)
         message = frame.message
         if not isinstance(message, dict):
             return frame.raw + ending  # an invalid line (or a bare value) the agent really wrote
+        reply = self._element(frame, borrowed)
+        if reply is None:
+            return None
+        return frame.raw + ending if reply is message else _line(reply)
+
+    def _batch(self, frame: _Frame, ending: bytes, borrowed: bool) -> bytes | None:
+        """An agent's batch line: the recorded bytes when no element changes (Rule 1), else the
+        array again with the changed ids, the elements the client cannot take left out."""
+        out: list[Any] = []
+        same = True
+        for element in frame.elements:
+            if not isinstance(element.message, dict):
+                out.append(element.message)
+                continue
+            reply = self._element(element, borrowed)
+            same = same and reply is element.message
+            if reply is not None:
+                out.append(reply)
+        if same:
+            return frame.raw + ending
+        return _line(out) if out else None
+
+    def _element(self, frame: _Frame, borrowed: bool) -> dict[str, Any] | None:
+        """One message for the client: the recorded one (the same object) when nothing changes,
+        a copy with the live id for a response, None for an answer the client cannot take."""
+        message: dict[str, Any] = frame.message
         if "method" in message:
             if "id" in message:  # the agent's own request: its answer comes back with this id
-                self._sent_requests[json.dumps(message["id"])] = frame.seq
-            return frame.raw + ending
+                self._sent_requests[id_key(message["id"])] = frame.seq
+            return message
         if frame.request_seq is None:
-            return frame.raw + ending  # a response the recording could not pair: as it was
+            return message  # a response the recording could not pair: as it was
+        if borrowed and frame.request_seq not in self._live_ids:
+            # The branch of another turn ends with that turn's answer: the live request of the
+            # same method still open takes it.
+            asked = self._by_seq.get(frame.request_seq)
+            opened = self._open.get((asked.method if asked else None) or "") or []
+            if opened:
+                return {**message, "id": self._live_ids[opened.pop(0)]}
         if frame.request_seq not in self._live_ids:
             self._deviate(
                 f"skipped the recorded answer to {_describe(self._by_seq[frame.request_seq])}, "
@@ -394,9 +557,12 @@ class Replayer:
             )
             return None
         live = self._live_ids[frame.request_seq]
-        if json.dumps(live) == json.dumps(message.get("id")):
-            return frame.raw + ending  # Rule 1: byte-identical when the ids agree
-        return _line({**message, "id": live})
+        asked = self._by_seq.get(frame.request_seq)
+        if asked is not None and frame.request_seq in self._open.get(asked.method or "", []):
+            self._open[asked.method or ""].remove(frame.request_seq)
+        if id_key(live) == (frame.rpc_id or id_key(message.get("id"))):
+            return message  # Rule 1: byte-identical when the ids agree
+        return {**message, "id": live}
 
     def _synthesised_history(self, message: dict[str, Any], with_history: bool = True) -> list[Send]:
         """A history for a recorded session the recording never loaded: its live updates, no notices."""
@@ -432,7 +598,7 @@ class Replayer:
                 frame.dir == A2C
                 and frame.method == "session/update"
                 and frame.kind == "notification"
-                and not _is_notice(frame)
+                and not self._is_notice(frame)
             ):
                 sends.append(Send(frame.raw + b"\n", seq=frame.seq))
         if with_history and not any(f.session_id == session_id for f in self._by_seq.values()):
@@ -445,15 +611,7 @@ class Replayer:
 
     def _deviate(self, text: str) -> None:
         self.deviations.append(text)
-
-    @staticmethod
-    def _protocol_version(frames: list[_Frame]) -> int:
-        for f in frames:
-            if f.dir == A2C and f.method == "initialize" and isinstance(f.message, dict):
-                result = f.message.get("result")
-                if isinstance(result, dict) and isinstance(result.get("protocolVersion"), int):
-                    return result["protocolVersion"]
-        return 1
+        self._diverged = True
 
 
 def _short(value: Any, limit: int = 160) -> str:
@@ -464,12 +622,24 @@ def _short(value: Any, limit: int = 160) -> str:
 # -- the I/O shell ---------------------------------------------------------------------------------
 
 
+class _Ended(Exception):
+    """A signal ended the replay (raised by the handler ``serve`` installs)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
 def serve(replayer: Replayer, stdin: BinaryIO, stdout: BinaryIO, speed: float, log: Any = None) -> list[str]:
-    """Play ``replayer`` over blocking streams until the client's EOF; return the deviations.
+    """Play ``replayer`` over blocking streams until the client's EOF, SIGTERM or SIGINT (how
+    editors and the SDK client end an agent); return the deviations. ``replayer.ended_by`` then
+    says which ended it, for the summary: the three end alike, with the verdict so far.
 
     ``speed``: recorded gaps are divided by it (1 = original timing); 0 sends without waiting.
     The sleeps reproduce the recorded agent's pace; they synchronise nothing.
     """
+    import signal
+
     log = log or sys.stderr
 
     def write(sends: list[Send]) -> None:
@@ -483,286 +653,47 @@ def serve(replayer: Replayer, stdin: BinaryIO, stdout: BinaryIO, speed: float, l
 
     def report_new() -> None:
         nonlocal reported, noted
-        for text in replayer.notes[noted:]:
-            print(f"acp-proxy: replay: note: {text}", file=log, flush=True)
-        for text in replayer.deviations[reported:]:
-            print(f"acp-proxy: replay: {text}", file=log, flush=True)
+        try:
+            for text in replayer.notes[noted:]:
+                print(f"acp-proxy: replay: note: {text}", file=log, flush=True)
+            for text in replayer.deviations[reported:]:
+                print(f"acp-proxy: replay: {text}", file=log, flush=True)
+        except (OSError, ValueError):
+            pass  # stderr gone: the exit status still tells
         reported, noted = len(replayer.deviations), len(replayer.notes)
 
+    def stop(signum: int, _frame: Any) -> None:
+        raise _Ended(signal.Signals(signum).name)
+
+    handled: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in handled:
+            previous[sig] = signal.signal(sig, stop)
+    replayer.ended_by = "stdin closed"
     try:
-        write(replayer.start())
-        for line in stdin:
-            write(replayer.receive(line))
-            report_new()
-    except BrokenPipeError:
-        replayer.deviations.append("the client closed its end before the replay was written")
+        try:
+            write(replayer.start())
+            for line in stdin:
+                write(replayer.receive(line))
+                report_new()
+        except BrokenPipeError:
+            replayer.deviations.append("the client closed its end before the replay was written")
+        except _Ended as ended:
+            replayer.ended_by = f"ended by {ended.name}"
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     replayer.finish()
     report_new()
     return replayer.deviations
 
 
-# -- the fake client ---------------------------------------------------------------------------------
+def __getattr__(name: str) -> Any:
+    """The fake client's names, where callers have always found them (it lives in ``client``,
+    which imports this module: so it is loaded when first asked for, not at import)."""
+    if name in ("ClientReplayer", "drive"):
+        from acp_proxy.replay import client
 
-
-@dataclass
-class _Step:
-    """A recorded client request or notification, and what the recording shows before it."""
-
-    frame: _Frame
-    after: frozenset[int]  # recorded client requests whose responses were recorded before it
-    agent_requests: int  # how many agent requests were recorded before it
-
-
-class ClientReplayer:
-    """The pure fake client: ``start()`` once, ``receive(line)`` per agent line, ``finish()`` at the end.
-
-    ``start`` and ``receive`` return the lines to write to the agent. ``done`` says when every
-    recorded client frame has been sent and every request the recording saw answered has its
-    live answer; ``fatal`` holds why driving must stop (a live error where the recording had a
-    result, in strict mode; or what the shell reports through ``fail``).
-    """
-
-    def __init__(self, rows: Iterable[dict[str, Any]], *, strict: bool = False) -> None:
-        self.strict = strict
-        self.deviations: list[str] = []
-        self.fatal: str | None = None
-        frames = _decode_rows(rows)
-        by_seq = {f.seq: f for f in frames}
-        self._steps: list[_Step] = []
-        self._answers: dict[str, deque[_Frame]] = defaultdict(deque)  # agent request method -> answers
-        self._responses: dict[int, _Frame] = {}  # recorded client request seq -> the agent's response
-        requested: set[int] = set()
-        agent_requests = 0
-        for f in frames:
-            message = f.message if isinstance(f.message, dict) else {}
-            if f.dir == A2C:
-                if "method" in message and "id" in message:
-                    agent_requests += 1
-                elif f.request_seq in requested:
-                    self._responses[f.request_seq] = f
-            elif "method" not in message and ("result" in message or "error" in message):
-                request = by_seq.get(f.request_seq) if f.request_seq is not None else None
-                self._answers[(request.method if request else None) or f.method or "?"].append(f)
-            else:
-                after = frozenset(s for s in requested if s in self._responses)
-                self._steps.append(_Step(f, after, agent_requests))
-                if "method" in message and "id" in message:
-                    requested.add(f.seq)
-        self._next = 0
-        self._pending: dict[str, _Frame] = {}  # id (JSON text) of a sent request -> its frame
-        self._answered: set[int] = set()
-        self._live_agent_requests = 0
-        self._session_ids: dict[str, str] = {}  # recorded -> live
-
-    # -- the interface the shell drives ----------------------------------------------------
-
-    @property
-    def done(self) -> bool:
-        """Every recorded client frame sent; every request answered in the recording answered live."""
-        return self._next == len(self._steps) and not any(f.seq in self._responses for f in self._pending.values())
-
-    def start(self) -> list[bytes]:
-        """The client frames the recording sent before the agent said anything."""
-        return self._advance()
-
-    def receive(self, line: bytes) -> list[bytes]:
-        """Decide what to write to the agent after one line from it."""
-        text = line.rstrip(b"\r\n")
-        if not text.strip():
-            return []
-        try:
-            message = json.loads(text)
-        except ValueError:
-            self.deviations.append(f"the agent wrote a line that is not JSON: {text[:80]!r}")
-            return []
-        elements = message if isinstance(message, list) else [message]
-        out: list[bytes] = []
-        for element in elements:
-            if isinstance(element, dict):
-                out += self._message(element)
-        return out + self._advance()
-
-    def fail(self, text: str) -> None:
-        """Stop driving, for ``text`` (a hang, a dead agent): the shell's fatal deviations."""
-        if self.fatal is None:
-            self.fatal = text
-
-    def waiting_for(self) -> str:
-        """What the replay is waiting for, for a timeout's message."""
-        open_requests = [_describe(f) for f in self._pending.values() if f.seq in self._responses]
-        if open_requests:
-            return "waiting for the agent's answer to " + ", ".join(open_requests)
-        if self._next < len(self._steps):
-            return f"waiting for the agent before sending {_describe(self._steps[self._next].frame)}"
-        return "waiting for the agent to exit"
-
-    def finish(self) -> list[str]:
-        """At the end: the deviations, including recorded agent requests the live agent never made."""
-        for method, answers in self._answers.items():
-            for answer in answers:
-                self.deviations.append(
-                    f"the agent never sent the recorded {method} (answered by recorded frame {answer.seq % 10**12})"
-                )
-            answers.clear()
-        if not self.done and self.fatal is None:
-            self.deviations.append(f"the replay stopped early, {self.waiting_for()}")
-        return self.deviations
-
-    # -- matching ----------------------------------------------------------------------------
-
-    def _ready(self, step: _Step) -> bool:
-        if not step.after <= self._answered:
-            return False
-        open_requests = any(f.seq in self._responses for f in self._pending.values())
-        return self._live_agent_requests >= step.agent_requests or not open_requests
-
-    def _advance(self) -> list[bytes]:
-        out: list[bytes] = []
-        while self.fatal is None and self._next < len(self._steps) and self._ready(self._steps[self._next]):
-            frame = self._steps[self._next].frame
-            self._next += 1
-            message = frame.message
-            if not isinstance(message, dict):
-                out.append(frame.raw + (b"\n" if frame.terminated else b""))
-                continue
-            if "method" in message and "id" in message:
-                self._pending[json.dumps(message["id"])] = frame
-            out.append(self._encode(frame, message))
-        return out
-
-    def _encode(self, frame: _Frame, message: dict[str, Any]) -> bytes:
-        """The recorded line, byte for byte unless a session id (or ``id``) had to change."""
-        remapped = self._remap(message)
-        if remapped == message:
-            return frame.raw + b"\n"
-        return _line(remapped)
-
-    def _remap(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self._session_ids.get(value, value)
-        if isinstance(value, dict):
-            return {k: self._remap(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._remap(v) for v in value]
-        return value
-
-    def _message(self, message: dict[str, Any]) -> list[bytes]:
-        method = message.get("method")
-        if isinstance(method, str):
-            if "id" not in message:
-                return []  # an update: recorded by the proxy, nothing to answer
-            self._live_agent_requests += 1
-            return [self._answer(message, method)]
-        frame = self._pending.pop(json.dumps(message.get("id")), None)
-        if frame is None:
-            self.deviations.append(f"the agent answered id {json.dumps(message.get('id'))}, never asked")
-            return []
-        self._answered.add(frame.seq)
-        recorded = self._responses.get(frame.seq)
-        if recorded is None or not isinstance(recorded.message, dict):
-            return []
-        if "error" in message and "error" not in recorded.message:
-            error = message.get("error")
-            reason = error.get("message") if isinstance(error, dict) else error
-            text = f"the agent answered {_describe(frame)} with an error ({reason}), where the recording has a result"
-            self.deviations.append(text)
-            if self.strict:
-                self.fatal = text
-        elif "error" not in message and "error" in recorded.message:
-            self.deviations.append(
-                f"the agent answered {_describe(frame)} with a result, where the recording has an error"
-            )
-        live_result, recorded_result = message.get("result"), recorded.message.get("result")
-        if isinstance(live_result, dict) and isinstance(recorded_result, dict):
-            was, now = recorded_result.get("sessionId"), live_result.get("sessionId")
-            if isinstance(was, str) and isinstance(now, str):
-                self._session_ids[was] = now
-        return []
-
-    def _answer(self, message: dict[str, Any], method: str) -> bytes:
-        """The recorded answer to the live agent's ``method`` request, under the live id."""
-        answers = self._answers.get(method)
-        if not answers:
-            self.deviations.append(f"the agent sent {method}, which the recording has no answer for")
-            return _line(
-                {
-                    "jsonrpc": "2.0",
-                    "id": message["id"],
-                    "error": {"code": REPLAY_ERROR, "message": f"acp-proxy replay: no recorded answer to {method}"},
-                }
-            )
-        recorded = answers.popleft()
-        recorded_message = recorded.message if isinstance(recorded.message, dict) else {}
-        reply = {**self._remap(recorded_message), "id": message["id"]}
-        if reply == recorded_message:
-            return recorded.raw + b"\n"
-        return _line(reply)
-
-
-def drive(
-    replayer: ClientReplayer, to_agent: IO[bytes], from_agent: IO[bytes], timeout_s: float, log: Any = None
-) -> list[str]:
-    """Play ``replayer`` against an agent's streams until the agent's EOF; return the deviations.
-
-    Once the replay is done the agent's stdin is closed and its output drained (an agent exits
-    at EOF). One deadline, ``timeout_s``, bounds everything; a hang or an early EOF is fatal
-    (``replayer.fatal``). The agent's lines are read on a thread so the deadline holds.
-    """
-    log = log or sys.stderr
-    lines: queue.Queue[bytes | None] = queue.Queue()
-
-    def pump() -> None:
-        try:
-            for line in from_agent:
-                lines.put(line)
-        except (OSError, ValueError):
-            pass
-        finally:
-            lines.put(None)
-
-    threading.Thread(target=pump, name="acp-proxy-replay-client", daemon=True).start()
-    deadline = time.monotonic() + timeout_s
-    reported = 0
-    closed = False
-
-    def write(datas: list[bytes]) -> None:
-        for data in datas:
-            to_agent.write(data)
-        to_agent.flush()
-
-    try:
-        write(replayer.start())
-        while replayer.fatal is None:
-            if replayer.done and not closed:
-                to_agent.close()
-                closed = True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                replayer.fail(f"timed out after {timeout_s:g} s, {replayer.waiting_for()}")
-                break
-            try:
-                line = lines.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if line is None:
-                if not replayer.done:
-                    replayer.fail(f"the agent closed its output, {replayer.waiting_for()}")
-                break
-            out = replayer.receive(line)
-            if not closed:
-                write(out)
-            for text in replayer.deviations[reported:]:
-                print(f"acp-proxy: replay: {text}", file=log, flush=True)
-            reported = len(replayer.deviations)
-    except (BrokenPipeError, ValueError, OSError):
-        replayer.fail("the agent stopped reading its input")
-    finally:
-        if not closed:
-            try:
-                to_agent.close()
-            except OSError:
-                pass
-    replayer.finish()
-    for text in replayer.deviations[reported:]:
-        print(f"acp-proxy: replay: {text}", file=log, flush=True)
-    return replayer.deviations
+        return getattr(client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

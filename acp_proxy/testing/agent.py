@@ -13,6 +13,13 @@ The shape is Toxiproxy's, for stdio::
     assert agent.frames("fault:drop")          # the recording, through the filter language
     assert agent.faults()[0]["action"] == "drop"
 
+``agent.run(client_argv)`` runs the client under test as a process, bounded by ``timeout``
+seconds (``ProxiedAgent(..., timeout=)``, default 60): a client still running then is stopped
+(SIGTERM to its process group, so the proxy finishes its recording; SIGKILL 5 s later) and the
+call raises ``ClientHung``, an ``AssertionError`` that names what the client never got, from
+the recording — a response a fault dropped, a request the agent never answered — so a hang is
+a failure that says why, not a test that never ends.
+
 The rules are checked here, with the proxy's own parser, before anything is spawned: a typo
 fails at once with the parser's message (``unknown action 'dorp'; did you mean 'drop'?``)
 instead of as a client that lost its agent. With ``stderr_file``, the proxy writes everything
@@ -28,11 +35,15 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from acp_proxy.errors import AcpProxyError
 
 
 class ProxiedAgent:
@@ -48,11 +59,18 @@ class ProxiedAgent:
         grace: float | None = None,
         stderr_file: str | Path | None = None,
         python: str = sys.executable,
+        timeout: float = 60.0,
     ) -> None:
+        from acp_proxy.errors import UsageError
+
         if not agent:
             raise ValueError("agent: the agent's command line is empty")
         _check_options(list(faults), faults_file, seed, grace)
+        if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+            raise UsageError(f"timeout is a positive number of seconds, not {timeout!r}")
         self.agent = list(agent)
+        self.timeout = float(timeout)
+        """How long ``run`` lets the client under test run before it fails the test."""
         self.db = Path(db)
         self.stderr_file = Path(stderr_file) if stderr_file is not None else None
         """Where the proxy's stderr goes (None: inherited from the client)."""
@@ -71,6 +89,61 @@ class ProxiedAgent:
             options += ["--stderr-file", str(self.stderr_file)]
         self.argv: list[str] = [python, "-m", "acp_proxy", "run", *options, "--", *self.agent]
         """The command line to give the client under test in place of the agent's."""
+
+    def run(
+        self,
+        client: Sequence[str],
+        *,
+        timeout: float | None = None,
+        input: str | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the client under test (``client``: its command line, which launches ``argv``) to
+        its end, output captured as text. Raises ``ClientHung`` when it is still running after
+        ``timeout`` seconds (default: this agent's ``timeout``)."""
+        limit = self.timeout if timeout is None else timeout
+        proc = subprocess.Popen(
+            list(client),
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,  # its own process group: the proxy and agent are stopped with it
+        )
+        try:
+            out, err = proc.communicate(input, timeout=limit)
+        except subprocess.TimeoutExpired:
+            out, err = _stop(proc)
+            raise ClientHung(
+                f"the client was still running after {limit:g} s and was stopped; {self.never_got()}",
+                subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
+            ) from None
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def never_got(self) -> str:
+        """What the recording shows the client waiting for, in words (for a hang's message)."""
+        lost = self._query(
+            "select seq, kind, method, rpc_id, note, fault from frames "
+            "where dir = 'a2c' and forwarded = 0 and kind in ('response', 'error', 'request') order by run_id, seq"
+        )
+        if lost:
+            return "it never got " + "; nor ".join(_lost(frame) for frame in lost)
+        open_requests = self._query(
+            "select seq, dir, method, rpc_id from frames where kind = 'request' and unanswered = 1 order by run_id, seq"
+        )
+        waiting = [f for f in open_requests if f["dir"] == "c2a"]
+        if waiting:
+            return "it never got " + "; nor ".join(
+                f"the response to {f['method']} (id {f['rpc_id']}, frame {f['seq']}): the agent never sent it"
+                for f in waiting
+            )
+        if open_requests:
+            f = open_requests[0]
+            return f"it never answered the agent's {f['method']} (id {f['rpc_id']}, frame {f['seq']})"
+        return "the recording shows nothing it was waiting for (is the client waiting on something else?)"
 
     def stderr(self) -> str:
         """What the proxy wrote to stderr so far (with ``stderr_file``; else "")."""
@@ -111,6 +184,44 @@ class ProxiedAgent:
     def sql(self, query: str, *params: Any) -> list[dict[str, Any]]:
         """Anything else, read-only."""
         return self._query(query, params)
+
+
+class ClientHung(AcpProxyError, AssertionError):
+    """The client under test was still running at its time limit; the message says what the
+    recording shows it never got. ``result`` holds what it wrote before it was stopped."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, result: subprocess.CompletedProcess[str]) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def _lost(frame: dict[str, Any]) -> str:
+    what = (
+        "the request"
+        if frame["kind"] == "request"
+        else "the response to"
+        if frame["kind"] == "response"
+        else ("the error answering")
+    )
+    why = f"the fault `{frame['fault']}` held it back" if frame["fault"] else (frame["note"] or "not forwarded")
+    return f"{what} {frame['method']} (id {frame['rpc_id']}, frame {frame['seq']}): {why}"
+
+
+def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """Stop a client and everything in its process group: SIGTERM (the proxy then finishes its
+    recording), SIGKILL if anything is left 5 s later. What it wrote."""
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            return proc.communicate(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return "", ""
 
 
 def _check_options(faults: list[str], faults_file: str | Path | None, seed: int | None, grace: float | None) -> None:

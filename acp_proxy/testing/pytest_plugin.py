@@ -3,10 +3,14 @@
 Loaded automatically (entry point ``pytest11``) when acp-proxy is installed::
 
     def test_client_survives_a_lost_prompt_response(acp_proxy):
-        agent = acp_proxy(["my-agent"], faults=["drop if method:session/prompt kind:response"])
-        result = run_my_client(agent.argv, timeout=5)
-        assert result.timed_out_cleanly
+        agent = acp_proxy(["my-agent"], faults=["drop if method:session/prompt kind:response"], timeout=30)
+        result = agent.run(["my-client", "--timeout", "3", "--", *agent.argv])
+        assert result.returncode == 1 and "timed out" in result.stderr
         assert agent.frames("fault:drop")
+
+``agent.run`` bounds the client by ``timeout`` seconds (default 60): a client that hangs fails
+the test with ``ClientHung``, naming the frame it never got (``examples/test_fault_injection.py``
+runs this with the SDK example client).
 
 Each call gets its own database and stderr file in the test's ``tmp_path`` (see
 ``acp_proxy.testing``). A rule with a mistake fails the call itself, with the rule parser's

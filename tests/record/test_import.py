@@ -8,6 +8,7 @@ export gives the same file for acp-proxy's own formats, and an imported run answ
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import sqlite3
 from pathlib import Path
@@ -242,11 +243,15 @@ def run_count(db: Path) -> int:
         (b"", "auto", "cannot tell the format"),
         (b"\x00\xff\xfe garbage \x89PNG\r\n\x1a\n" * 20, "auto", "cannot tell the format"),
         (b"\x00\xff\xfe garbage", "jsonl", "line 1: not JSON"),
-        (b'{"acp_proxy_export":1}\n{"dir":"c2a","seq":1,"raw":"{}"}\n{"dir":"a2c","seq":2,"ra', "auto", "line 3"),
+        (b'{"acp_proxy_export":1}\n{"dir":"c2a","seq":1,"ra\n{"dir":"a2c","seq":2,"raw":"{}"}', "auto", "line 2"),
+        (b'{"ts":1,"direction":"fromClient"', "inspector", "is this an ACP Inspector trace?"),
+        (b'{"ts":1,"from":"client","to":"agent"}\n', "jsons", "an event has no `type`"),
+        (b'{"ts":1,"type":null,"from":"client"}\n', "jsons", "has `type` null"),
+        (b"[1]\n", "jsonl", "an array, not a JSON object; is this an acp-proxy export?"),
         (b'{"ts":1,"direction":"sideways","json":"{}"}\n', "auto", "fromClient or fromAgent"),
         (b'{"ts":1,"type":"request","from":"client","to":"agent"}\n', "auto", "needs `id`"),
         (b'{"ts":-5,"type":"trace","component":"agent","level":"info","message":"x"}\n', "jsons", "out of range"),
-        (b"2025-12-17 11:26:25,895 [ 1]   INFO - X - nothing here\n", "jetbrains", "holds no frames"),
+        (b"2025-12-17 11:26:25,895 [ 1]   INFO - X - nothing here\n", "jetbrains", "holds no ACP messages (read as a"),
     ],
 )
 def test_bad_logs_are_one_line_and_add_no_run(tmp_path: Path, content: bytes, fmt: str, expected: str) -> None:
@@ -256,6 +261,7 @@ def test_bad_logs_are_one_line_and_add_no_run(tmp_path: Path, content: bytes, fm
     result = CliRunner().invoke(cli, ["import", "--db", str(db), "--format", fmt, str(log)])
     assert result.exit_code == 2, result.output
     assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "None" not in result.stderr and " a inspector" not in result.stderr
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert run_count(db) == 0
 
@@ -391,3 +397,139 @@ def test_detection_and_reading_are_total(tmp_path_factory: pytest.TempPathFactor
     lines = list(importers.read_lines(path))
     assert b"\n".join(line for _, line in lines) == data.removesuffix(b"\n")
     assert importers.detect(iter(lines)) in (None, *importers.FORMATS)
+
+
+# -- the ACP conductor's namings, and torn last lines ------------------------------------------
+
+
+def current_conductor_naming(data: bytes, proxies: int = 0) -> bytes:
+    """A jsons trace as conductors since January 2026 write it: components by their debug names
+    (``Client``, ``Proxy(0)``, ``Agent``); with ``proxies``, each message also crosses that many
+    proxies (the hops a chain adds, which the import leaves out)."""
+    out = []
+    for line in data.splitlines():
+        event = json.loads(line)
+        if event["type"] == "trace":
+            event["component"] = event["component"].capitalize()
+            out.append(event)
+            continue
+        names = ["Client", *[f"Proxy({n})" for n in range(proxies)], "Agent"]
+        hops = list(itertools.pairwise(names))
+        if event["from"] == "agent":
+            hops = [(b, a) for a, b in reversed(hops)]
+        for sender, receiver in hops:
+            out.append({**event, "from": sender, "to": receiver})
+    return b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in out)
+
+
+@pytest.mark.parametrize("proxies", [0, 2])
+def test_a_current_conductor_trace_imports_like_the_older_naming(
+    sdk_recording: tuple[Path, str], tmp_path: Path, proxies: int
+) -> None:
+    db, _ = sdk_recording
+    older = export(db, "1", "jsons", tmp_path / "older.jsons")
+    (tmp_path / "current.jsons").write_bytes(current_conductor_naming(older, proxies))
+    target = tmp_path / "imported.db"
+    run_id = import_log(target, tmp_path / "current.jsons")
+    # Round trip: the run exports to the very trace the older naming gave.
+    assert export(target, str(run_id), "jsons", tmp_path / "again.jsons") == older
+    assert turns_of(target, run_id) and [t[6] for t in turns_of(target, run_id)] == [t[6] for t in turns_of(db, 1)]
+
+
+def torn(data: bytes, keep: int = -10) -> bytes:
+    """The log as a writer killed in the middle of its last line leaves it (``keep`` bytes of it)."""
+    head, _, last = data.rstrip(b"\n").rpartition(b"\n")
+    return head + b"\n" + last[:keep]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "jsons", "conductor-log", "inspector", "jetbrains", "jetbrains-head"])
+def test_a_torn_last_line_is_left_out_with_one_warning(
+    sdk_recording: tuple[Path, str], tmp_path: Path, fmt: str
+) -> None:
+    db, _ = sdk_recording
+    if fmt.startswith("jetbrains"):
+        frames = rows(db, "select * from frames where run_id = 1 and dir != 'stderr' order by seq")
+        whole = jetbrains_log(frames).encode()
+        whole = whole[: whole.rstrip(b"\n").rfind(b"\n") + 1]  # the last frame ends the log
+    elif fmt == "conductor-log":
+        frames = rows(db, "select * from frames where run_id = 1 order by seq")
+        whole = conductor_debug_log(frames, "2026-01-10T12:00:00+00:00")
+    else:
+        whole = export(db, "1", fmt, tmp_path / f"whole.{fmt}")
+    # jetbrains-head: cut in the line's head, before its "IN:" marker
+    (tmp_path / "torn.log").write_bytes(torn(whole, 58 if fmt == "jetbrains-head" else -10))
+    target = tmp_path / "imported.db"
+    result = invoke("import", "--db", str(target), str(tmp_path / "torn.log"))
+    assert result.exit_code == 0, result.output
+    lines = whole.rstrip(b"\n").split(b"\n")
+    warnings = [line for line in result.stderr.splitlines() if "cut short" in line]
+    assert warnings == [f"acp-proxy: line {len(lines)} of {tmp_path / 'torn.log'} is cut short "
+                        "(the log ends mid-line): left out"]  # fmt: skip
+    run_id = int(result.stdout.split()[-1])
+    imported = rows(target, "select raw from frames where run_id = ? and dir != 'stderr' order by seq", run_id)
+    original = rows(db, "select raw from frames where run_id = 1 and dir != 'stderr' order by seq")
+    if fmt != "jsons":
+        assert [f["raw"] for f in imported] == [f["raw"] for f in original][:-1]
+    else:
+        assert len(imported) == len(original) - 1
+
+
+def test_a_torn_line_that_is_not_the_last_refuses_the_log(sdk_recording: tuple[Path, str], tmp_path: Path) -> None:
+    db, _ = sdk_recording
+    whole = export(db, "1", "inspector", tmp_path / "whole.inspector")
+    (tmp_path / "torn.log").write_bytes(torn(whole) + b"\n" + whole.split(b"\n")[0] + b"\n")
+    result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "rec.db"), str(tmp_path / "torn.log")])
+    assert result.exit_code == 2 and "not JSON" in result.stderr
+
+
+# -- the ACP conductor's debug log -------------------------------------------------------------
+
+
+def conductor_debug_log(frames: list[dict[str, Any]], started: str) -> bytes:
+    """A run as `sacp-conductor --debug` logs it with one proxy in front of the agent: the
+    header, then every line at each hop (C: the editor's; 0: the proxy; 1: the agent), the
+    conductor's tracing and the agent's stderr."""
+    out = [
+        "=== Conductor Debug Log ===",
+        f"Started: {started}",
+        "Components:",
+        "  0: sacp-tee --log tee.log",
+        "  1: python sdk_agent.py --permission",
+        "========================",
+        "C ! 2026-01-10T12:00:00.000Z  INFO sacp_conductor: conductor starting",
+    ]
+    for f in frames:
+        if f["dir"] == "stderr":
+            out.append(f"1 ! {f['raw']}")
+        elif f["dir"] == "c2a":
+            out += [f"C → {f['raw']}", f"0 → {f['raw']}", f"0 ← {f['raw']}", f"1 → {f['raw']}"]
+        else:
+            out += [f"1 ← {f['raw']}", f"0 → {f['raw']}", f"0 ← {f['raw']}", f"C ← {f['raw']}"]
+    return ("\n".join(out) + "\n").encode()
+
+
+def test_a_conductor_debug_log_imports_the_editors_hop_byte_for_byte(
+    sdk_recording: tuple[Path, str], tmp_path: Path
+) -> None:
+    db, _ = sdk_recording
+    frames = rows(db, "select * from frames where run_id = 1 order by seq")
+    log = tmp_path / "20260110-120000.log"
+    log.write_bytes(conductor_debug_log(frames, "2026-01-10T12:00:00.250+01:00"))
+    target = tmp_path / "imported.db"
+    result = invoke("import", "--db", str(target), str(log))  # --format auto knows it
+    assert result.exit_code == 0, result.output
+    run_id = int(result.stdout.split()[-1])
+    imported = rows(target, "select * from frames where run_id = ? order by seq", run_id)
+    assert [(f["dir"], f["raw"]) for f in imported] == [(f["dir"], f["raw"]) for f in frames]
+    (run,) = rows(target, "select * from runs where id = ?", run_id)
+    started = dt.datetime(2026, 1, 10, 11, 0, 0, tzinfo=dt.UTC).timestamp()
+    assert run["started_ns"] == int(started) * 10**9 + 250_000_000 and run["source_format"] == "conductor-log"
+    assert json.loads(run["argv"]) == ["python", "sdk_agent.py", "--permission"]
+    assert [t[6] for t in turns_of(target, run_id)] == [t[6] for t in turns_of(db, 1)]
+    # Round trip: its export is the original run's, but for what the log cannot say (times).
+    again = export(target, str(run_id), "jsonl", tmp_path / "again.jsonl")
+    first = export(db, "1", "jsonl", tmp_path / "first.jsonl")
+    keep = ("seq", "dir", "raw", "kind", "method", "rpc_id", "session_id", "request_seq")
+    assert [{k: f.get(k) for k in keep} for f in frame_lines(again)] == [
+        {k: f.get(k) for k in keep} for f in frame_lines(first)
+    ]

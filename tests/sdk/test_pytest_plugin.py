@@ -17,6 +17,7 @@ from acp_proxy.errors import UsageError
 from acp_proxy.faults.rules import RuleError
 from acp_proxy.testing import ProxiedAgent
 from tests.conftest import proxy_env
+from tests.peers import EXAMPLES
 
 
 def run_pytest(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
@@ -71,6 +72,28 @@ def test_the_proxys_stderr_is_in_the_report_when_the_agent_dies(tmp_path: Path) 
     assert "acp-proxy stderr (acp_proxy call 1:" in done.stdout
     assert "agent: out of tokens" in done.stdout
     assert done.stdout.count("acp-proxy stderr (") == 1  # only the failing test's report has it
+
+
+def test_a_hanging_client_fails_the_test_naming_the_frame_it_never_got(tmp_path: Path) -> None:
+    done = run_pytest(
+        tmp_path,
+        f"""
+        import sys
+
+        AGENT = [sys.executable, {str(EXAMPLES / "sdk_agent.py")!r}]
+        CLIENT = [sys.executable, {str(EXAMPLES / "sdk_client.py")!r}]
+
+        def test_client_without_a_time_limit(acp_proxy):
+            agent = acp_proxy(AGENT, faults=["drop if method:session/prompt kind:response"], timeout=10)
+            # The client would wait an hour for the response the rule dropped.
+            agent.run([*CLIENT, "--timeout", "3600", "--prompt", "hello", "--", *agent.argv])
+        """,
+    )
+    assert done.returncode == 1, done.stdout
+    assert "1 failed" in done.stdout
+    assert "ClientHung: the client was still running after 10 s and was stopped; it never got the response to " \
+        "session/prompt (id 2, frame" in done.stdout  # fmt: skip
+    assert "the fault `drop` held it back" in done.stdout
 
 
 def test_the_api_checks_rules_and_options_before_spawning(tmp_path: Path) -> None:
