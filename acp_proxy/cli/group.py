@@ -4,7 +4,7 @@ Owns: the group (its help, its version option, the one-line errors of ``support.
 the database, opening it read-only, resolving a REF, parsing a filter, writing JSON or JSONL
 when asked, and the small renderings several commands use (peers, argv, one line per frame).
 The commands live in their own modules (``run_command``, ``lists``, ``show_diff``,
-``frames_tail``, ``export_replay``, ``check_command``), registered by ``commands``.
+``frames_tail``, ``export_command``, ``check_command``), registered by ``commands``.
 
 Must not know: how frames are relayed, decoded or stored; SQL (answers come from ``read/``).
 """

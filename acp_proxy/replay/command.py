@@ -4,7 +4,7 @@ client driven against a live agent), reported like a test runner.
 Owns: the command's options, its summary line and its exit status. What the fake agent and the
 fake client do is ``replayer``'s.
 
-Must not know: how a reply is chosen, SQL beyond reading the run's frames through ``queries``.
+Must not know: how a reply is chosen, SQL (the run's frames come from ``read.queries``).
 
 Ending: the client's EOF, SIGTERM (how the SDK client and most editors end an agent) and SIGINT
 end the replay alike — the deviations so far, one summary line, exit 0, or 1 for a strict
@@ -42,15 +42,15 @@ def _database(db_path: Path | None) -> Path:
 def replay_rows(db_path: Path, ref_text: str) -> list[dict[str, Any]]:
     """The frames of the run a REF names; for a session, the run it first appeared in."""
     from acp_proxy.read import queries
-    from acp_proxy.store import database as store
+    from acp_proxy.record import recovery
 
-    db = store.open_for_reading(db_path)
+    db = recovery.open_for_reading(db_path)
     try:
         resolved = queries.resolve(db, ref_text)
         run_ids = queries.run_ids_of(db, resolved)
         if not run_ids:
             raise UsageError(f"{resolved.describe()} has no recorded run")
-        return queries.rows(db, "select * from frames where run_id = ? order by seq", [run_ids[0]])
+        return queries.run_frames(db, run_ids[0])
     finally:
         db.conn.close()
 
@@ -188,14 +188,15 @@ def _replay_client(
 
 def _run_of_proxy(db_path: Path, pid: int) -> int | None:
     """The run the proxy with this pid recorded (the newest, should the pid have been reused)."""
+    from acp_proxy.read import queries
+    from acp_proxy.record import recovery
     from acp_proxy.store import database as store
 
     try:
-        db = store.open_for_reading(db_path)
+        db = recovery.open_for_reading(db_path)
     except store.StoreError:
         return None
     try:
-        row = db.execute("select max(id) from runs where proxy_pid = ?", [pid]).fetchone()
+        return queries.run_of_proxy(db, pid)
     finally:
         db.conn.close()
-    return row[0] if row else None

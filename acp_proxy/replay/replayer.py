@@ -68,7 +68,8 @@ import msgspec
 
 from acp_proxy.protocol import vocabulary as acp
 from acp_proxy.protocol import wire
-from acp_proxy.protocol.state import ConnectionState, RecordedFrame
+from acp_proxy.protocol.rows import RecordedFrame
+from acp_proxy.protocol.state import ConnectionState
 from acp_proxy.protocol.vocabulary import A2C, C2A
 
 VOLATILE_KEYS = frozenset({"_meta", "timestamp", "createdAt", "updatedAt", "startedAt", "endedAt"})
