@@ -35,6 +35,50 @@ def frame(obj: dict) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
 
 
+def update_note(session: str, turn: int, i: int) -> dict:
+    """The i-th session/update of a turn: the varied v1 mix a coding agent streams, in tenths:
+    five message chunks, two thought chunks, a tool call, an update of it, a plan."""
+    kind = i % 10
+    call = f"call_{turn}_{i // 10}"
+    update: dict
+    if kind < 5:
+        update = {
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": f"chunk {i} " + "x" * (i % 200)},
+        }
+    elif kind < 7:
+        update = {
+            "sessionUpdate": "agent_thought_chunk",
+            "content": {"type": "text", "text": f"thinking {i} " + "y" * 80},
+        }
+    elif kind == 7:
+        update = {
+            "sessionUpdate": "tool_call",
+            "toolCallId": call,
+            "title": f"Read src/file_{i}.py",
+            "kind": ("read", "edit", "search", "execute")[i % 4],
+            "status": "pending",
+            "locations": [{"path": f"/w/src/file_{i}.py", "line": i}],
+            "rawInput": {"path": f"/w/src/file_{i}.py"},
+        }
+    elif kind == 8:
+        update = {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": call,
+            "status": "completed",
+            "content": [{"type": "content", "content": {"type": "text", "text": "def f():\n    return 1\n" * 4}}],
+        }
+    else:
+        update = {
+            "sessionUpdate": "plan",
+            "entries": [
+                {"content": f"step {n} of turn {turn}", "priority": ("high", "medium", "low")[n % 3], "status": s}
+                for n, s in enumerate(("completed", "in_progress", "pending"))
+            ],
+        }
+    return {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "update": update}}
+
+
 def run_traffic(run: int) -> list[tuple[int, bytes]]:
     """One run's frames as (direction, bytes): a session with prompts, chunks, tools, an error."""
     session = f"sess-{run:05d}-{os.urandom(4).hex()}"
@@ -82,45 +126,7 @@ def run_traffic(run: int) -> list[tuple[int, bytes]]:
             )
         )
         for i in range(CHUNKS_PER_TURN):
-            out.append(
-                (
-                    journal.A2C,
-                    frame(
-                        {
-                            "jsonrpc": "2.0",
-                            "method": "session/update",
-                            "params": {
-                                "sessionId": session,
-                                "update": {
-                                    "sessionUpdate": "agent_message_chunk",
-                                    "content": {"type": "text", "text": f"chunk {i} " + "x" * 200},
-                                },
-                            },
-                        }
-                    ),
-                )
-            )
-        out.append(
-            (
-                journal.A2C,
-                frame(
-                    {
-                        "jsonrpc": "2.0",
-                        "method": "session/update",
-                        "params": {
-                            "sessionId": session,
-                            "update": {
-                                "sessionUpdate": "tool_call",
-                                "toolCallId": f"call_{turn}",
-                                "title": "Read file",
-                                "kind": "read",
-                                "status": "completed",
-                            },
-                        },
-                    }
-                ),
-            )
-        )
+            out.append((journal.A2C, frame(update_note(session, turn, i))))
         if turn == 7:
             failure = {"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "boom"}}
             out.append((journal.A2C, frame(failure)))

@@ -27,7 +27,7 @@ and say nothing the schema already said about the same frame.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import Any, ClassVar, Literal
@@ -348,6 +348,7 @@ class SchemaSet:
         # unevaluatedProperties/Items would read; a file that uses them for real keeps its unions.
         self._dispatch_ok = not any(value is not True for value in _unevaluated(root))
         self._compiled: dict[str, Any] = {}
+        self._fast: dict[str, Callable[[Any], bool] | None] = {}
 
     def source_def(self, name: str) -> str:
         return self._sources.get(name, name)
@@ -381,8 +382,37 @@ class SchemaSet:
             return [self._inline(v, stack) for v in node]
         return node
 
+    def fast_validator(self, name: str) -> Callable[[Any], bool] | None:
+        """The compiled verdict of type ``name`` (``compiled``), None where it cannot be compiled."""
+        if name in self._fast:
+            return self._fast[name]
+        from acp_proxy.checks.compiled import Unsupported, compile_schema
+
+        try:
+            found: Callable[[Any], bool] | None = compile_schema(
+                self._inline(self._defs[name], frozenset({name})), self._resolve
+            )
+        except Unsupported:
+            found = None
+        self._fast[name] = found
+        return found
+
+    def _resolve(self, ref: str) -> Any:
+        from acp_proxy.checks.compiled import Unsupported
+
+        target = ref.removeprefix(self._uri + "#/$defs/")
+        if target == ref or target not in self._defs:
+            raise Unsupported(f"$ref {ref}")
+        return self._inline(self._defs[target], frozenset({target}))
+
     def first_error(self, name: str, instance: Any) -> str | None:
         """None when ``instance`` is valid; else "<json path>: <message>" of the most relevant error."""
+        fast = self._fast[name] if name in self._fast else self.fast_validator(name)
+        try:
+            if fast is not None and fast(instance):
+                return None  # the compiled verdict; jsonschema only says what is wrong
+        except Exception:
+            pass  # e.g. nesting too deep for the compiled code: jsonschema decides
         from jsonschema.exceptions import best_match
 
         validator = self.validator(name)
@@ -520,6 +550,8 @@ _decoder = msgspec.json.Decoder()
 
 
 def _field(rec: Any, name: str) -> Any:
+    if type(rec) is dict:  # recorded rows, the common case: no ABC check
+        return rec.get(name)
     if isinstance(rec, Mapping):
         return rec.get(name)
     return getattr(rec, name, None)
@@ -622,6 +654,8 @@ class Checker:
         self.turns: dict[int, tuple[str, str | None, int | None]] = {}
         """The checker's view of the prompt turns: prompt seq -> (status, stop reason, end seq)."""
         self.frames = 0
+        self._schema_of: tuple[int | None, SchemaSet | None] = (None, None)
+        """(version, its schema): the last ``_schema_set`` answer."""
 
     @property
     def version(self) -> int | None:
@@ -738,9 +772,11 @@ class Checker:
         return Finding(rule_id, rule.severity, message, rule.spec_for(self.version), self._run_id, seq)
 
     def _schema_set(self) -> SchemaSet | None:
-        if not self._schema or self.version not in acp.PROTOCOL_VERSIONS:
-            return None
-        return schemas(self.version, self._unstable)
+        version = self.state.version
+        if version is not self._schema_of[0]:  # per frame twice: looked up once per version
+            found = schemas(version, self._unstable) if self._schema and version in acp.PROTOCOL_VERSIONS else None
+            self._schema_of = (version, found)
+        return self._schema_of[1]
 
     def _validate(self, rule_id: str, rec: Any, name: str | None, instance: Any, what: str, out: list[Finding]) -> bool:
         """Validate; True when a finding was added."""
