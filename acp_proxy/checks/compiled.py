@@ -101,7 +101,9 @@ _TYPE_TESTS = {
     "null": "{v} is None",
     "boolean": "isinstance({v}, bool)",
     "number": "(isinstance({v}, (int, float)) and not isinstance({v}, bool))",
-    "integer": "((isinstance({v}, int) and not isinstance({v}, bool)) or (isinstance({v}, float) and {v}.is_integer()))",
+    "integer": (
+        "((isinstance({v}, int) and not isinstance({v}, bool)) or (isinstance({v}, float) and {v}.is_integer()))"
+    ),
 }
 
 
@@ -260,7 +262,10 @@ class _Compiler:
         pad = "    " * depth
         out: list[str] = []
         if "minItems" in schema:
-            out += [f"{pad}if isinstance({v}, list) and len({v}) < {int(schema['minItems'])}:", f"{pad}    return False"]
+            out += [
+                f"{pad}if isinstance({v}, list) and len({v}) < {int(schema['minItems'])}:",
+                f"{pad}    return False",
+            ]
         if "items" in schema and schema["items"] is not True:
             check = self.function(schema["items"])
             out += [
@@ -291,7 +296,7 @@ class _Compiler:
     def build(self, entry: str) -> Callable[[Any], bool]:
         source = "\n\n".join(self._functions)
         namespace: dict[str, Any] = {"_MISSING": _MISSING, **self._constants}
-        exec(compile(source, "<acp-proxy compiled schema>", "exec"), namespace)  # noqa: S102
+        exec(compile(source, "<acp-proxy compiled schema>", "exec"), namespace)
         fn: Callable[[Any], bool] = namespace[entry]
         return fn
 

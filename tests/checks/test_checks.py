@@ -515,7 +515,7 @@ _CONTENTS: list[Any] = [
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_dispatch_on_the_tag_gives_the_verdicts_of_the_plain_union(version: int) -> None:
-    from acp_proxy.checks import rules as checks
+    from acp_proxy.checks import schema as checks
 
     fast = checks.SchemaSet(version, unstable=True)
     plain = checks.SchemaSet(version, unstable=True)
