@@ -160,10 +160,10 @@ class _Compiler:
         if not isinstance(schema, Mapping):
             raise Unsupported(f"schema {schema!r}")
         unknown = (schema.keys() & _VALIDATING) - _COMPILED
+        if schema.get("unevaluatedProperties") is True:
+            unknown.discard("unevaluatedProperties")  # every property valid against `true`: a no-op
         if unknown:
             raise Unsupported(f"keywords {sorted(unknown)}")
-        if "unevaluatedProperties" in schema and schema["unevaluatedProperties"] is not True:
-            raise Unsupported("unevaluatedProperties")
         out: list[str] = []
         types = schema.get("type")
         if types is not None:
