@@ -21,8 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jsonschema._utils import equal as _equal
-
 DISPATCH = "x-acp-proxy-dispatch"
 """The keyword of a tagged union rewritten to its one branch (``schema._dispatch``)."""
 
@@ -116,8 +114,11 @@ class Unsupported(Exception):
 
 class _Compiler:
     def __init__(self, resolve: Callable[[str], Any]) -> None:
+        # jsonschema's own equality for non-string consts and enums (1 == 1.0, True != 1).
+        from jsonschema._utils import equal
+
         self._resolve = resolve
-        self._constants: dict[str, Any] = {"_equal": _equal}
+        self._constants: dict[str, Any] = {"_equal": equal}
         self._functions: list[str] = []
         self._refs: dict[str, str] = {}
         """Absolute $ref -> the name of its function (compiled once, may recurse)."""

@@ -20,8 +20,9 @@ Must not know: SQL, pipes, processes, click or rich.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 import msgspec
@@ -76,6 +77,7 @@ _GATES: dict[tuple[int, str], tuple[str, tuple[str, ...]]] = {
 # -- reading a frame, whichever shape it came in -------------------------------------------------
 
 _decoder = msgspec.json.Decoder()
+_PAYLOAD_KINDS = frozenset({"request", "notification", "response", "error"})
 
 
 def _field(rec: Any, name: str) -> Any:
@@ -84,19 +86,6 @@ def _field(rec: Any, name: str) -> Any:
     if isinstance(rec, Mapping):
         return rec.get(name)
     return getattr(rec, name, None)
-
-
-def _payload(rec: Any) -> Any:
-    """The frame's JSON value, or None when it has none (stderr, cut, not JSON)."""
-    if _field(rec, "cut"):
-        return None
-    line = rec.get("raw") if isinstance(rec, Mapping) else getattr(rec, "line", None)
-    if line is None:
-        return None
-    try:
-        return _decoder.decode(line)
-    except (msgspec.DecodeError, UnicodeError):
-        return None
 
 
 def _get(value: Any, *path: str) -> Any:
@@ -251,18 +240,22 @@ class Checker:
 
     def _feed(self, rec: Any, out: list[Finding]) -> None:
         self.frames += 1
-        self._run_id = _field(rec, "run_id")
-        direction = _field(rec, "dir")
+        # Recorded rows (dicts) are read with .get, live frames by attribute; the shape is
+        # decided once per frame, not per field (this loop runs for every chunk of a storm).
+        row = type(rec) is dict or isinstance(rec, Mapping)
+        get = rec.get if row else partial(getattr, rec)
+        self._run_id = get("run_id", None)
+        direction = get("dir", None)
         if direction not in OTHER:
             return
-        frame: FrameLike = RecordedFrame(rec) if isinstance(rec, Mapping) else rec
+        frame: FrameLike = RecordedFrame(rec) if row else rec
         events = self.state.feed(frame)
         self._schema_flagged = False
-        kind = _field(rec, "kind")
+        kind = get("kind", None)
         if kind == "invalid":
-            if not _field(rec, "cut"):
+            if not get("cut", None):
                 sender = "agent's stdout" if direction == A2C else "client's output (agent's stdin)"
-                faulted = _field(rec, "fault")
+                faulted = get("fault", None)
                 out.append(
                     self._finding(
                         "jsonrpc/not-json",
@@ -273,15 +266,22 @@ class Checker:
                     )
                 )
             return
-        message = _payload(rec) if kind in ("request", "notification", "response", "error") else None
-        if not isinstance(message, dict):
-            message = None
+        message = None
+        if kind in _PAYLOAD_KINDS and not get("cut", None):
+            line = get("raw" if row else "line", None)
+            if line is not None:
+                try:
+                    message = _decoder.decode(line)
+                except (msgspec.DecodeError, UnicodeError):
+                    message = None
+                if not isinstance(message, dict):
+                    message = None
         for event in events:
             handler = self._handlers.get(type(event))
             if handler is not None:
                 handler(self, rec, event, message, out)
         if message is not None and kind == "notification":
-            self._notification(rec, direction, message, out)
+            self._notification(rec, get, direction, message, out)
 
     def _finding(
         self, rule_id: str, rec: Any, message: str, severity: Severity | None = None, spec: str | None = None
@@ -307,8 +307,10 @@ class Checker:
             self._schema_of = (version, found)
         return self._schema_of[1]
 
-    def _validate(self, rule_id: str, rec: Any, name: str | None, instance: Any, what: str, out: list[Finding]) -> bool:
-        """Validate; True when a finding was added."""
+    def _validate(
+        self, rule_id: str, rec: Any, name: str | None, instance: Any, subject: str, out: list[Finding]
+    ) -> bool:
+        """Validate; True when a finding was added. ``subject``: the method or variant."""
         checker = self._schema_set()
         if checker is None or name is None:
             return False
@@ -316,6 +318,7 @@ class Checker:
         if error is None:
             return False
         shown = name.removeprefix("_acp_proxy_")
+        what = f"{subject} {rule_id.removeprefix('schema/')}"  # "session/prompt params", "plan update"
         out.append(
             self._finding(
                 rule_id,
@@ -358,7 +361,7 @@ class Checker:
                 rec,
                 schema.params.get((method, RECEIVER[e.direction])),
                 message.get("params"),
-                f"{method} params",
+                method,
                 out,
             )
 
@@ -401,7 +404,7 @@ class Checker:
             # The result type belongs to the side that received the request, i.e. the response's sender.
             side = RECEIVER[OTHER[e.direction]]
             self._schema_flagged = self._validate(
-                "schema/result", rec, schema.results.get((method, side)), result, f"{method} result", out
+                "schema/result", rec, schema.results.get((method, side)), result, method, out
             )
         if method == "session/request_permission" and request is not None and request.cancelled:
             outcome = _get(result, "outcome", "outcome") if not e.error else None
@@ -569,8 +572,10 @@ class Checker:
 
     # -- notifications: content ------------------------------------------------------------------
 
-    def _notification(self, rec: Any, direction: str, message: dict[str, Any], out: list[Finding]) -> None:
-        method = _field(rec, "method")
+    def _notification(
+        self, rec: Any, get: Callable[[str, Any], Any], direction: str, message: dict[str, Any], out: list[Finding]
+    ) -> None:
+        method = get("method", None)
         params = message.get("params")
         schema = self._schema_set()
         if schema is not None and isinstance(method, str):
@@ -579,25 +584,31 @@ class Checker:
                 rec,
                 schema.notifications.get((method, RECEIVER[direction])),
                 params,
-                f"{method} params",
+                method,
                 out,
             )
         if method == "session/update" and isinstance(params, dict):
-            self._update(rec, params, out)
+            self._update(rec, get, schema, params, out)
 
-    def _update(self, rec: Any, params: dict[str, Any], out: list[Finding]) -> None:
+    def _update(
+        self,
+        rec: Any,
+        get: Callable[[str, Any], Any],
+        schema: SchemaSet | None,
+        params: dict[str, Any],
+        out: list[Finding],
+    ) -> None:
         update = params.get("update")
         if not isinstance(update, dict):
             return
-        variant = _field(rec, "update_kind")
-        schema = self._schema_set()
+        variant = get("update_kind", None)
         if schema is not None and isinstance(variant, str):
-            self._validate("schema/update", rec, schema.variants.get(variant), update, f"{variant} update", out)
-        sid = _field(rec, "session_id")
+            self._validate("schema/update", rec, schema.variants.get(variant), update, variant, out)
+        sid = get("session_id", None)
         if sid is None or not isinstance(variant, str):
             return
         session = self._session(sid)
-        item = _field(rec, "item_id")
+        item = get("item_id", None)
         message_id = update.get("messageId")
         if self.state.replaying(sid):
             if variant in _MESSAGES and isinstance(message_id, str):

@@ -12,14 +12,46 @@ Must not know: SQL, pipes, processes, click or rich.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from acp_proxy.checks.catalogue import RULES, Finding, Rule, Severity
 from acp_proxy.checks.lifecycle import Checker, _field
 from acp_proxy.checks.schema import SchemaSet, schemas
 
-__all__ = ["RULES", "Checker", "Finding", "Rule", "SchemaSet", "Severity", "check", "schemas"]
+__all__ = [
+    "FRAME_COLUMNS",
+    "RULES",
+    "Checker",
+    "Finding",
+    "Rule",
+    "RunChecked",
+    "SchemaSet",
+    "Severity",
+    "check",
+    "check_runs",
+    "schemas",
+]
+
+FRAME_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "seq",
+    "ts_ns",
+    "dir",
+    "raw",
+    "raw_bytes",
+    "cut",
+    "kind",
+    "method",
+    "rpc_id",
+    "session_id",
+    "update_kind",
+    "item_id",
+    "forwarded",
+    "fault",
+)
+"""The fields of a ``frames`` row that a check reads (the checker's and ``protocol.state``'s):
+a reader may fetch only these. Half the columns, and a third less time reading rows."""
 
 
 def check(
@@ -48,3 +80,51 @@ def check(
         yield from checker.feed(rec)
     if checker is not None:
         yield from checker.finish(ended=(ended or {}).get(current, True))
+
+
+class RunChecked(NamedTuple):
+    run_id: int
+    frames: int
+    findings: list[Finding]
+
+
+def check_runs(
+    run_ids: Sequence[int],
+    frames_of: Callable[[int], Iterable[Any]],
+    *,
+    jobs: int = 1,
+    versions: Mapping[int, int | None] | None = None,
+    schema: bool = True,
+    unstable: bool = True,
+    ended: Mapping[int, bool] | None = None,
+) -> Iterator[RunChecked]:
+    """Each run checked on its own, in run order; with ``jobs`` > 1 in that many processes.
+
+    ``frames_of(run_id)`` gives a run's frames in relay order; with ``jobs`` > 1 it runs in the
+    worker processes, so it must pickle (a module-level function, or a ``functools.partial`` of
+    one) and open what it reads itself. Runs are independent (one ``Checker`` each), so the
+    findings are those of ``check`` over all the frames, whatever ``jobs`` is.
+    """
+    tasks = [
+        (frames_of, run_id, (versions or {}).get(run_id), schema, unstable, (ended or {}).get(run_id, True))
+        for run_id in run_ids
+    ]
+    if jobs <= 1 or len(tasks) <= 1:
+        yield from map(_check_run, tasks)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn, not fork: the caller may hold a database connection and run threads (a progress bar).
+    with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield from pool.map(_check_run, tasks)
+
+
+def _check_run(task: tuple[Callable[[int], Iterable[Any]], int, int | None, bool, bool, bool]) -> RunChecked:
+    frames_of, run_id, version, schema, unstable, ended = task
+    checker = Checker(version=version, schema=schema, unstable=unstable)
+    found: list[Finding] = []
+    for rec in frames_of(run_id):
+        found += checker.feed(rec)
+    found += checker.finish(ended=ended)
+    return RunChecked(run_id, checker.frames, found)
