@@ -2,14 +2,16 @@
 the first line of `frames` in < 0.3 s).
 
 Builds (or reuses, with --db) a database of realistic ACP traffic recorded through acp-proxy's
-own recorder — many runs, each a session with prompts, streamed chunks, tool calls and the odd
-error — then times each query command as a user runs it: a fresh `acp-proxy ...` process, wall
-clock, start-up included. Prints one table. Streaming rows: the time to the first line of
+own recorder — many runs, each a session with prompts, streamed updates (the varied v1 mix:
+message and thought chunks, tool calls and their updates, plans) and the odd error — then
+times each query command as a user runs it: a fresh `acp-proxy ...` process, wall clock,
+start-up included. Prints one table. Streaming rows: the time to the first line of
 `frames` (read from a pipe, then the reader goes away), `frames | head -3` to its end, and
 `frames -n 20000` written to a terminal (a pseudo-terminal, no pager).
 
     python benchmarks/query_bench.py                 # 1,000,000 frames in a temporary file
     python benchmarks/query_bench.py --frames 200000 --db /tmp/q.db --keep
+    python benchmarks/query_bench.py --frames 201080 --only check   # check's frames/s (target 100,000)
 """
 
 from __future__ import annotations
@@ -290,6 +292,7 @@ def main() -> None:
         ("check last (one run, schema + lifecycle)", ["check", "last"]),
         ("check last --no-schema (lifecycle only)", ["check", "last", "--no-schema"]),
         ("check all (every frame, schema + lifecycle)", ["check", "all"]),
+        ("check all --jobs 2 (two processes)", ["check", "all", "--jobs", "2"]),
         ("acp-proxy --help (start-up alone)", ["--help"]),
     ]
     print(f"\n{stats['n']:,} frames in {stats['r']} runs\n")
