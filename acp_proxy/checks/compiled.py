@@ -205,13 +205,22 @@ class _Compiler:
         out += self._array(schema, v, depth)
         for sub in schema.get("allOf", ()):
             out += self._emit(sub, v, depth)
-        if "anyOf" in schema:
-            calls = [f"{self.function(sub)}({v})" for sub in schema["anyOf"]]
-            out.append(f"{pad}if not ({' or '.join(calls)}):")
+        for keyword in ("anyOf", "oneOf"):
+            consts = _string_consts(schema.get(keyword))
+            if consts is not None:  # an enum written as a union of consts: one set lookup
+                out.append(f"{pad}if not (isinstance({v}, str) and {v} in {self._constant(consts)}):")
+                out.append(f"{pad}    return False")
+        if "anyOf" in schema and _string_consts(schema["anyOf"]) is None:
+            # Plain tests first (`null`, a const), calls after: the verdict is the same in any
+            # order, and the common "X or null" often ends at the first test.
+            plain = [e for e in (self._expression(sub, v) for sub in schema["anyOf"]) if e is not None]
+            calls = [self._test(sub, v) for sub in schema["anyOf"] if self._expression(sub, v) is None]
+            tests = [f"({e})" for e in plain] + calls
+            out.append(f"{pad}if not ({' or '.join(tests)}):")
             out.append(f"{pad}    return False")
-        if "oneOf" in schema:
-            calls = [f"{self.function(sub)}({v})" for sub in schema["oneOf"]]
-            out.append(f"{pad}if [{', '.join(calls)}].count(True) != 1:")
+        if "oneOf" in schema and _string_consts(schema["oneOf"]) is None:
+            tests = [self._test(sub, v) for sub in schema["oneOf"]]
+            out.append(f"{pad}if ({' + '.join(tests)}) != 1:")
             out.append(f"{pad}    return False")
         if "not" in schema:
             out.append(f"{pad}if {self.function(schema['not'])}({v}):")
@@ -222,6 +231,40 @@ class _Compiler:
         if DISPATCH in schema:
             out += self._dispatch(schema[DISPATCH], v, depth)
         return out
+
+    def _test(self, schema: Any, v: str) -> str:
+        """A Python expression, true when ``v`` is valid: inline for a schema of plain tests
+        (types, consts, enums: an enum written as a oneOf of consts), else a function call."""
+        expr = self._expression(schema, v)
+        return f"({expr})" if expr is not None else f"{self.function(schema)}({v})"
+
+    def _expression(self, schema: Any, v: str) -> str | None:
+        if schema is True or schema is False:
+            return str(schema)
+        if not isinstance(schema, Mapping):
+            raise Unsupported(f"schema {schema!r}")
+        if (schema.keys() & _VALIDATING) - {"type", "const", "enum", "format"}:
+            return None
+        parts: list[str] = []
+        types = schema.get("type")
+        if types is not None:
+            names = [types] if isinstance(types, str) else types
+            if not isinstance(names, list) or not names or any(t not in _TYPE_TESTS for t in names):
+                raise Unsupported(f"type {types!r}")
+            parts.append(" or ".join(_TYPE_TESTS[t].format(v=v) for t in names))
+        if "const" in schema:
+            const = schema["const"]
+            parts.append(f"{v} == {const!r}" if isinstance(const, str) else f"_equal({v}, {self._constant(const)})")
+        if "enum" in schema:
+            values = schema["enum"]
+            if not isinstance(values, list):
+                raise Unsupported("enum")
+            if all(isinstance(e, str) for e in values):
+                parts.append(f"isinstance({v}, str) and {v} in {self._constant(frozenset(values))}")
+            else:
+                parts.append(f"any(_equal({v}, e) for e in {self._constant(values)})")
+        # Each part's verdict as a bool (True + True == 2 counts the members of a oneOf).
+        return " and ".join(f"({p})" for p in parts) if parts else "True"
 
     def _object(self, schema: Mapping[str, Any], v: str, depth: int) -> list[str]:
         props = schema.get("properties")
@@ -257,7 +300,9 @@ class _Compiler:
                 ]
         if not inner:
             return []
-        return [f"{pad}if isinstance({v}, dict):", *inner]
+        # Under `type: object` the value is a dict already (a constant test compiles to nothing).
+        guard = "True" if schema.get("type") == "object" else f"isinstance({v}, dict)"
+        return [f"{pad}if {guard}:", *inner]
 
     def _array(self, schema: Mapping[str, Any], v: str, depth: int) -> list[str]:
         pad = "    " * depth
@@ -300,6 +345,25 @@ class _Compiler:
         exec(compile(source, "<acp-proxy compiled schema>", "exec"), namespace)
         fn: Callable[[Any], bool] = namespace[entry]
         return fn
+
+
+def _string_consts(members: Any) -> frozenset[str] | None:
+    """The consts of a union whose every member is exactly "this string" (``const``, with at
+    most ``type: string`` and annotations), all distinct: exactly one member matches a string in
+    the set, none anything else. None for any other union."""
+    if not isinstance(members, list) or not members:
+        return None
+    consts = []
+    for member in members:
+        if (
+            not isinstance(member, Mapping)
+            or (member.keys() & _VALIDATING) - {"const", "type", "format"}
+            or not isinstance(member.get("const"), str)
+            or member.get("type", "string") != "string"
+        ):
+            return None
+        consts.append(member["const"])
+    return frozenset(consts) if len(set(consts)) == len(consts) else None
 
 
 class _Missing:
