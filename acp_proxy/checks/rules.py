@@ -1,13 +1,16 @@
 """Conformance checks: recorded frames in, findings out (Wireshark's "expert info" for ACP).
 
 Owns: the public face of the checks — ``check`` (frames of one or more runs in, one
-``lifecycle.Checker`` per run, findings out) — and the names the doors use, gathered here:
+``lifecycle.Checker`` per run, findings out), ``check_runs`` (the same, run by run, in a pool of
+processes for ``check --jobs``), ``FRAME_COLUMNS`` (the row fields a check reads) — and the
+names the doors use, gathered here:
 ``RULES``, ``Rule``, ``Finding`` (``catalogue``), ``Checker`` (``lifecycle``), ``schemas``
 (``schema``). The parts: ``catalogue`` says what the rules are, ``schema`` validates payloads
 against the official JSON Schema of the negotiated version (``compiled`` makes that fast),
 ``lifecycle`` keeps the rules of order and pairing no schema can state.
 
-Must not know: SQL, pipes, processes, click or rich.
+Must not know: SQL (a caller hands ``check_runs`` the function that reads a run), pipes, click
+or rich.
 """
 
 from __future__ import annotations
