@@ -607,7 +607,7 @@ class Checker:
         sid = get("session_id", None)
         if sid is None or not isinstance(variant, str):
             return
-        session = self._session(sid)
+        session = self._sessions.get(sid) or self._session(sid)
         item = get("item_id", None)
         message_id = update.get("messageId")
         if self.state.replaying(sid):
@@ -616,7 +616,7 @@ class Checker:
             if variant == "tool_call" and isinstance(item, str):
                 session.tools.add(item)
             return
-        version = self.version
+        version = self.state.version
         history = _HISTORY.get(version or 1, _MESSAGES)
         if session.resuming and variant in history:
             out.append(
@@ -651,7 +651,7 @@ class Checker:
             if isinstance(message_id, str):
                 session.user_ids.add(message_id)
                 session.awaiting_user.pop(message_id, None)
-        elif variant.startswith(_OUTPUT_PREFIXES) and version == 2:
+        elif version == 2 and variant.startswith(_OUTPUT_PREFIXES):
             for turn in session.turns:
                 if not turn.running and not turn.reported_output:
                     turn.reported_output = True
