@@ -114,11 +114,8 @@ class Unsupported(Exception):
 
 class _Compiler:
     def __init__(self, resolve: Callable[[str], Any]) -> None:
-        # jsonschema's own equality for non-string consts and enums (1 == 1.0, True != 1).
-        from jsonschema._utils import equal
-
         self._resolve = resolve
-        self._constants: dict[str, Any] = {"_equal": equal}
+        self._constants: dict[str, Any] = {"_equal": _equal}
         self._functions: list[str] = []
         self._refs: dict[str, str] = {}
         """Absolute $ref -> the name of its function (compiled once, may recurse)."""
@@ -364,6 +361,14 @@ def _string_consts(members: Any) -> frozenset[str] | None:
             return None
         consts.append(member["const"])
     return frozenset(consts) if len(set(consts)) == len(consts) else None
+
+
+def _equal(one: Any, two: Any) -> bool:
+    """jsonschema's equality, for consts and enums that are not strings (1 == 1.0, True != 1);
+    imported on first use: the ACP schemas' consts are strings, and jsonschema is slow to import."""
+    from jsonschema._utils import equal
+
+    return bool(equal(one, two))
 
 
 class _Missing:

@@ -27,9 +27,6 @@ class SchemaSet:
     """Validators for one schema file, compiled lazily once per type and shared (``schemas``)."""
 
     def __init__(self, version: int, unstable: bool) -> None:
-        from referencing import Registry, Resource
-        from referencing.jsonschema import DRAFT202012
-
         root = copy.deepcopy(acp.load_schema(version, unstable=unstable))
         defs: dict[str, Any] = root["$defs"]
         self.version = version
@@ -77,11 +74,12 @@ class SchemaSet:
         self.stop_reasons = _consts(defs.get("StopReason", {})) | frozenset(_stop_consts(defs))
         uri = f"urn:acp-proxy:schema:v{version}{':unstable' if unstable else ''}"
         root["$id"] = uri
-        resource = Resource.from_contents(root, default_specification=DRAFT202012)
-        self._registry = Registry().with_resource(uri, resource)
+        self._root = root
+        self._registry: Any = None
+        """jsonschema's, made on the first payload found invalid (``validator``): a clean
+        recording never imports jsonschema (a tenth of a second of a short check)."""
         self._uri = uri
         self._defs = defs
-        self._validator_class = _dispatching_validator()
         # The dispatch rewrite (``_dispatch``) drops the failed branches' annotations, which only
         # unevaluatedProperties/Items would read; a file that uses them for real keeps its unions.
         self._dispatch_ok = not any(value is not True for value in _unevaluated(root))
@@ -96,8 +94,14 @@ class SchemaSet:
         if found is None:
             # Refs inlined up front: resolving a $ref through the registry on every frame costs
             # about half of a chunk's validation (measured). Recursive refs stay refs, absolute.
+            if self._registry is None:
+                from referencing import Registry, Resource
+                from referencing.jsonschema import DRAFT202012
+
+                resource = Resource.from_contents(self._root, default_specification=DRAFT202012)
+                self._registry = Registry().with_resource(self._uri, resource)
             schema = self._inline(self._defs[name], frozenset({name}))
-            found = self._compiled[name] = self._validator_class(schema, registry=self._registry)
+            found = self._compiled[name] = _dispatching_validator()(schema, registry=self._registry)
         return found
 
     def _inline(self, node: Any, stack: frozenset[str]) -> Any:
