@@ -2,14 +2,16 @@
 the first line of `frames` in < 0.3 s).
 
 Builds (or reuses, with --db) a database of realistic ACP traffic recorded through acp-proxy's
-own recorder — many runs, each a session with prompts, streamed chunks, tool calls and the odd
-error — then times each query command as a user runs it: a fresh `acp-proxy ...` process, wall
-clock, start-up included. Prints one table. Streaming rows: the time to the first line of
+own recorder — many runs, each a session with prompts, streamed updates (the varied v1 mix:
+message and thought chunks, tool calls and their updates, plans) and the odd error — then
+times each query command as a user runs it: a fresh `acp-proxy ...` process, wall clock,
+start-up included. Prints one table. Streaming rows: the time to the first line of
 `frames` (read from a pipe, then the reader goes away), `frames | head -3` to its end, and
 `frames -n 20000` written to a terminal (a pseudo-terminal, no pager).
 
     python benchmarks/query_bench.py                 # 1,000,000 frames in a temporary file
     python benchmarks/query_bench.py --frames 200000 --db /tmp/q.db --keep
+    python benchmarks/query_bench.py --frames 201080 --only check   # check's frames/s (target 100,000)
 """
 
 from __future__ import annotations
@@ -33,6 +35,50 @@ TURNS_PER_RUN = 25
 
 def frame(obj: dict) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+
+
+def update_note(session: str, turn: int, i: int) -> dict:
+    """The i-th session/update of a turn: the varied v1 mix a coding agent streams, in tenths:
+    five message chunks, two thought chunks, a tool call, an update of it, a plan."""
+    kind = i % 10
+    call = f"call_{turn}_{i // 10}"
+    update: dict
+    if kind < 5:
+        update = {
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": f"chunk {i} " + "x" * (i % 200)},
+        }
+    elif kind < 7:
+        update = {
+            "sessionUpdate": "agent_thought_chunk",
+            "content": {"type": "text", "text": f"thinking {i} " + "y" * 80},
+        }
+    elif kind == 7:
+        update = {
+            "sessionUpdate": "tool_call",
+            "toolCallId": call,
+            "title": f"Read src/file_{i}.py",
+            "kind": ("read", "edit", "search", "execute")[i % 4],
+            "status": "pending",
+            "locations": [{"path": f"/w/src/file_{i}.py", "line": i}],
+            "rawInput": {"path": f"/w/src/file_{i}.py"},
+        }
+    elif kind == 8:
+        update = {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": call,
+            "status": "completed",
+            "content": [{"type": "content", "content": {"type": "text", "text": "def f():\n    return 1\n" * 4}}],
+        }
+    else:
+        update = {
+            "sessionUpdate": "plan",
+            "entries": [
+                {"content": f"step {n} of turn {turn}", "priority": ("high", "medium", "low")[n % 3], "status": s}
+                for n, s in enumerate(("completed", "in_progress", "pending"))
+            ],
+        }
+    return {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "update": update}}
 
 
 def run_traffic(run: int) -> list[tuple[int, bytes]]:
@@ -82,45 +128,7 @@ def run_traffic(run: int) -> list[tuple[int, bytes]]:
             )
         )
         for i in range(CHUNKS_PER_TURN):
-            out.append(
-                (
-                    journal.A2C,
-                    frame(
-                        {
-                            "jsonrpc": "2.0",
-                            "method": "session/update",
-                            "params": {
-                                "sessionId": session,
-                                "update": {
-                                    "sessionUpdate": "agent_message_chunk",
-                                    "content": {"type": "text", "text": f"chunk {i} " + "x" * 200},
-                                },
-                            },
-                        }
-                    ),
-                )
-            )
-        out.append(
-            (
-                journal.A2C,
-                frame(
-                    {
-                        "jsonrpc": "2.0",
-                        "method": "session/update",
-                        "params": {
-                            "sessionId": session,
-                            "update": {
-                                "sessionUpdate": "tool_call",
-                                "toolCallId": f"call_{turn}",
-                                "title": "Read file",
-                                "kind": "read",
-                                "status": "completed",
-                            },
-                        },
-                    }
-                ),
-            )
-        )
+            out.append((journal.A2C, frame(update_note(session, turn, i))))
         if turn == 7:
             failure = {"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "boom"}}
             out.append((journal.A2C, frame(failure)))
@@ -284,6 +292,7 @@ def main() -> None:
         ("check last (one run, schema + lifecycle)", ["check", "last"]),
         ("check last --no-schema (lifecycle only)", ["check", "last", "--no-schema"]),
         ("check all (every frame, schema + lifecycle)", ["check", "all"]),
+        ("check all --jobs 2 (two processes)", ["check", "all", "--jobs", "2"]),
         ("acp-proxy --help (start-up alone)", ["--help"]),
     ]
     print(f"\n{stats['n']:,} frames in {stats['r']} runs\n")

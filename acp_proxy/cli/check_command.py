@@ -40,8 +40,16 @@ _PROGRESS_MIN_FRAMES = 20_000  # below this a check takes well under a second: n
 @click.option(
     "--save", is_flag=True, help="Also store the findings in the database (replacing the runs' earlier ones)."
 )
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Check runs in N processes at once (`check all`); findings stay in run order.",
+)
 @click.argument("ref", default="last", type=TEXT)
-def check(db_path: Path | None, output: Output, no_schema: bool, stable: bool, save: bool, ref: str) -> None:
+def check(db_path: Path | None, output: Output, no_schema: bool, stable: bool, save: bool, jobs: int, ref: str) -> None:
     """Check a run or session (default `last`; `all`: every run) against the ACP spec: schema
     and lifecycle rules. Exits 1 on errors.
 
@@ -53,12 +61,21 @@ def check(db_path: Path | None, output: Output, no_schema: bool, stable: bool, s
         acp-proxy check
         acp-proxy check 3f2a --json
         acp-proxy check all --no-schema
+        acp-proxy check all --jobs 2
     """
     from acp_proxy.cli import views
     from acp_proxy.read import conformance
 
     db = open_db(db_path)
-    report = conformance.check(db, ref, schema=not no_schema, unstable=not stable, progress=_progress(output))
+    report = conformance.check(
+        db,
+        ref,
+        schema=not no_schema,
+        unstable=not stable,
+        progress=_progress(output),
+        jobs=jobs,
+        path=resolve_db(db_path),
+    )
     db.conn.close()
     found, label, run_ids, total, took = report.findings, report.label, report.run_ids, report.frames, report.seconds
     if save:

@@ -12,9 +12,13 @@ Never writes: ``check --save`` stores through ``store``.
 
 from __future__ import annotations
 
+import functools
+import itertools
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from acp_proxy.errors import UsageError
@@ -50,8 +54,13 @@ def check(
     unstable: bool = True,
     progress: Progress | None = None,
     redactor: Redactor | None = None,
+    jobs: int = 1,
+    path: Path | None = None,
 ) -> CheckReport:
-    """Check the runs ``text`` names (a REF, or ``all``); ``UsageError`` when it names none."""
+    """Check the runs ``text`` names (a REF, or ``all``); ``UsageError`` when it names none.
+
+    ``jobs`` > 1 (with the database's ``path``, which each worker opens): the runs are checked in
+    that many processes, each reading its runs itself; the findings are the same."""
     from acp_proxy.checks import rules as checks
 
     resolved, label, run_ids = queries.resolve_scope(db, text)
@@ -65,21 +74,66 @@ def check(
         f"select count(*) from frames where run_id in ({marks}) and dir != 'stderr'", run_ids
     ).fetchone()[0]
     keep = _session_keys(db, resolved)
-    stream = queries.iter_rows(
-        db, f"select * from frames where run_id in ({marks}) and dir != 'stderr' order by run_id, seq", run_ids
-    )
-    if progress is not None:
-        stream = progress(stream, total)
+    options: dict[str, Any] = {"versions": versions, "schema": schema, "unstable": unstable, "ended": ended}
     started = time.perf_counter()
-    found = [
-        finding.as_dict()
-        for finding in checks.check(stream, versions=versions, schema=schema, unstable=unstable, ended=ended)
-        if keep is None or finding.seq is None or (finding.run_id, finding.seq) in keep
-    ]
+    if jobs > 1 and path is not None and len(run_ids) > 1:
+        runs = checks.check_runs(run_ids, functools.partial(_run_frames, path), jobs=jobs, **options)
+        findings: Iterator[Any] = _findings_counted(runs, progress, total)
+    else:
+        columns = ", ".join(checks.FRAME_COLUMNS)  # not `select *`: half the columns, a third less time
+        stream = queries.iter_rows(
+            db,
+            f"select {columns} from frames where run_id in ({marks}) and dir != 'stderr' order by run_id, seq",
+            run_ids,
+        )
+        if progress is not None:
+            stream = progress(stream, total)
+        findings = checks.check(stream, **options)
+    try:
+        found = [
+            finding.as_dict()
+            for finding in findings
+            if keep is None or finding.seq is None or (finding.run_id, finding.seq) in keep
+        ]
+    except (OSError, sqlite3.Error, RuntimeError) as exc:  # RuntimeError: a BrokenProcessPool
+        if jobs <= 1:
+            raise
+        raise UsageError(f"checking in {jobs} processes failed: {exc}") from None
     took = time.perf_counter() - started
     # End-of-run findings (unanswered requests, unfinished turns) point back at earlier frames.
     found.sort(key=lambda f: (f["run_id"] or 0, f["seq"] or 0))
     return CheckReport(label, run_ids, total, _masked(found, redactor), took)
+
+
+def _run_frames(path: Path, run_id: int) -> Iterator[dict[str, Any]]:
+    """One run's frames as a check reads them, in a ``check --jobs`` worker (its own connection)."""
+    from acp_proxy.checks.rules import FRAME_COLUMNS
+    from acp_proxy.store import database as store
+
+    db = store.open_for_reading(path)
+    try:
+        sql = f"select {', '.join(FRAME_COLUMNS)} from frames where run_id = ? and dir != 'stderr' order by seq"
+        yield from queries.iter_rows(db, sql, [run_id])
+    finally:
+        db.conn.close()
+
+
+def _findings_counted(runs: Iterator[Any], progress: Progress | None, total: int) -> Iterator[Any]:
+    """The findings of runs checked elsewhere, run by run; a progress bar (which counts the frames
+    it is handed) is handed a placeholder per frame of each run as it comes back."""
+    done: list[Any] = []
+
+    def placeholders() -> Iterator[Any]:
+        for run in runs:
+            done.append(run)
+            yield from itertools.repeat(None, run.frames)
+
+    counted = progress(placeholders(), total) if progress is not None else placeholders()
+    for _ in counted:
+        while done:
+            yield from done.pop(0).findings
+    while done:
+        yield from done.pop(0).findings
 
 
 def stored(db: Any, text: str, redactor: Redactor | None = None) -> CheckReport:

@@ -206,3 +206,40 @@ def test_run_check_reports_live_without_changing_the_relay(
     # The recorded findings are the ones `acp-proxy check` finds afterwards.
     later = json.loads(invoke("check", "last", "--db", str(checked_db), "--json", "--no-schema").stdout)
     assert {(f["rule_id"], f["seq"]) for f in later} >= {(r[0], r[4]) for r in rows if r[0].startswith("jsonrpc/")}
+
+
+# -- many recordings: `check all --jobs N` ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def many_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Six runs recorded by the real recorder, each breaking different rules (the rule cases)."""
+    from acp_proxy.record import journal
+    from tests.checks import test_checks as crafted
+    from tests.web_support import record
+
+    db = tmp_path_factory.mktemp("many") / "rec.db"
+    directions = {"c2a": journal.C2A, "a2c": journal.A2C}
+    picked = [c for c in crafted.CASES if not c[0].startswith("turn/")][:6]
+    for _rule, broken, _mended in picked:
+        traffic = [(directions[d], (m if isinstance(m, bytes) else json.dumps(m).encode()) + b"\n") for d, m in broken]
+        record(db, traffic)
+    return db
+
+
+def test_jobs_give_the_findings_of_one_process_in_run_order(many_runs: Path) -> None:
+    alone = invoke("check", "all", "--db", str(many_runs), "--json")
+    parallel = invoke("check", "all", "--jobs", "3", "--db", str(many_runs), "--json")
+    assert parallel.exit_code == alone.exit_code == 1
+    found = json.loads(parallel.stdout)
+    assert found == json.loads(alone.stdout)
+    runs = [f["run_id"] for f in found]
+    assert len(set(runs)) >= 5 and runs == sorted(runs)
+    # The same frames counted, the same totals ("checked N frames in ...s (...): 3 errors, ...").
+    assert parallel.stderr.split(" in ")[0] == alone.stderr.split(" in ")[0]
+    assert parallel.stderr.split("): ")[1] == alone.stderr.split("): ")[1]
+
+
+def test_jobs_must_be_a_positive_count(many_runs: Path) -> None:
+    result = invoke("check", "all", "--jobs", "0", "--db", str(many_runs))
+    assert result.exit_code == 2 and "Traceback" not in result.output

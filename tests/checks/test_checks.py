@@ -515,7 +515,7 @@ _CONTENTS: list[Any] = [
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_dispatch_on_the_tag_gives_the_verdicts_of_the_plain_union(version: int) -> None:
-    from acp_proxy.checks import rules as checks
+    from acp_proxy.checks import schema as checks
 
     fast = checks.SchemaSet(version, unstable=True)
     plain = checks.SchemaSet(version, unstable=True)
@@ -611,3 +611,57 @@ def test_severities_follow_must_and_should() -> None:
 def test_a_v2_prompt_never_answered_is_one_finding_not_two() -> None:
     found = findings([*v2_start(), prompt2()])
     assert [f.rule_id for f in found] == ["jsonrpc/unanswered"]
+
+
+# -- many runs: each checked on its own, in processes of their own ---------------------------------
+
+
+def _frames_with_pid(run_id: int) -> list[dict[str, Any]]:
+    """A run's rows (the rule case of that index), and this process's pid in each row's note."""
+    import os
+
+    _rule, broken, _mended = CASES[run_id]
+    rows = []
+    for rec in records(broken):
+        rows.append(
+            {
+                "run_id": run_id,
+                "seq": rec.seq,
+                "ts_ns": rec.ts_ns,
+                "dir": rec.dir,
+                "raw": rec.line.decode(),
+                "kind": rec.kind,
+                "method": rec.method,
+                "rpc_id": rec.rpc_id,
+                "session_id": rec.session_id,
+                "update_kind": rec.update_kind,
+                "item_id": rec.item_id,
+                "note": os.getpid(),
+            }
+        )
+    return rows
+
+
+def test_check_runs_in_processes_matches_check_in_order() -> None:
+    import os
+
+    from acp_proxy.checks.rules import check_runs
+
+    run_ids = list(range(6))
+    expected = list(check(row for r in run_ids for row in _frames_with_pid(r)))
+    parallel = list(check_runs(run_ids, _frames_with_pid, jobs=3))
+    assert [run.run_id for run in parallel] == run_ids
+    assert [f for run in parallel for f in run.findings] == expected
+    assert all(run.findings for run in parallel) and sum(run.frames for run in parallel) > 20
+    # The runs were read and checked in other processes: each says which.
+    readers = {run.findings[0].message.split(": ")[-1].rstrip(")") for run in check_runs([0, 1], _pid_run, jobs=2)}
+    assert readers and str(os.getpid()) not in readers
+    alone = {run.findings[0].message.split(": ")[-1].rstrip(")") for run in check_runs([0, 1], _pid_run, jobs=1)}
+    assert alone == {str(os.getpid())}
+
+
+def _pid_run(run_id: int) -> list[dict[str, Any]]:
+    """One frame that is not JSON-RPC, said to be injected by the process that read it."""
+    import os
+
+    return [{"run_id": run_id, "seq": 1, "dir": "a2c", "raw": "x", "kind": "invalid", "fault": str(os.getpid())}]
