@@ -125,11 +125,6 @@ def test_the_package_top_holds_few_modules() -> None:
     assert len(top) <= MAX_TOP_MODULES, top
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="protocol/state.py, read/fold.py, cli/commands.py and checks/rules.py are split by the "
-    "helpers meaning, readlayer, checkspeed (issue 25); flip once merged",
-)
 def test_no_module_is_over_1000_lines() -> None:
     long = {
         str(path.relative_to(PACKAGE.parent)): lines
