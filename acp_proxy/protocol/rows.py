@@ -11,29 +11,13 @@ Must not know: SQL, rendering, message content.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from acp_proxy.protocol import events as ev
-from acp_proxy.protocol.state import NO_EVENTS, ConnectionState
+from acp_proxy.protocol.state import NO_EVENTS, ConnectionState, FrameLike
 from acp_proxy.protocol.vocabulary import OTHER
 
 __all__ = ["FrameLike", "Meaning", "RecordedFrame", "RunReader", "run_events"]
-
-
-class FrameLike(Protocol):
-    """What ``feed`` reads of a frame: a ``FrameRecord`` (live), or a ``RecordedFrame`` (a row)."""
-
-    seq: int
-    ts_ns: int
-    dir: str
-    kind: str | None
-    method: str | None
-    rpc_id: str | None
-    session_id: str | None
-    update_kind: str | None
-    line: bytes
-    forwarded: int
-    cut: int
 
 
 class RecordedFrame:

@@ -36,7 +36,7 @@ dropped is still pending for its sender, an answer it withheld leaves its reques
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 from msgspec import UNSET, Raw
@@ -101,10 +101,23 @@ from acp_proxy.protocol.transitions import (
 from acp_proxy.protocol.vocabulary import A2C, C2A, OTHER
 from acp_proxy.protocol.wire import canonical_id
 
-if TYPE_CHECKING:
-    from acp_proxy.protocol.rows import FrameLike
+__all__ = ["NO_EVENTS", "ConnectionState", "FrameLike"]
 
-__all__ = ["NO_EVENTS", "ConnectionState"]
+
+class FrameLike(Protocol):
+    """What ``feed`` reads of a frame: a ``FrameRecord`` (live), or a ``RecordedFrame`` (a row)."""
+
+    seq: int
+    ts_ns: int
+    dir: str
+    kind: str | None
+    method: str | None
+    rpc_id: str | None
+    session_id: str | None
+    update_kind: str | None
+    line: bytes
+    forwarded: int
+    cut: int
 
 NO_EVENTS: tuple[ev.Event, ...] = ()
 

@@ -154,13 +154,13 @@ def _replay_client(
     """`replay --client`: drive `acp-proxy run --db DB -- AGENT` with the recorded client side."""
     import subprocess
 
-    from acp_proxy.replay import client as rp
+    from acp_proxy.replay.client import ClientReplayer, drive
 
-    replayer = rp.ClientReplayer(rows, strict=strict)
+    replayer = ClientReplayer(rows, strict=strict)
     argv = [sys.executable, "-m", "acp_proxy", "run", "--db", str(db_path), "--", *agent]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
-    deviations = rp.drive(replayer, proc.stdin, proc.stdout, timeout_s)
+    deviations = drive(replayer, proc.stdin, proc.stdout, timeout_s)
     if replayer.fatal is not None:
         proc.terminate()  # the proxy stops the agent's process group
     try:

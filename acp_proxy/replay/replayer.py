@@ -688,13 +688,3 @@ def serve(replayer: Replayer, stdin: BinaryIO, stdout: BinaryIO, speed: float, l
     replayer.finish()
     report_new()
     return replayer.deviations
-
-
-def __getattr__(name: str) -> Any:
-    """The fake client's names, where callers have always found them (it lives in ``client``,
-    which imports this module: so it is loaded when first asked for, not at import)."""
-    if name in ("ClientReplayer", "drive"):
-        from acp_proxy.replay import client
-
-        return getattr(client, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from acp_proxy.replay import replayer as rp
+from acp_proxy.replay.client import ClientReplayer
 from tests.conftest import PROXY, proxy_env
 from tests.peers import agent_argv, expected_echo, proxied, run_client, transcript
 from tests.replay.test_replay import frame_rows, run_diff
@@ -103,7 +104,7 @@ def lines_of(sends: list[bytes]) -> list[dict[str, Any]]:
 
 
 def test_client_replayer_maps_session_ids_and_answers_with_live_ids(recorded: Path) -> None:
-    replayer = rp.ClientReplayer(frame_rows(recorded, 1), strict=True)
+    replayer = ClientReplayer(frame_rows(recorded, 1), strict=True)
     sent = lines_of(replayer.start())
     assert [m["method"] for m in sent] == ["initialize"]  # then it waits for the answer
     assert replayer.receive(b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}\n') != []
@@ -130,7 +131,7 @@ def test_client_replayer_maps_session_ids_and_answers_with_live_ids(recorded: Pa
 
 def test_client_replayer_strict_stops_on_an_error_where_the_recording_has_a_result(recorded: Path) -> None:
     for strict in (True, False):
-        replayer = rp.ClientReplayer(frame_rows(recorded, 1), strict=strict)
+        replayer = ClientReplayer(frame_rows(recorded, 1), strict=strict)
         replayer.start()
         after = replayer.receive(b'{"jsonrpc":"2.0","id":0,"error":{"code":-32603,"message":"boom"}}\n')
         assert "initialize" in replayer.deviations[0] and "boom" in replayer.deviations[0]

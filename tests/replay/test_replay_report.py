@@ -14,6 +14,7 @@ import pytest
 
 from acp_proxy.record.importers import Record, write_run
 from acp_proxy.replay import replayer as rp
+from acp_proxy.replay.client import ClientReplayer
 from tests.conftest import PROXY, proxy_env, start_proxy, wait_for_output, watchdog
 from tests.peers import agent_argv, proxied, run_client, transcript
 
@@ -192,7 +193,7 @@ def test_the_fake_client_sends_a_recorded_batch_line_byte_for_byte(tmp_path: Pat
     db = tmp_path / "client-batch.db"
     answer = b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}'
     run_id = write_run(db, [Record("c2a", 1, CLIENT_BATCH), Record("a2c", 2, answer)], {})
-    replayer = rp.ClientReplayer(frame_rows(db, run_id))
+    replayer = ClientReplayer(frame_rows(db, run_id))
     assert replayer.start() == [CLIENT_BATCH + b"\n"]
     assert not replayer.done  # the request inside it waits for its answer
     assert replayer.receive(answer + b"\n") == [] and replayer.done
