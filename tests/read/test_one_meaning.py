@@ -23,7 +23,7 @@ from acp_proxy.protocol.redact import Redactor
 from acp_proxy.protocol.tracker import Tracker
 from acp_proxy.read import diff as df
 from acp_proxy.read import queries
-from acp_proxy.record.recorder import FactsApplier
+from acp_proxy.record.writer import FactsApplier
 from acp_proxy.store import database as store
 from acp_proxy.web import model
 
