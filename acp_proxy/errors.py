@@ -22,6 +22,7 @@ agent starts.
     │   └── SqlRefused            (store)    `acp-proxy sql` was asked to do more than read
     ├── RelayError                (relay)    the run cannot start (exit 126/127 for the agent)
     ├── OtlpExportError           (otel.command) spans of an export were lost (collector down)
+    ├── OutputError               (views)    stdout or the pager cannot be written (full, closed)
     └── MissingExtra              (web.command, mcp_server) an optional extra is not installed
 
 ``cli_support.Group.main`` is the one place the query commands catch it; ``relay.run_and_exit``

@@ -28,11 +28,13 @@ from pathlib import Path
 from acp_proxy.locations import default_db_path
 from acp_proxy.store.dbfile import (  # noqa: F401 - prepare, file_uri and the constants are store's API too
     BUSY_TIMEOUT_MS,
+    PROGRESS_STEPS,
     SCHEMA_VERSION,
     StoreError,
     check_own,
     create_private,
     file_uri,
+    let_signals_in,
     prepare,
 )
 from acp_proxy.store.dbfile import reason as _reason
@@ -349,6 +351,7 @@ def _connect_read_only(path: Path) -> tuple[sqlite3.Connection, int]:
     try:
         conn = sqlite3.connect(file_uri(path), uri=True, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.set_progress_handler(let_signals_in, PROGRESS_STEPS)  # Ctrl-C stops a long query
         return conn, conn.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.Error as exc:
         raise StoreError(f"cannot read database {path}: {_reason(exc)}") from exc
@@ -545,6 +548,8 @@ class SqlReader:
         try:
             return self.conn.execute(sql, params)
         except sqlite3.Error as exc:
+            if str(exc) == "interrupted":  # Ctrl-C, raised in the progress handler
+                raise KeyboardInterrupt from None
             if self._refusals:
                 # Name the statement, not the catalogue write SQLite does for it underneath.
                 named = [r for r in self._refusals if "sqlite_" not in r] or self._refusals

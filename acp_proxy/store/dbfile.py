@@ -161,6 +161,18 @@ def _has_hot_journal(path: PathLike) -> bool:
         return False
 
 
+PROGRESS_STEPS = 100_000  # SQLite VM steps between two looks at pending signals (about 1 ms)
+
+
+def let_signals_in() -> int:
+    """A progress handler for read connections: a long query stays stoppable with Ctrl-C.
+
+    Python runs signal handlers only between bytecodes of the main thread, and a query holds
+    that thread inside SQLite. This callback is bytecode: Ctrl-C's KeyboardInterrupt is raised
+    here, and SQLite ends the query with "interrupted" (its caller answers exit 130)."""
+    return 0
+
+
 def file_uri(path: PathLike, mode: str = "ro") -> str:
     """An SQLite URI naming exactly ``path``: every character SQLite's URI parser would read
     (``?``, ``#``, ``%``) is percent-escaped, so a file name can never add a query parameter
