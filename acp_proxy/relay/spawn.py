@@ -109,6 +109,12 @@ def check_std_fds() -> None:
         if null != fd:
             os.dup2(null, fd)
             os.close(null)
+    if 1 not in closed:
+        try:
+            os.write(1, b"")  # writes nothing; fails on a descriptor open only for reading
+        except OSError as exc:
+            if exc.errno == 9:  # EBADF: held read-only (the CLI's stand-in for a closed fd 1)
+                closed.append(1)
     if 1 in closed:
         raise RelayError("stdout (fd 1) is closed: there is nowhere to relay the agent's output", 2)
 

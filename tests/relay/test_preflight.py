@@ -170,3 +170,20 @@ def test_a_run_still_records_after_the_checks(tmp_path: Path) -> None:
     leftovers = [p.name for p in [*tmp_path.iterdir(), *Path(f"{db}.journal").iterdir()] if "probe" in p.name]
     assert leftovers == []
     assert os.stat(f"{db}.journal").st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+def test_a_closed_stdout_stops_the_run_before_the_agent_by_either_entry(tmp_path: Path, entry: str) -> None:
+    """The CLI holds a closed fd 1 with /dev/null opened read-only (so that no database takes its
+    number): ``run`` by click still sees that there is nowhere to relay to."""
+    marker = tmp_path / "agent-ran"
+    done = subprocess.run(
+        [*PROXY, "run", "--db", str(tmp_path / "rec.db"), *ENTRIES[entry], "--", *marker_agent(marker)],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: os.close(1),
+        timeout=60,
+        env=proxy_env(),
+    )
+    text = assert_refused_before_the_agent(done, marker, "stdout (fd 1) is closed")
+    assert text.endswith("nowhere to relay the agent's output\n")
