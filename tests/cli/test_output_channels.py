@@ -223,6 +223,18 @@ def test_a_missing_pager_falls_back_to_plain_output_with_a_note(
     assert "pager not found" in note and program in note and f"${variable}" in note
 
 
+def test_a_pager_the_shell_cannot_run_is_named_after_the_fact(recording: Path) -> None:
+    """A pager command only the shell can read (an expansion) is left to the shell; when the
+    shell cannot run it (exit 127), a one-line note says so instead of silence."""
+    env = proxy_env(PAGER="missing-pager-${NOTHING:-x}", TERM="dumb")
+    env.pop("ACP_PROXY_PAGER", None)
+    code, _screen, stderr = run_on_a_terminal(["show", "--db", str(recording)], env)
+    assert code == 0
+    said = stderr.decode("utf-8", "replace")
+    assert "Traceback" not in said
+    assert said.endswith("acp-proxy: the pager could not run (exit status 127); try again with --no-pager\n"), said
+
+
 def test_a_pager_that_exists_is_still_used(recording: Path, tmp_path: Path) -> None:
     seen = tmp_path / "paged"
     pager = tmp_path / "my pager"
