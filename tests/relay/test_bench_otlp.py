@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Installed as sitecustomize on PYTHONPATH: every Python the benchmark starts (the proxies too)
 # behaves as if the [otel] extra were not installed.
-_HIDE_OTEL_SDK = '''
+_HIDE_OTEL_SDK = """
 import sys
 
 
@@ -24,7 +24,7 @@ class _NoOtelSdk:
 
 
 sys.meta_path.insert(0, _NoOtelSdk())
-'''
+"""
 
 
 def test_quick_bench_skips_the_otlp_column_without_the_extra(tmp_path: Path) -> None:
