@@ -25,6 +25,7 @@ agent starts.
     ├── OtlpExportError           (otel.command) spans of an export were lost (collector down)
     ├── ClientHung                (testing)  a client under test outlived its time limit (also an
     │                                        AssertionError: it fails the test that ran it)
+    ├── OutputError               (views)    stdout or the pager cannot be written (full, closed)
     └── MissingExtra              (web.command, mcp_server) an optional extra is not installed
 
 ``cli_support.Group.main`` is the one place the query commands catch it; ``relay.run_and_exit``

@@ -6,7 +6,7 @@
 
 What is measured
 ----------------
-Seven ways of putting bytes between a client (this script) and an agent (``bench_agent.py``):
+Nine ways of putting bytes between a client (this script) and an agent (``bench_agent.py``):
 
 - **direct**: the client talks to the agent's pipes; there is no relay at all.
 - **cat hop**: ``sh -c 'cat | AGENT | cat'`` — a relay made of two ``cat`` processes, the floor
@@ -21,6 +21,8 @@ Seven ways of putting bytes between a client (this script) and an agent (``bench
 - **recording + faults** and **recording + check**: the recording proxy with a fault rule that
   matches nothing (so agent->client frames are judged line by line) or with ``--check`` (live
   conformance checks with schema validation).
+- **recording + otlp**: the recording proxy with ``--otlp`` to a collector that is down. It
+  needs the ``[otel]`` extra: without it the column is skipped, with a note under the table.
 
 Workloads:
 
@@ -1299,30 +1301,32 @@ def mark_text(mark: Mark, rich: bool) -> str:
     return f"{mark.text} {'ok' if mark.ok else 'MISS'}"
 
 
-def print_table(rows: list[Row], title: str, footnotes: list[str]) -> None:
-    headers = ["", *(relay.title for relay in RELAYS), "target"]
+def print_table(rows: list[Row], title: str, footnotes: list[str], relays: list[Relay] | None = None) -> None:
+    """The table, one column per relay in ``relays`` (default: all of them)."""
+    relays = RELAYS if relays is None else relays
+    headers = ["", *(relay.title for relay in relays), "target"]
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
 
         table = Table(title=title, title_justify="left", caption="\n".join(footnotes), caption_justify="left")
         table.add_column("", max_width=26)  # section titles wrap rather than widen the table
-        for relay in RELAYS:
+        for relay in relays:
             table.add_column(relay.title, justify="right", no_wrap=True, min_width=len(relay.title))
         table.add_column("target", style="dim")
         for row in rows:
             if row.section:
                 table.add_section()
-                table.add_row(f"[bold]{row.label}[/]", *([""] * (len(RELAYS) + 1)))
+                table.add_row(f"[bold]{row.label}[/]", *([""] * (len(relays) + 1)))
                 continue
-            cells = [mark_text(row.cells[r.key], True) if r.key in row.cells else "" for r in RELAYS]
+            cells = [mark_text(row.cells[r.key], True) if r.key in row.cells else "" for r in relays]
             table.add_row("  " + row.label, *cells, row.target)
         Console().print(table)
         return
     lines = [
         [
             f"  {row.label}",
-            *(mark_text(row.cells[r.key], False) if r.key in row.cells else "" for r in RELAYS),
+            *(mark_text(row.cells[r.key], False) if r.key in row.cells else "" for r in relays),
             row.target,
         ]
         for row in rows
@@ -1375,6 +1379,14 @@ def _git(*args: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def otlp_note() -> str | None:
+    """Why the ``recording + otlp`` column is skipped (the ``[otel]`` extra is missing: ``run
+    --otlp`` would refuse to start), or None when it can run."""
+    from acp_proxy.otel.command import missing_sdk
+
+    return missing_sdk()
 
 
 def sdk_note_for(examples: Path) -> str | None:
@@ -1434,6 +1446,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown relay column(s): {', '.join(unknown)}")
         for plan in plans:
             plan.relays = [key for key in plan.relays if key in keys]
+    otlp_skipped = otlp_note()
+    if otlp_skipped is not None:
+        for plan in plans:
+            plan.relays = [key for key in plan.relays if key != "proxy_otlp"]
+    relays = [relay for relay in RELAYS if otlp_skipped is None or relay.key != "proxy_otlp"]
     repeat = max(1, args.repeat if args.repeat is not None else (1 if args.quick else 3))
     env = environment()
     sdk_note = sdk_note_for(args.examples)
@@ -1460,9 +1477,11 @@ def main(argv: list[str] | None = None) -> int:
         "peak RSS: sum of each relay process's VmHWM (proxy + recorder for acp-proxy), the agent excluded.",
         f"targets: {passed} of {len(judged)} met.",
     ]
+    if otlp_skipped is not None:
+        footnotes.append(f"{BY_KEY['proxy_otlp'].title}: skipped — {otlp_skipped}.")
     if errors:
         footnotes += ["FAILED:", *(f"  {error}" for error in errors)]
-    print_table(shown(rows), title, footnotes)
+    print_table(shown(rows), title, footnotes, relays)
 
     if args.json is not None:
         results = {f"{name}/{key}": {"error": cell.error, "runs": cell.runs} for (name, key), cell in cells.items()}
@@ -1471,6 +1490,7 @@ def main(argv: list[str] | None = None) -> int:
             "environment": env,
             "seconds": elapsed,
             "sdk_skipped": sdk_note,
+            "otlp_skipped": otlp_skipped,
             "results": results,
             "targets": judged,
             "errors": errors,

@@ -6,6 +6,7 @@ Owns: the command's options, help and output file. Must not know: SQL or export 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -122,10 +123,15 @@ def export(
         raise UsageError(f"cannot write {output}: {(exc.strerror or str(exc)).lower()}") from None
     os.fchmod(fd, 0o600)
     written = 0
-    with os.fdopen(fd, "wb") as out_file:
-        for line in lines:
-            out_file.write(line + b"\n")
-            written += 1
+    try:
+        with os.fdopen(fd, "wb") as out_file:
+            for line in lines:
+                out_file.write(line + b"\n")
+                written += 1
+    except OSError as exc:  # a full disk: one line, and no partial file left to be mistaken
+        with contextlib.suppress(OSError):
+            os.unlink(output)
+        raise UsageError(f"cannot write {output}: {(exc.strerror or str(exc)).lower()} (nothing was kept)") from None
     say(f"wrote {written} lines to {output} ({exports.warning(redactor)})")
 
 

@@ -1,8 +1,9 @@
 """The click plumbing under ``cli.py``: how a mistake becomes one line, how options are bounded.
 
 Owns: the command group that catches ``AcpProxyError`` (and click's own usage errors, a broken
-pipe, Ctrl-C) once for every command and turns it into one line on stderr, prefixed
-``acp-proxy:``, with exit status 2 for bad input; option types that refuse out-of-range, NaN and
+pipe, a stdout that cannot be written, Ctrl-C) once for every command and turns it into one
+line on stderr, prefixed ``acp-proxy:``, with exit status 2 for bad input (a reader that went
+away: quietly, 0; Ctrl-C, a query it stopped included: 130); option types that refuse out-of-range, NaN and
 infinite numbers the same way everywhere; the ``output_options`` bundle (``--json``,
 ``--jsonl``, ``--no-pager``); and the argument handling that lets a filter word start with
 ``-`` (``-update:agent_message_chunk`` is a negated term, not an option).
@@ -12,8 +13,10 @@ Must not know: what any command does, SQL, the relay.
 
 from __future__ import annotations
 
+import errno
 import functools
 import math
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -70,7 +73,10 @@ class Group(click.Group):
 
     ``AcpProxyError`` (a bad filter, rule, reference, database ...) prints ``str`` on one line
     and exits with its ``exit_code`` (2); click's usage errors the same, with a pointer to
-    ``--help``; a reader that went away ends the output quietly; Ctrl-C exits 130.
+    ``--help``; a reader that went away ends the output quietly (exit 0, like ``git log | head``
+    with SIGPIPE ignored); a stdout that is closed, full or failing is one line, exit 2; any
+    other OSError one line, exit 2; Ctrl-C exits 130, also when it stopped an SQLite query
+    (the read connections give signal handlers a chance while they run: ``store.dbfile``).
     """
 
     def main(
@@ -81,12 +87,17 @@ class Group(click.Group):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
+        guard_std_fds()
         try:
             result = super().main(args, prog_name, complete_var, False, **extra)
             code = result if isinstance(result, int) else 0
+            _flush_stdout()  # what Python would flush at exit, where a failure is still one line
         except AcpProxyError as exc:
-            say(one_line(exc))
-            code = exc.exit_code
+            if _interrupted(exc):
+                code = 130
+            else:
+                say(one_line(exc))
+                code = exc.exit_code
         except click.ClickException as exc:
             no_args = getattr(click.exceptions, "NoArgsIsHelpError", None)
             if no_args is not None and isinstance(exc, no_args):
@@ -102,9 +113,100 @@ class Group(click.Group):
 
             _silence_stdout()
             code = 0
+        except OSError as exc:
+            say(_os_error_line(exc))
+            code = 2
+        except SystemExit:
+            if not _click_saw_a_broken_pipe():
+                raise
+            code = 0
+        except Exception as exc:
+            if not _interrupted(exc):
+                raise
+            code = 130
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+def guard_std_fds() -> None:
+    """A closed fd 0, 1 or 2 is given /dev/null before anything opens a file, so that no
+    database takes its number (output would be written into it). fd 1 gets it read-only: a
+    write there still fails (EBADF), and the command says so in one line, as for a full disk."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDONLY if fd in (0, 1) else os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            if fd == 1 and sys.stdout is None:
+                sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 - it is stdout
+
+
+_STDOUT_ERRNOS = frozenset({errno.EBADF, errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT, errno.EINVAL})
+
+
+def _flush_stdout() -> None:
+    from acp_proxy.cli.views import is_fd1
+
+    stream = sys.stdout
+    if stream is None or not is_fd1(stream):
+        return
+    try:
+        stream.flush()
+    except BrokenPipeError:
+        from acp_proxy.cli.views import _silence_stdout
+
+        _silence_stdout()
+    except OSError as exc:
+        from acp_proxy.cli.views import _silence_stdout, cannot_write
+
+        _silence_stdout()
+        raise cannot_write(exc) from None
+
+
+def _click_saw_a_broken_pipe() -> bool:
+    """click answers a broken pipe it catches itself (``--help | true``) with exit status 1 and
+    wraps the standard streams; the reader gone is ours to answer, with 0 as everywhere."""
+    if type(sys.stdout).__name__ != "PacifyFlushWrapper":
+        return False
+    from acp_proxy.cli.views import _silence_stdout
+
+    sys.stdout = getattr(sys.stdout, "wrapped", sys.stdout)
+    sys.stderr = getattr(sys.stderr, "wrapped", sys.stderr)
+    _silence_stdout()
+    return True
+
+
+def _os_error_line(exc: OSError) -> str:
+    """An OSError nobody caught closer to its cause, as one line. Without a file name, one that
+    a write to stdout gives (click.echo, help text) is named as that."""
+    reason = exc.strerror or str(exc)
+    if exc.filename is not None:
+        return f"{reason}: {os.fsdecode(exc.filename)}"
+    from acp_proxy.cli.views import _silence_stdout, is_fd1
+
+    if exc.errno in _STDOUT_ERRNOS and is_fd1(sys.stdout):
+        _silence_stdout()
+        return f"cannot write to standard output: {reason}"
+    return reason
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or was caused by) an SQLite query stopped by Ctrl-C: SQLite's
+    "interrupted", which only a progress handler that raised (KeyboardInterrupt) gives here."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        if type(current).__name__ == "OperationalError" and str(current) == "interrupted":
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 # -- numbers, bounded the same way everywhere ------------------------------------------------

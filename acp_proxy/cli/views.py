@@ -1,7 +1,11 @@
 """Rendering for the query commands: one line per row at the terminal's width, JSON for scripts.
 
-Owns: where output goes (the terminal, through the user's pager when it is one, or a pipe),
-how values look (times, durations, sizes, exit statuses), the one-line layout of a frame, plain
+Owns: where output goes (the terminal, through the user's pager when it is one, or a pipe)
+and what happens when it cannot go there, as git does: a reader that went away (``| head``,
+quitting the pager) ends the output quietly with exit status 0; a full, closed or failing
+stdout is one line (``acp-proxy: cannot write to standard output: No space left on device``,
+``OutputError``, exit 2); a pager that cannot be found is a one-line note, and the output comes
+out plain. How values look (times, durations, sizes, exit statuses), the one-line layout of a frame, plain
 tables that fit the width without ever cutting a column marked ``keep`` (the ids people copy),
 and the JSON/JSONL encodings of query results.
 
@@ -29,6 +33,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import msgspec
 
+from acp_proxy.errors import AcpProxyError
 from acp_proxy.read.summary import printable, summarize
 
 if TYPE_CHECKING:
@@ -43,6 +48,15 @@ _FLUSH_EVERY_S = 0.1  # a slow query still shows its first lines at once: flush 
 _SGR = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36", "magenta": "35"}
 
 
+class OutputError(AcpProxyError):
+    """Standard output (or the pager) cannot take what is written: full, closed, failing."""
+
+
+def cannot_write(exc: OSError, where: str = "standard output") -> OutputError:
+    reason = exc.strerror or os.strerror(exc.errno or 0) or str(exc)
+    return OutputError(f"cannot write to {where}: {reason}")
+
+
 class Out:
     """A command's output: bytes to a pipe, the terminal or a pager, written UTF-8 with any
     unencodable character (a lone surrogate from a recorded frame) escaped, never raised on.
@@ -50,8 +64,11 @@ class Out:
     ``width``: the columns to fit, None for no limit (a pipe). ``color``: ANSI styling allowed.
     """
 
-    def __init__(self, stream: IO[bytes], *, terminal: bool, width: int | None, color: bool) -> None:
+    def __init__(
+        self, stream: IO[bytes], *, terminal: bool, width: int | None, color: bool, where: str = "standard output"
+    ) -> None:
         self.stream = stream
+        self.where = where
         self.terminal = terminal
         self.width = width
         self.color = color
@@ -65,26 +82,32 @@ class Out:
         return f"\x1b[{codes}m{text}\x1b[0m" if codes else text
 
     def line(self, text: str = "") -> None:
-        self.stream.write(text.encode("utf-8", "backslashreplace") + b"\n")
-        self._maybe_flush()
+        self.data(text.encode("utf-8", "backslashreplace") + b"\n")
 
     def text(self, text: str) -> None:
-        self.stream.write(text.encode("utf-8", "backslashreplace"))
-        self._maybe_flush()
+        self.data(text.encode("utf-8", "backslashreplace"))
 
     def data(self, data: bytes) -> None:
-        self.stream.write(data)
-        self._maybe_flush()
-
-    def _maybe_flush(self) -> None:
-        now = time.monotonic()
-        if now - self._flushed >= _FLUSH_EVERY_S:
-            self._flushed = now
-            self.stream.flush()
+        """Write ``data``: a reader gone is ``BrokenPipeError``, any other failure ``OutputError``."""
+        try:
+            self.stream.write(data)
+            now = time.monotonic()
+            if now - self._flushed >= _FLUSH_EVERY_S:
+                self._flushed = now
+                self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise cannot_write(exc, self.where) from None
 
     def flush(self) -> None:
         self._flushed = time.monotonic()
-        self.stream.flush()
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise cannot_write(exc, self.where) from None
 
     def console(self) -> Console:
         """A rich Console writing here (for the conversation and diff renderers). Whatever text
@@ -109,6 +132,11 @@ def _safe_console_class() -> type[Console]:
     from rich.segment import Segment
 
     class SafeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            # rich's own answer is SystemExit(1); a reader that went away is output()'s to end.
+            self.quiet = True
+            raise BrokenPipeError
+
         def _render_buffer(self, buffer: Iterable[Segment]) -> str:
             # Segments rich marks as control codes are its own (cursor moves); every other
             # segment's text is content and loses its control characters before styling.
@@ -155,6 +183,39 @@ def _color_allowed() -> bool:
     return "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
+def _note(message: str) -> None:
+    """One line on stderr, the way ``cli.support.say`` writes (this module must not know click)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stderr.write(f"acp-proxy: {message}\n")
+        sys.stderr.flush()
+
+
+def missing_pager(command: str) -> str | None:
+    """The program ``command`` starts, when it cannot be found or run (the shell would only
+    say "not found" and exit 127, and the output would be lost); None when it can, or when the
+    command is more than words for the shell to run (then the shell is left to judge it)."""
+    import shlex
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+        words = words[1:]  # LESS=R less
+    while len(words) > 1 and words[0] in ("exec", "command"):  # shell builtins that run the next word
+        words = words[1:]
+    if not words:
+        return command  # only assignments: the shell would run nothing, and read nothing
+    if any(ch in command for ch in "|&;<>()$`\\*?[]{}~\n"):
+        return None  # a pipeline, an expansion ...: the shell's to judge
+    program = words[0]
+    if os.sep in program:
+        usable = os.path.isfile(program) and os.access(program, os.X_OK)
+    else:
+        usable = shutil.which(program) is not None
+    return None if usable else program
+
+
 def pager_command() -> str | None:
     """The pager to use on a terminal: ``$ACP_PROXY_PAGER``, ``$PAGER``, else ``less`` when it
     is installed; None for none (an empty value or ``cat`` turns paging off, as in git)."""
@@ -169,6 +230,29 @@ def pager_command() -> str | None:
 def _binary_stdout() -> IO[bytes]:
     stream: Any = sys.stdout  # a test's stand-in may have no binary buffer
     return stream.buffer if hasattr(stream, "buffer") else stream
+
+
+def is_fd1(stream: Any) -> bool:
+    """Whether ``stream`` writes to fd 1 (not a test's stand-in)."""
+    try:
+        return bool(stream.fileno() == 1)
+    except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
+        return False
+
+
+def stdout_usable() -> OSError | None:
+    """Why fd 1 cannot be written to (closed, or opened only for reading), else None."""
+    import fcntl
+
+    try:
+        flags = fcntl.fcntl(1, fcntl.F_GETFL)
+    except OSError as exc:
+        return exc
+    if flags & os.O_ACCMODE == os.O_RDONLY:
+        import errno
+
+        return OSError(errno.EBADF, os.strerror(errno.EBADF))
+    return None
 
 
 def _silence_stdout() -> None:
@@ -187,12 +271,21 @@ def output(*, page: bool = True) -> Iterator[Out]:
     """Where a command writes. On a terminal, through the pager (``less -FRX`` unless the user
     set ``LESS``: it quits when everything fits on one screen) unless ``page`` is False; in a
     pipe, straight out. A reader that goes away (``| head``, quitting the pager) ends the
-    output quietly: no traceback, no broken-pipe noise."""
+    output quietly: no traceback, no broken-pipe noise, exit status 0. A stdout that cannot be
+    written (closed, full, failing) raises ``OutputError`` (one line, exit 2). A pager that
+    cannot be found is named in a one-line note, and the output comes out without it."""
     stdout = sys.stdout
+    unusable = stdout_usable() if stdout is None or is_fd1(stdout) else None
+    if stdout is None or unusable is not None:
+        raise cannot_write(unusable or OSError(9, os.strerror(9)))
     terminal = _is_terminal(stdout)
     color = terminal and _color_allowed()
     width = shutil.get_terminal_size((100, 24)).columns if terminal else _pipe_width()
     pager = pager_command() if terminal and page else None
+    if pager is not None and (missing := missing_pager(pager)) is not None:
+        source = "ACP_PROXY_PAGER" if "ACP_PROXY_PAGER" in os.environ else "PAGER"
+        _note(f"pager not found: {printable(missing)!r} (${source}); showing the output without it")
+        pager = None
     proc: subprocess.Popen[bytes] | None = None
     if pager is not None:
         env = dict(os.environ)
@@ -201,16 +294,21 @@ def output(*, page: bool = True) -> Iterator[Out]:
         try:
             stdout.flush()
             proc = subprocess.Popen(pager, shell=True, stdin=subprocess.PIPE, env=env)
-        except OSError:
+        except OSError as exc:
+            _note(f"cannot start the pager: {exc.strerror or exc}; showing the output without it")
             proc = None
     stream: IO[bytes] = proc.stdin if proc is not None and proc.stdin is not None else _binary_stdout()
-    out = Out(stream, terminal=terminal, width=width, color=color)
+    out = Out(stream, terminal=terminal, width=width, color=color, where="the pager" if proc else "standard output")
     try:
         yield out
         out.flush()
     except BrokenPipeError:
         if proc is None:
             _silence_stdout()
+    except OutputError:
+        if proc is None:
+            _silence_stdout()  # what stays in Python's buffer must not fail again at exit
+        raise
     except KeyboardInterrupt:
         if proc is None:
             raise
@@ -228,10 +326,12 @@ def _close_pager(proc: subprocess.Popen[bytes]) -> None:
         if proc.stdin is not None:
             with contextlib.suppress(BrokenPipeError, OSError):
                 proc.stdin.close()
-        proc.wait()
+        code = proc.wait()
     finally:
         with contextlib.suppress(ValueError, TypeError):
             signal.signal(signal.SIGINT, previous)
+    if code in (126, 127):  # the shell could not run it: what was written went nowhere
+        _note(f"the pager could not run (exit status {code}); try again with --no-pager")
 
 
 # -- JSON ------------------------------------------------------------------------------------

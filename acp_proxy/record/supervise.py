@@ -6,7 +6,10 @@ by SIGKILL), the proxy as a child subreaper (``PR_SET_CHILD_SUBREAPER``: orphane
 are re-parented to it, not to init, so it can reap them), and a marker in the agent's
 environment, unique to the run and inherited by everything the agent starts, by which the
 relay, the recorder (which outlives a killed proxy) or a later recovery finds and stops the
-run's processes — ``setsid`` ones included, which no process-group signal reaches. Also the
+run's processes — ``setsid`` ones included, which no process-group signal reaches; and, for the
+processes that also cleared their environment (``setsid env -i daemon``), the subreaper's own
+view: every process the proxy did not start itself but finds among its children was orphaned
+inside the run (re-parented to it), and goes with the run, its descendants too. Also the
 idle scheduling class the background processes (recorder, writer, checker, OTLP follower) run
 in, so that they take only CPU time the conversation does not want.
 
@@ -30,6 +33,10 @@ MARKER_VAR = "ACP_PROXY_RUN"
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _prctl: Callable[..., int] | None = None
+# In a subreaper (the proxy): the children that are its own — there before the agent started
+# (an OTLP follower), or started by it since (the recorder) — and so not orphans of the run.
+_own: set[int] = set()
+_adopting = False
 
 
 def new_marker() -> str:
@@ -52,8 +59,48 @@ def _libc_prctl() -> Callable[..., int]:
 
 
 def become_subreaper() -> bool:
-    """Orphaned descendants become our children (and zombies until we reap them)."""
-    return _libc_prctl()(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    """Orphaned descendants become our children (and zombies until we reap them). From here
+    on, a child this process did not start (``own``) is one of the run's orphans: the children
+    that exist now are its own, the agent is not."""
+    global _adopting
+    done = _libc_prctl()(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    if done:
+        _own.update(children())
+        _adopting = True
+    return done
+
+
+def own(pid: int) -> None:
+    """``pid`` is a helper this process started (the recorder), not one of the run's processes."""
+    _own.add(pid)
+
+
+def adopted(exclude: Iterable[int] = ()) -> list[int]:
+    """The run's processes found without their environment: the live children of this
+    subreaper that it did not start (orphans re-parented to it: ``setsid env -i`` daemons
+    too), and all their descendants. Empty in a process that is not the run's subreaper."""
+    if not _adopting:
+        return []
+    skip = {os.getpid(), *_own, *exclude}
+    found: list[int] = []
+    todo = [pid for pid in children() if pid not in skip]
+    seen: set[int] = set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        if not _is_zombie(pid):
+            found.append(pid)
+        todo.extend(child for child in _children_of(pid) if child not in skip)
+    return found
+
+
+def run_processes(marker: str, exclude: Iterable[int] = ()) -> list[int]:
+    """Every live process of the run this process can find: by its marker, and adopted."""
+    exclude = tuple(exclude)
+    found = marked(marker, exclude)
+    return found + [pid for pid in adopted(exclude) if pid not in found]
 
 
 def die_with_parent(parent_pid: int) -> Callable[[], None]:
@@ -103,20 +150,28 @@ def _is_zombie(pid: int) -> bool:
 
 
 def stop_marked(marker: str, grace: float, exclude: Iterable[int] = ()) -> int:
-    """TERM the run's remaining processes, KILL those still there after ``grace``; how many
-    were found. Our own children among them are reaped."""
+    """TERM the run's remaining processes (``run_processes``), KILL those still there after
+    ``grace`` (and those orphaned meanwhile); how many were found. Our own children among them
+    are reaped."""
     exclude = tuple(exclude)
-    pids = marked(marker, exclude)
+    pids = run_processes(marker, exclude)
     found = len(pids)
     if pids:
         _signal_all(pids, SIGTERM)
         deadline = time.monotonic() + grace
         while pids and time.monotonic() < deadline:
             reap(exclude)
-            pids = marked(marker, exclude)
+            pids = run_processes(marker, exclude)
             if pids:
+                _signal_all(pids, SIGTERM)  # some were orphaned since the last look
                 time.sleep(0.02)  # polling the process table, with a deadline
-        _signal_all(pids, SIGKILL)
+        kill_deadline = time.monotonic() + max(grace, 1.0)
+        while pids and time.monotonic() < kill_deadline:
+            _signal_all(pids, SIGKILL)
+            reap(exclude)
+            pids = run_processes(marker, exclude)
+            if pids:
+                time.sleep(0.01)  # SIGKILL cannot be refused: the kernel takes them shortly
     reap(exclude)
     return found
 
@@ -142,14 +197,18 @@ def reap(exclude: Iterable[int] = ()) -> None:
 
 
 def children() -> list[int]:
+    return _children_of("self")
+
+
+def _children_of(pid: int | str) -> list[int]:
     found: list[int] = []
     try:
-        tasks = os.listdir("/proc/self/task")
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return found
     for tid in tasks:
         try:
-            with open(f"/proc/self/task/{tid}/children") as handle:
+            with open(f"/proc/{pid}/task/{tid}/children") as handle:
                 found.extend(int(word) for word in handle.read().split())
         except OSError:
             pass

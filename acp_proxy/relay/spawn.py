@@ -1,7 +1,8 @@
 """The agent's start: everything ``acp-proxy run`` does before its agent runs.
 
 Owns: the checks that refuse a run before any agent exists (a closed stdout, an agent that
-cannot be found, a database that cannot be opened or is not acp-proxy's), the signals that
+cannot be found, a database that cannot be opened or is not acp-proxy's, a database directory
+or journal folder that cannot take a file: a folder that is a file, a read-only or full disk), the signals that
 arrive before the relay runs, and starting the agent — its own process group, its pipes, its
 parent-death signal, the run's marker in its environment — with ``fork`` and ``exec``.
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 FORWARDED_SIGNALS = (SIGINT, SIGTERM, SIGHUP)
+JOURNALS_SUFFIX = ".journal"  # the journal folder beside a database (``journal.journal_dir``)
 EXEC_ERROR_EXIT = 255  # a child that could not exec: its errno went to the parent first
 
 
@@ -78,7 +80,7 @@ def begin(argv: list[str], db_file: str | None) -> Begun:
         from acp_proxy.store.dbfile import StoreError, prepare
 
         try:
-            prepare(db_file)
+            prepare(db_file, db_file + JOURNALS_SUFFIX)
         except StoreError as exc:
             raise RelayError(str(exc), 2) from None
     marker = supervise.new_marker()
@@ -107,6 +109,12 @@ def check_std_fds() -> None:
         if null != fd:
             os.dup2(null, fd)
             os.close(null)
+    if 1 not in closed:
+        try:
+            os.write(1, b"")  # writes nothing; fails on a descriptor open only for reading
+        except OSError as exc:
+            if exc.errno == 9:  # EBADF: held read-only (the CLI's stand-in for a closed fd 1)
+                closed.append(1)
     if 1 in closed:
         raise RelayError("stdout (fd 1) is closed: there is nowhere to relay the agent's output", 2)
 

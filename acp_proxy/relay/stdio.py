@@ -219,7 +219,7 @@ class Recording:
             args = [*args, "--wake-fd", str(read_fd)]
             pass_fds = (read_fd,)
         try:
-            return subprocess.Popen(
+            recorder = subprocess.Popen(
                 [sys.executable, "-m", "acp_proxy.record.recorder", *args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -227,6 +227,8 @@ class Recording:
                 start_new_session=True,  # a signal to our group must not cut the recording short
                 preexec_fn=supervise.run_idle if wake else None,
             )
+            supervise.own(recorder.pid)  # ours, not one of the run's orphans
+            return recorder
         except OSError as exc:
             say(f"cannot start the recorder ({exc}); the journal will be recorded by the next acp-proxy command")
             return None
@@ -612,7 +614,8 @@ class Relay:
 
         Its descendants may hold the pipes open after it dies: they are part of its run, so
         they get TERM (then KILL) — its process group, and the ones that left it (``setsid``)
-        by the run's marker in their environment.
+        by the run's marker in their environment or, without it (``env -i``), as orphans
+        re-parented to the proxy (``supervise.run_processes``).
         """
         import trio
 
@@ -636,7 +639,7 @@ class Relay:
 
     def _signal_run(self, sig: int) -> None:
         self._signal_group(sig)
-        for pid in supervise.marked(self.marker):
+        for pid in supervise.run_processes(self.marker):
             try:
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):

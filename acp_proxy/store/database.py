@@ -31,11 +31,13 @@ from acp_proxy.protocol.frames import FRAME_COLUMNS
 from acp_proxy.store.dbfile import (  # noqa: F401 - prepare, file_uri and the constants are store's API too
     BUSY_TIMEOUT_MS,
     JOURNAL_SUFFIX,
+    PROGRESS_STEPS,
     SCHEMA_VERSION,
     StoreError,
     check_own,
     create_private,
     file_uri,
+    let_signals_in,
     prepare,
 )
 from acp_proxy.store.dbfile import reason as _reason
@@ -285,6 +287,7 @@ def _connect_read_only(path: Path) -> tuple[sqlite3.Connection, int]:
     try:
         conn = sqlite3.connect(file_uri(path), uri=True, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.set_progress_handler(let_signals_in, PROGRESS_STEPS)  # Ctrl-C stops a long query
         return conn, conn.execute("PRAGMA user_version").fetchone()[0]
     except sqlite3.Error as exc:
         raise StoreError(f"cannot read database {path}: {_reason(exc)}") from exc
@@ -425,7 +428,17 @@ class SqlReader:
     temporary tables; no database may be attached (``VACUUM INTO`` attaches its target, so it
     is refused too); and an SQLite authorizer lets through only reading actions. Statements the
     authorizer never hears of (``REINDEX`` of nothing, ``VACUUM``) are refused by their first
-    word before they are prepared."""
+    word before they are prepared.
+
+    A table-valued function read with ``*`` (``select * from pragma_table_info('frames')``,
+    ``json_each(...)``) makes SQLite ask, the first time it connects the function's table,
+    whether the schema table's columns may be *updated*. Inside a statement that began as a
+    SELECT that question is answered yes: it writes nothing. A real write of the schema table
+    begins as an UPDATE, INSERT or DELETE, and is refused (SQLite also refuses it unless
+    ``PRAGMA writable_schema`` is on, which is refused too)."""
+
+    _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
+    _SCHEMA_COLUMNS = frozenset({"type", "name", "tbl_name", "rootpage", "sql"})
 
     def __init__(self, path: Path) -> None:
         db = open_for_reading(path)
@@ -433,7 +446,32 @@ class SqlReader:
         self.conn.execute("PRAGMA query_only = 1")
         self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         self._refusals: list[str] = []
-        self.conn.set_authorizer(_authorize(self._refusals))
+        self._reading = _authorize(self._refusals)
+        self._in_select = False  # this statement's preparation began with a SELECT
+        self.conn.set_authorizer(self.authorize)
+        # A statement that runs was prepared: the next preparation starts afresh.
+        self.conn.set_trace_callback(self._statement_ran)
+
+    def _statement_ran(self, _sql: str) -> None:
+        self._in_select = False
+
+    def authorize(self, action: int, arg1: str | None, arg2: str | None, db: str | None, source: str | None) -> int:
+        """The SQLite authorizer: reading actions only (``_authorize``), and the schema-table
+        question a ``*`` over a table-valued function asks inside a SELECT."""
+        if action == sqlite3.SQLITE_SELECT:
+            self._in_select = True
+        elif (
+            action == sqlite3.SQLITE_UPDATE
+            and self._in_select
+            and (arg1 or "").lower() in self._SCHEMA_TABLES
+            and (arg2 or "").lower() in self._SCHEMA_COLUMNS
+            and source is None
+        ):
+            return sqlite3.SQLITE_OK
+        verdict = int(self._reading(action, arg1, arg2, db, source))
+        if verdict != sqlite3.SQLITE_OK:
+            self._in_select = False  # the preparation fails here
+        return verdict
 
     def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
         """A cursor over the rows; ``SqlRefused`` for anything but a read, ``StoreError`` for
@@ -442,9 +480,12 @@ class SqlReader:
         if word not in _FIRST_WORDS:
             raise SqlRefused(f"refused {word.upper() or 'an empty statement'}: {_REFUSED}")
         self._refusals.clear()
+        self._in_select = False
         try:
             return self.conn.execute(sql, params)
         except sqlite3.Error as exc:
+            if str(exc) == "interrupted":  # Ctrl-C, raised in the progress handler
+                raise KeyboardInterrupt from None
             if self._refusals:
                 # Name the statement, not the catalogue write SQLite does for it underneath.
                 named = [r for r in self._refusals if "sqlite_" not in r] or self._refusals

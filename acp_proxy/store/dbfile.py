@@ -1,7 +1,9 @@
 """The database as a file: creating it private, naming it to SQLite, and examining it read-only.
 
 Owns: what ``acp-proxy run`` checks before its agent starts — the directories (0700) and the
-file (0600) exist, and the file is empty or an acp-proxy database this version can write —
+file (0600) exist, the file is empty or an acp-proxy database this version can write, and the
+database's directory and the run's journal folder take new files with bytes in them (a folder
+that is a file, a read-only or full disk stop the run here, not after its agent started) —
 and the pieces of that every other opener shares (``file_uri``, ``check_own``). An editor waits
 for the agent's first answer, so this module imports only ``os`` and ``stat`` at import, and
 ``sqlite3`` only to examine a file that is not empty; no ``pathlib`` or ``urllib`` (~5 ms of
@@ -29,6 +31,9 @@ MODE_FILE = 0o600
 # A run's journal file ends so (in DB.journal/): a reader looks for them before it reads.
 JOURNAL_SUFFIX = ".journal"
 # What urllib.parse.quote leaves alone (with "/" safe): everything else is percent-escaped.
+# What a run writes first, per directory: the journal's first records, SQLite's WAL header and
+# first pages. A disk without room for this probe cannot record a run.
+PROBE_BYTES = 64 * 1024
 _URI_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~/")
 
 
@@ -36,15 +41,43 @@ class StoreError(AcpProxyError):
     """The database cannot be used; the message is one line meant for a person."""
 
 
-def prepare(path: PathLike) -> None:
+def prepare(path: PathLike, journals: PathLike | None = None) -> None:
     """Make sure a run can record into ``path`` before its agent starts: the directories (0700)
-    and the file (0600) exist, and the file is empty or an acp-proxy database this version can
-    write. Cheap (no sqlite-utils, no write to the database); StoreError otherwise."""
+    and the file (0600) exist, the file is empty or an acp-proxy database this version can
+    write, and its directory and ``journals`` (the run's journal folder, created 0700) take a
+    new file of ``PROBE_BYTES``. Cheap (no sqlite-utils, no write to the database); StoreError
+    otherwise."""
     try:
         create_private(path)
     except OSError as exc:
         raise StoreError(f"cannot open database {path}: {reason(exc)}") from exc
     check_own(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        probe_dir(directory)
+    except OSError as exc:
+        raise StoreError(f"cannot record into {path}: its directory {directory}: {reason(exc)}") from exc
+    if journals is not None:
+        try:
+            make_private_dir(journals)
+            probe_dir(journals)
+        except OSError as exc:
+            raise StoreError(f"cannot record into {path}: its journal folder {journals}: {reason(exc)}") from exc
+
+
+def probe_dir(directory: PathLike) -> None:
+    """A file of ``PROBE_BYTES`` can be created in ``directory`` (then it is removed); OSError
+    otherwise: not a directory, permission denied, read-only file system, no space left."""
+    name = os.path.join(directory, f".acp-proxy-probe-{os.getpid()}-{os.urandom(4).hex()}")
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, MODE_FILE)
+    try:
+        written = 0
+        block = bytes(PROBE_BYTES)
+        while written < PROBE_BYTES:
+            written += os.write(fd, block[written:])
+    finally:
+        os.close(fd)
+        os.unlink(name)
 
 
 def create_private(path: PathLike) -> None:
@@ -128,6 +161,18 @@ def _has_hot_journal(path: PathLike) -> bool:
         return os.stat(f"{os.fspath(path)}-journal").st_size > 0
     except OSError:
         return False
+
+
+PROGRESS_STEPS = 100_000  # SQLite VM steps between two looks at pending signals (about 1 ms)
+
+
+def let_signals_in() -> int:
+    """A progress handler for read connections: a long query stays stoppable with Ctrl-C.
+
+    Python runs signal handlers only between bytecodes of the main thread, and a query holds
+    that thread inside SQLite. This callback is bytecode: Ctrl-C's KeyboardInterrupt is raised
+    here, and SQLite ends the query with "interrupted" (its caller answers exit 130)."""
+    return 0
 
 
 def file_uri(path: PathLike, mode: str = "ro") -> str:
