@@ -32,6 +32,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SPAWNING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spawns)
+    # The in-process tests run first (in about a minute): a broken core fails fast, before the
+    # suite spends minutes starting proxies, peers and browsers. The sort is stable.
+    items.sort(key=lambda item: item.get_closest_marker("spawns") is not None)
 
 
 @pytest.fixture(scope="session")
