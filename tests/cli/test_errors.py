@@ -15,6 +15,7 @@ from acp_proxy import errors
 INTERNAL = {
     "acp_proxy.record.journal.JournalDamaged": "a recovery's signal to skip a journal, said by store",
     "acp_proxy.web.model.NotFound": "answered as a 404 page, never raised out of a command",
+    "acp_proxy.checks.compiled.Unsupported": "a schema part the compiler leaves to jsonschema, caught by its caller",
 }
 """Exceptions that are signals between parts of acp-proxy, never shown to a person as such."""
 
