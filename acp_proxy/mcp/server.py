@@ -27,19 +27,86 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 import click
+from pydantic import Field
 
 from acp_proxy.cli.options import db_option, redact_options
 from acp_proxy.errors import AcpProxyError, UsageError
+from acp_proxy.mcp import shapes
 
 INSTALL_HINT = "acp-proxy mcp needs the [mcp] extra: pip install 'acp-proxy[mcp]'"
 MAX_FRAMES = 500
-"""The most frames one ``frames`` call returns (ask again with an ``offset`` for more)."""
-MAX_CHARS = 200_000
-"""The most characters of one frame's text any tool returns."""
+"""The most frames one ``frames`` call returns (ask again with ``next`` or ``after`` for more)."""
+MAX_ITEMS = 500
+"""The most items of any other list one call returns."""
+MAX_LINES = 20_000
+"""The most lines of a conversation one ``show`` call returns."""
 SHOW_WIDTH = 120
+RUN_KEYS = (
+    "id",
+    "started_ns",
+    "ended_ns",
+    "status",
+    "agent_name",
+    "agent_version",
+    "client_name",
+    "client_version",
+    "protocol_version",
+    "argv",
+    "cwd",
+    "frames",
+    "exit_code",
+    "exit_signal",
+    "not_recorded",
+    "unanswered_requests",
+    "faults_applied",
+    "findings",
+    "source",
+    "source_format",
+    "source_unknown",
+    "otlp_spans",
+    "otlp_spans_lost",
+)
+P = TypeVar("P", bound=shapes.Page)
+
+# The parameters, described for the model that calls the tools. Bounds are published in the
+# schema but checked by the tools, so that a wrong number is a one-line error, not pydantic's.
+MINIMUM_0: dict[str, Any] = {"minimum": 0}
+Ref = Annotated[
+    str, Field(description="A run id, `last`, or a session id (or a unique start of one); `run:N`, `session:S`.")
+]
+OptionalRef = Annotated[
+    str, Field(description="A run id, `last`, or a session id (or a unique start of one); empty: every run.")
+]
+Offset = Annotated[int, Field(description="How many items to skip: a page's `next`.", json_schema_extra=MINIMUM_0)]
+Limit = Annotated[
+    int,
+    Field(description="The most items to return (an answer may hold fewer: see `next`).", json_schema_extra=MINIMUM_0),
+]
+Lines = Annotated[int, Field(description="The most lines to return.", json_schema_extra=MINIMUM_0)]
+MaxChars = Annotated[
+    int, Field(description="Cut each frame's text (raw line, request params, answer) at this many characters.", ge=0)
+]
+Filter = Annotated[
+    str,
+    Field(
+        description="acp-proxy's filter language, e.g. `run:last method:session/prompt kind:response latency>2s`, "
+        '`kind:error OR unanswered`, `update:tool_call`, `text:"denied"`, `seq:10..20`; empty: every frame.'
+    ),
+]
+After = Annotated[str, Field(description="RUN:SEQ of the last frame seen (a page's `after`): the frames after it.")]
+Method = Annotated[str, Field(description="Only requests of this method, e.g. `session/prompt`; empty: all.")]
+Turn = Annotated[
+    int | None,
+    Field(description="Only this prompt turn (1 = the first); null: every turn.", json_schema_extra={"minimum": 1}),
+]
+RunId = Annotated[int, Field(description="The run's id (a frame's `run_id`).", json_schema_extra=MINIMUM_0)]
+Seq = Annotated[
+    int, Field(description="The frame's number within its run (a frame's `seq`).", json_schema_extra=MINIMUM_0)
+]
+Schema = Annotated[bool, Field(description="Also check every frame against the official JSON Schema (slower).")]
 
 
 class MissingExtra(AcpProxyError):
@@ -59,7 +126,8 @@ def _missing_extra() -> str | None:
 
 
 class Tools:
-    """The tools, over the database at ``db_path``; each returns text (JSON for data)."""
+    """The tools, over the database at ``db_path``; each returns its structured answer (a model of
+    ``shapes``), paged and bounded to ``MAX_ANSWER`` characters."""
 
     def __init__(self, db_path: Path, redactor: Any) -> None:
         self.db_path = db_path
@@ -67,54 +135,235 @@ class Tools:
 
     # -- the tools --------------------------------------------------------------------------------
 
-    def list_runs(self, limit: int = 20) -> str:
+    def list_runs(self, offset: Offset = 0, limit: Limit = 20) -> shapes.Page:
         """Recorded (and imported) runs, newest first: id, start, status, agent and client with
         versions, protocol version, agent command, frames, exit status, where an imported run came
-        from, and what an OpenTelemetry export lost. ``limit``: how many (0: all)."""
+        from, and what an OpenTelemetry export lost. Paged: `total`, `next`."""
         from acp_proxy.read import queries
 
+        offset, limit = _count(offset, "offset"), _limit(limit)
         with self._db() as db:
-            found = queries.runs(db, _count(limit, "limit") or None)
-        keep = (
-            "id",
-            "started_ns",
-            "ended_ns",
-            "status",
-            "agent_name",
-            "agent_version",
-            "client_name",
-            "client_version",
-            "protocol_version",
-            "argv",
-            "cwd",
-            "frames",
-            "exit_code",
-            "exit_signal",
-            "not_recorded",
-            "unanswered_requests",
-            "faults_applied",
-            "findings",
-            "source",
-            "source_format",
-            "source_unknown",
-            "otlp_spans",
-            "otlp_spans_lost",
-        )
-        return self._json([{k: run.get(k) for k in keep if run.get(k) is not None} for run in found])
+            total = queries.count(db, "runs")
+            found = [self.redactor.run_row(r) for r in queries.runs(db, limit, offset)] if limit else []
+        kept = [{k: run.get(k) for k in RUN_KEYS if run.get(k) is not None} for run in found]
+        return self._page(shapes.Page, kept, offset, total)
 
-    def list_sessions(self, limit: int = 50) -> str:
+    def list_sessions(self, offset: Offset = 0, limit: Limit = 50) -> shapes.Page:
         """ACP sessions, most recently active first: session id, title, cwd, how it was created,
-        the runs it appears in, its number of turns. ``limit``: how many (0: all)."""
+        the runs it appears in, its number of turns. Paged: `total`, `next`."""
         from acp_proxy.read import queries
 
+        offset, limit = _count(offset, "offset"), _limit(limit)
         with self._db() as db:
-            return self._json(queries.sessions(db, _count(limit, "limit") or None))
+            total = queries.count(db, "sessions")
+            found = queries.sessions(db, limit, offset) if limit else []
+        return self._page(shapes.Page, self.redactor.value(found), offset, total)
 
-    def show(self, ref: str, turn: int | None = None) -> str:
+    def sessions_by_client(self, offset: Offset = 0, limit: Limit = 50) -> shapes.Page:
+        """Clients (name and version, as `initialize` said), the most sessions first: for each,
+        its runs, sessions, turns, the agents it talked to and its session ids."""
+        from acp_proxy.read import insights
+
+        offset, limit = _count(offset, "offset"), _limit(limit)
+        with self._db() as db:
+            found = insights.sessions_by_client(db, self.redactor)
+        return self._page(shapes.Page, found[offset : offset + limit], offset, len(found))
+
+    def summary(self, ref: OptionalRef = "") -> shapes.SummaryAnswer:
+        """A run's, session's or every run's summary in one call, with insights: the hot spot
+        (the method with the most time spent waiting, the slowest tool call), the long tail (p99
+        against p50 per method), outliers (answers over 3x their method's median), errors and
+        unanswered requests; frames, turns, stop reasons, the slowest turn. Start here."""
+        from acp_proxy.read import insights
+
+        with self._db() as db:
+            found = self._answer(lambda: insights.summary(db, ref or None, self.redactor))
+        return shapes.SummaryAnswer(**self._bounded(found))
+
+    def session_info(self, ref: Ref) -> shapes.MetadataAnswer:
+        """How a run or session was set up: per run both sides' names, versions, protocol
+        versions and capabilities, the auth methods; per session the cwd, title, how it was
+        created, MCP servers, the available and current mode, the available and current model
+        (where recorded)."""
+        from acp_proxy.read import insights
+
+        with self._db() as db:
+            found = self._answer(lambda: insights.metadata(db, ref, self.redactor))
+        return shapes.MetadataAnswer(**self._bounded(found))
+
+    def exchanges(
+        self, ref: Ref, method: Method = "", offset: Offset = 0, limit: Limit = 20, max_chars: MaxChars = 2000
+    ) -> shapes.Page:
+        """A run's or session's requests each paired with its response (or error): method,
+        direction, the request's params, the answer's result or error, the outcome (response,
+        error, unanswered, pending) and the latency, in relay order. Paged: `total`, `next`."""
+        from acp_proxy.read import insights
+
+        offset, limit, max_chars = _count(offset, "offset"), _limit(limit), _count(max_chars, "max_chars")
+        with self._db() as db:
+            found, total = self._answer(
+                lambda: insights.exchanges(db, ref, method or None, offset, limit, self.redactor)
+            )
+        return self._page(shapes.Page, [shapes.shrink(item, max_chars) for item in found], offset, total)
+
+    def show(self, ref: Ref, turn: Turn = None, offset: Offset = 0, limit: Lines = 2000) -> shapes.ShowAnswer:
         """The conversation of a run or session, reconstructed from its frames, as text — what
         `acp-proxy show REF` prints: messages, thoughts, tool calls, plans, permission requests
-        and answers, errors, notices, faults applied and findings. ``ref``: a run id, `last`, or
-        a session id (or a unique prefix); ``turn``: only that prompt turn (1 = the first)."""
+        and answers, errors, notices, faults applied and findings. Paged by lines."""
+        offset, limit = _count(offset, "offset"), _limit(limit, MAX_LINES)
+        text, label = self._show_text(ref, turn)
+        lines = text.splitlines(keepends=True)
+        kept: list[str] = []
+        used = 0
+        for line in lines[offset : offset + limit]:
+            if used + len(line) > shapes.ITEM_ROOM:
+                if not kept:
+                    kept.append(shapes.cut_text(line, shapes.ITEM_ROOM - 100))
+                break
+            kept.append(line)
+            used += len(line)
+        end = offset + len(kept)
+        return shapes.ShowAnswer(
+            ref=label,
+            total=len(lines),
+            offset=offset,
+            returned=len(kept),
+            next=end if end < len(lines) else None,
+            text="".join(kept),
+        )
+
+    def frames(
+        self,
+        filter: Filter = "",
+        limit: Limit = 50,
+        offset: Offset = 0,
+        max_chars: MaxChars = 2000,
+        after: After = "",
+    ) -> shapes.FramesPage:
+        """Frames selected by acp-proxy's filter language, in relay order, with every recorded
+        column (`raw` is the frame's line, cut at `max_chars`). E.g. `run:last dir:a2c
+        update:tool_call`, `method:session/prompt kind:response latency>2s`, `kind:error OR
+        unanswered`, `text:"permission denied"`. Paged: `total`, `next` (an offset) and `after`
+        (a cursor); `frame` gives one frame whole."""
+        from acp_proxy.protocol import filters
+        from acp_proxy.read import exports
+        from acp_proxy.read import frames as pages
+
+        limit = min(_limit(limit), MAX_FRAMES)
+        offset = _count(offset, "offset")
+        max_chars = _count(max_chars, "max_chars")
+        cursor = pages.parse_cursor(after) if after else None
+        if after and cursor is None:
+            raise ToolFailure(f"after must be RUN:SEQ, the place of a frame (not {after!r})")
+        with self._db() as db:
+            try:
+                expr = pages.parse(db, filter)
+            except filters.FilterError as exc:
+                raise ToolFailure(f"bad filter: {exc}") from None
+            # Masked before the filter reads them: a text: term cannot probe a secret.
+            selection = pages.Selection(db, expr, self.redactor)
+            found = selection.page(cursor, limit, offset)
+        shown = []
+        for row in found.frames:
+            obj = exports.frame_object(row)
+            if isinstance(obj.get("raw"), str):
+                obj["raw"] = shapes.cut_text(obj["raw"], max_chars)
+            shown.append(self.redactor.value(obj))
+        kept, note = shapes.fit(shown, offset, found.total)
+        before = offset if cursor is None else 0  # frames after a cursor: offsets count from it
+        more = found.more or len(kept) < len(shown)
+        last = kept[-1] if kept else None
+        return shapes.FramesPage(
+            total=found.total,
+            offset=offset,
+            returned=len(kept),
+            next=before + len(kept) if more and cursor is None else None,
+            after=f"{last['run_id']}:{last['seq']}" if more and last is not None else None,
+            note=note if note else (None if cursor is None else "after a cursor: continue with `after`"),
+            masked=found.masked,
+            items=kept,
+        )
+
+    def frame(self, run_id: RunId, seq: Seq, raw_offset: Offset = 0) -> shapes.FrameAnswer:
+        """One frame by its run id and seq, with every recorded column, its `raw` line whole —
+        or, when it is longer than an answer may be, a part of it, with `next_raw_offset` to ask
+        for the rest."""
+        from acp_proxy.read import exports
+        from acp_proxy.read import frames as selections
+
+        raw_offset = _count(raw_offset, "raw_offset")
+        with self._db() as db:
+            found = selections.frame(db, run_id, seq, self.redactor)
+        if found is None:
+            raise ToolFailure(f"no frame {seq} in run {run_id}")
+        obj = self.redactor.value(exports.frame_object(found))
+        raw = obj.get("raw") if isinstance(obj.get("raw"), str) else None
+        length = len(raw) if raw is not None else 0
+        room = shapes.ITEM_ROOM - shapes.size({k: v for k, v in obj.items() if k != "raw"})
+        next_offset = None
+        note = None
+        if raw is not None and (raw_offset or length > room):
+            obj["raw"] = raw[raw_offset : raw_offset + room]
+            end = raw_offset + len(obj["raw"])
+            next_offset = end if end < length else None
+            note = (
+                f"raw is cut: characters {raw_offset}..{end} of {length}; ask again with raw_offset={end} "
+                f"for the rest, or get the frame whole with `acp-proxy frames 'run:{run_id} seq:{seq}' --json` "
+                f"or `acp-proxy export {run_id}`"
+                if next_offset is not None
+                else f"raw from character {raw_offset} of {length}"
+            )
+        return shapes.FrameAnswer(
+            frame=obj, raw_chars=length, raw_offset=raw_offset, next_raw_offset=next_offset, note=note
+        )
+
+    def stats(self, ref: OptionalRef = "", offset: Offset = 0, limit: Limit = 50) -> shapes.StatsAnswer:
+        """Latency per method and direction (count, errors, p50/p95/p99/max ms), per-turn metrics
+        (time to acceptance and first output, duration, chunks, tool calls, permissions, stop
+        reason), requests left unanswered, and error answers — of a run or session, or of every
+        run without `ref`. The three lists are paged alike by `offset` and `limit`."""
+        from acp_proxy.read import stats as report
+
+        offset, limit = _count(offset, "offset"), _limit(limit)
+        with self._db() as db:
+            found = self._answer(lambda: report.stats(db, ref or None, self.redactor))
+        room = (shapes.ITEM_ROOM - shapes.size(found["latency"])) // 3
+        lists = {
+            name: self._page(shapes.Page, found[name][offset : offset + limit], offset, len(found[name]), room)
+            for name in ("turns", "unanswered", "errors")
+        }
+        return shapes.StatsAnswer(ref=found["ref"], latency=found["latency"], **lists)
+
+    def check(self, ref: Ref, schema: Schema = True, offset: Offset = 0, limit: Limit = 100) -> shapes.CheckAnswer:
+        """Conformance findings for a run or session: the official JSON Schema of the negotiated
+        version and the lifecycle rules of the spec. Each finding names its rule, severity
+        (error / warning / info), the frame (run, seq) and the spec section. Paged."""
+        from acp_proxy.read import conformance
+
+        offset, limit = _count(offset, "offset"), _limit(limit)
+        with self._db() as db:
+            found = self._answer(lambda: conformance.check(db, ref, schema=schema, redactor=self.redactor))
+        findings = self.redactor.value(found.findings)
+        page = self._page(shapes.Page, findings[offset : offset + limit], offset, len(findings))
+        return shapes.CheckAnswer(checked=found.label, counts=found.counts, findings=page)
+
+    def diff(self, left: Ref, right: Ref) -> shapes.DiffAnswer:
+        """Two recordings (runs or sessions) compared, around and in their turns: the initialize
+        exchange, set-up calls, errors, unanswered requests; per turn the prompt, the agent's text
+        and thoughts, tool calls, permission outcomes and how it ended. `differ` says whether
+        anything differs; timing is shown, never counted."""
+        from acp_proxy.read import compare
+
+        with self._db() as db:
+            found = self._answer(lambda: compare.compare(db, left, right, self.redactor)).as_json()
+        bounded = self._bounded(found)
+        if bounded is not found:
+            bounded["note"] = f"long texts are cut to keep the answer under {shapes.MAX_ANSWER} characters"
+        return shapes.DiffAnswer(**bounded)
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _show_text(self, ref: str, turn: int | None) -> tuple[str, str]:
         from acp_proxy.cli import transcript
         from acp_proxy.cli.views import exit_status
         from acp_proxy.read import conversation, queries
@@ -143,86 +392,17 @@ class Tools:
         for conv in folded.conversations:
             transcript.render_conversation(con, conv, turn)
         _print_annotations(con, faults, findings)
-        return self.redactor.text(out.getvalue())
+        return self.redactor.text(out.getvalue()), resolved.describe()
 
-    def frames(self, filter: str = "", limit: int = 50, offset: int = 0, max_chars: int = 2000, after: str = "") -> str:
-        """Frames selected by acp-proxy's filter language, in relay order, as JSON objects (every
-        recorded column; ``raw`` is the frame). E.g. `run:last dir:a2c update:tool_call`,
-        `method:session/prompt kind:response latency>2s`, `kind:error OR unanswered`,
-        `text:"permission denied"`. At most 500 per call (``limit``); for the next ones pass the
-        last frame's `RUN:SEQ` as ``after`` (or skip ``offset`` frames); each frame's ``raw`` is
-        cut at ``max_chars`` characters (`frame` gives one whole)."""
-        from acp_proxy.protocol import filters
-        from acp_proxy.read import exports
-        from acp_proxy.read import frames as pages
+    def _page(self, model: type[P], items: list[Any], offset: int, total: int, room: int = shapes.ITEM_ROOM) -> P:
+        kept, note = shapes.fit(items, offset, total, room)
+        end = offset + len(kept)
+        return model(
+            total=total, offset=offset, returned=len(kept), next=end if end < total else None, note=note, items=kept
+        )
 
-        limit = min(_count(limit, "limit"), MAX_FRAMES)
-        offset = _count(offset, "offset")
-        max_chars = _count(max_chars, "max_chars")
-        cursor = pages.parse_cursor(after) if after else None
-        if after and cursor is None:
-            raise ToolFailure(f"after must be RUN:SEQ, the place of a frame (not {after!r})")
-        with self._db() as db:
-            try:
-                expr = pages.parse(db, filter)
-            except filters.FilterError as exc:
-                raise ToolFailure(f"bad filter: {exc}") from None
-            # Masked before the filter reads them: a text: term cannot probe a secret.
-            found = list(pages.Selection(db, expr, self.redactor).rows(cursor, limit=offset + limit))[offset:]
-        shown = []
-        for row in found:
-            obj = exports.frame_object(row)
-            if isinstance(obj.get("raw"), str):
-                obj["raw"] = _cut(obj["raw"], max_chars)
-            shown.append(obj)
-        return self._json(shown)
-
-    def frame(self, run_id: int, seq: int) -> str:
-        """One frame, whole, by its run id and seq, with every recorded column."""
-        from acp_proxy.read import exports
-        from acp_proxy.read import frames as selections
-
-        with self._db() as db:
-            found = selections.frame(db, run_id, seq, self.redactor)
-        if found is None:
-            raise ToolFailure(f"no frame {seq} in run {run_id}")
-        obj = exports.frame_object(found)
-        if isinstance(obj.get("raw"), str):
-            obj["raw"] = _cut(obj["raw"], MAX_CHARS)
-        return self._json(obj)
-
-    def stats(self, ref: str | None = None) -> str:
-        """Latency per method and direction (count, errors, p50/p95/p99/max ms), per-turn metrics
-        (time to acceptance and first output, duration, chunks, tool calls, permissions, stop
-        reason), requests left unanswered, and error answers — of a run or session, or of every
-        run without ``ref``."""
-        from acp_proxy.read import stats as report
-
-        with self._db() as db:
-            return self._json(self._answer(lambda: report.stats(db, ref or None, self.redactor)))
-
-    def check(self, ref: str, schema: bool = True) -> str:
-        """Conformance findings for a run or session: the official JSON Schema of the negotiated
-        version and the lifecycle rules of the spec. Each finding names its rule, severity
-        (error / warning / info), the frame (run, seq) and the spec section; ``schema=false``
-        checks the lifecycle rules only (faster)."""
-        from acp_proxy.read import conformance
-
-        with self._db() as db:
-            found = self._answer(lambda: conformance.check(db, ref, schema=schema, redactor=self.redactor))
-        return self._json({"checked": found.label, "counts": found.counts, "findings": found.findings})
-
-    def diff(self, left: str, right: str) -> str:
-        """Two recordings (runs or sessions) compared, around and in their turns: the initialize
-        exchange, set-up calls, errors, unanswered requests; per turn the prompt, the agent's text
-        and thoughts, tool calls, permission outcomes and how it ended. ``differ`` says whether
-        anything differs; timing is shown, never counted."""
-        from acp_proxy.read import compare
-
-        with self._db() as db:
-            return self._json(self._answer(lambda: compare.compare(db, left, right, self.redactor)).as_json())
-
-    # -- helpers ----------------------------------------------------------------------------------
+    def _bounded(self, value: dict[str, Any]) -> dict[str, Any]:
+        return value if shapes.size(value) <= shapes.ITEM_ROOM else shapes.shrink(value, shapes.ITEM_ROOM)
 
     @contextmanager
     def _db(self) -> Iterator[Any]:
@@ -258,14 +438,15 @@ class Tools:
             notes.findings(db, folded.run_ids, keys, self.redactor),
         )
 
-    def _json(self, value: Any) -> str:
-        return json.dumps(self.redactor.value(value), ensure_ascii=False, indent=1, default=str)
-
-    def all(self) -> list[Callable[..., str]]:
+    def all(self) -> list[Callable[..., Any]]:
         return [
+            self.summary,
+            self.session_info,
             self.list_runs,
             self.list_sessions,
+            self.sessions_by_client,
             self.show,
+            self.exchanges,
             self.frames,
             self.frame,
             self.stats,
@@ -292,8 +473,8 @@ def _count(value: Any, name: str) -> int:
     return value
 
 
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more characters]"
+def _limit(value: Any, most: int = MAX_ITEMS) -> int:
+    return min(_count(value, "limit"), most)
 
 
 def _name(run: dict[str, Any], side: str) -> str:
@@ -311,7 +492,8 @@ def _console(out: io.StringIO) -> Any:
 
 
 def build_server(tools: Tools) -> Any:
-    """The MCP SDK's server with every tool registered, read-only."""
+    """The MCP SDK's server with every tool registered, read-only, each with its output schema,
+    and the prompts."""
     import logging
 
     from mcp.server.mcpserver import MCPServer
@@ -319,13 +501,16 @@ def build_server(tools: Tools) -> Any:
     from mcp.types import ToolAnnotations
 
     from acp_proxy import __version__
+    from acp_proxy.mcp import prompts
 
     server = MCPServer(
         "acp-proxy",
         version=__version__,
         instructions="Read-only access to acp-proxy recordings of Agent Client Protocol conversations "
-        "between an editor and a coding agent: list runs and sessions, read a conversation, select "
-        "frames with the filter language, latency and turn statistics, conformance findings, diffs.",
+        "between an editor and a coding agent. Start with `summary` (insights: hot spot, long tail, "
+        "outliers, errors); then `session_info`, `exchanges`, `frames` (the filter language), `show`, "
+        "`stats`, `check` (spec conformance), `diff`, `sessions_by_client`. Every list is paged: "
+        "`total`, `next`. Secrets are masked.",
         log_level="WARNING",
     )
     # The SDK logs to stderr through rich; say it the way acp-proxy says things.
@@ -341,22 +526,36 @@ def build_server(tools: Tools) -> Any:
             name=method.__name__,
             description=method.__doc__,
             annotations=read_only,
-            structured_output=False,
+            structured_output=True,
         )
+    prompts.register(server)
     return server
 
 
-def _as_tool(method: Callable[..., str], tool_error: type[Exception]) -> Callable[..., str]:
-    """``method`` with its mistakes turned into the SDK's tool errors (a one-line error result)."""
+def _as_tool(method: Callable[..., Any], tool_error: type[Exception]) -> Callable[..., Any]:
+    """``method`` as the SDK calls a tool: its answer as structured content (validated by the
+    SDK against the output model, which it publishes as the tool's ``outputSchema``) and the
+    same JSON as text (``show``: the conversation's text) for clients that read only text; its
+    mistakes as the SDK's tool errors (a one-line error result)."""
     import functools
+    import inspect
+
+    from mcp.types import CallToolResult, TextContent
+
+    signature = inspect.signature(method, eval_str=True)
+    model = signature.return_annotation
 
     @functools.wraps(method)
-    def tool(*args: Any, **kwargs: Any) -> str:
+    def tool(*args: Any, **kwargs: Any) -> Any:
         try:
-            return method(*args, **kwargs)
+            answer = method(*args, **kwargs)
         except UsageError as exc:
             raise tool_error(str(exc)) from None
+        structured = answer.model_dump(mode="json")
+        text = answer.text if isinstance(answer, shapes.ShowAnswer) else shapes.dumps(structured)
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
+    tool.__signature__ = signature.replace(return_annotation=Annotated[CallToolResult, model])  # type: ignore[attr-defined]
     return tool
 
 
@@ -366,9 +565,11 @@ def _as_tool(method: Callable[..., str], tool_error: type[Exception]) -> Callabl
 def mcp(db_path: Path | None, redact_rules: tuple[str, ...], no_redact: bool) -> None:
     """Serve the recordings to a coding agent over MCP (stdio), read-only.
 
-    Tools: list_runs, list_sessions, show (a conversation as text), frames (the filter
-    language, bounded), frame (one, whole), stats, check (conformance findings), diff. Secrets
-    are masked unless --no-redact. Stdout carries MCP only. Add it to an MCP client's settings:
+    Tools: summary (insights), session_info, list_runs, list_sessions, sessions_by_client,
+    show, exchanges, frames (the filter language), frame, stats, check, diff; every answer
+    structured and paged. Prompts: triage a slow session, audit spec violations, compare
+    clients. Secrets are masked unless --no-redact. Stdout carries MCP only. Add it to an MCP
+    client's settings:
 
     \b
     Examples:

@@ -1,0 +1,162 @@
+"""What the MCP tools answer: their output models (published as each tool's ``outputSchema``)
+and the bounds every answer keeps.
+
+Owns: the pydantic models of the structured content; ``fit``, which pages a list so that its
+JSON stays under ``MAX_ANSWER`` characters (fewer items than asked, with ``next`` saying where
+to go on); ``shrink``, which cuts the long strings of one oversized value, saying so.
+
+Must not know: SQL, the database, the read layer's computations (it only bounds what they
+computed); the SDK's server (``server`` registers the tools).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+MAX_ANSWER = 100_000
+"""The most characters of JSON any answer holds; a longer one is paged or cut."""
+ITEM_ROOM = MAX_ANSWER - 4_000
+"""What a page's items may take: the rest is for the envelope (total, next, note, ...)."""
+
+
+def size(value: Any) -> int:
+    return len(dumps(value))
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class Page(BaseModel):
+    """A page of a list: the list's ``total``, where this page starts (``offset``), how many it
+    holds (``returned``), and the ``offset`` of the next page (``next``; null on the last)."""
+
+    total: int = Field(description="How many items the whole list holds.")
+    offset: int = Field(description="How many items of the list come before this page.")
+    returned: int = Field(description="How many items this page holds.")
+    next: int | None = Field(description="The offset to ask for the next page; null when this is the last.")
+    note: str | None = Field(default=None, description="Why fewer items came than asked, when they did.")
+    items: list[dict[str, Any]] = Field(description="The items of this page.")
+
+
+class FramesPage(Page):
+    after: str | None = Field(
+        default=None, description="The last frame's RUN:SEQ: pass it as `after` for the next page (faster than offset)."
+    )
+    masked: bool = Field(description="Whether secrets were masked before the filter read the frames.")
+
+
+class ShowAnswer(BaseModel):
+    ref: str = Field(description="What was shown: a run or a session.")
+    total: int = Field(description="How many lines the whole conversation text holds.")
+    offset: int = Field(description="How many lines come before this page.")
+    returned: int = Field(description="How many lines this page holds.")
+    next: int | None = Field(description="The line offset of the next page; null when this is the last.")
+    text: str = Field(description="The conversation as `acp-proxy show` prints it (these lines).")
+
+
+class FrameAnswer(BaseModel):
+    frame: dict[str, Any] = Field(description="Every recorded column of the frame; `raw` is the line (or a part).")
+    raw_chars: int = Field(description="How many characters the frame's raw line holds in all.")
+    raw_offset: int = Field(description="Where in the raw line the part shown starts.")
+    next_raw_offset: int | None = Field(
+        description="Where the rest starts (pass it as raw_offset); null when shown whole."
+    )
+    note: str | None = Field(default=None, description="How to get the frame whole, when it was cut.")
+
+
+class StatsAnswer(BaseModel):
+    ref: str
+    latency: list[dict[str, Any]] = Field(description="Per method and direction: count, errors, p50/p95/p99/max ms.")
+    turns: Page
+    unanswered: Page
+    errors: Page
+
+
+class CheckAnswer(BaseModel):
+    checked: str = Field(description="What was checked.")
+    counts: dict[str, int] = Field(description="Findings by severity.")
+    findings: Page
+
+
+class SummaryAnswer(BaseModel):
+    ref: str
+    runs: list[int]
+    sessions: int
+    frames: int
+    frames_c2a: int
+    frames_a2c: int
+    duration_ms: float | None
+    turns: int
+    stop_reasons: dict[str, int]
+    slowest_turn: dict[str, Any] | None
+    methods: list[dict[str, Any]] = Field(description="Latency per method: count, errors, total, p50/p95/p99/max ms.")
+    insights: dict[str, Any] = Field(description="hot_spot (slowest method, tool call), long_tail, outliers, errors.")
+    slowest_tool_calls: list[dict[str, Any]]
+
+
+class MetadataAnswer(BaseModel):
+    ref: str
+    runs: list[dict[str, Any]] = Field(description="Per run: both sides' names, versions, protocol, capabilities.")
+    sessions: list[dict[str, Any]] = Field(description="Per session: cwd, title, modes, mode, models, model.")
+
+
+class DiffAnswer(BaseModel):
+    left: str
+    right: str
+    differ: bool
+    connection: dict[str, Any]
+    turns: list[dict[str, Any]]
+    note: str | None = None
+
+
+def fit(items: list[Any], offset: int, total: int, room: int = ITEM_ROOM) -> tuple[list[Any], str | None]:
+    """The first of ``items`` whose JSON fits in ``room`` characters (at least one, shrunk when
+    it alone is too big), and a note when some were left for the next page."""
+    kept: list[Any] = []
+    used = 0
+    for item in items:
+        length = size(item) + 1
+        if used + length > room:
+            if not kept:
+                kept.append(shrink(item, room))
+            break
+        kept.append(item)
+        used += length
+    if len(kept) < len(items):
+        return kept, (
+            f"{len(kept)} of the {len(items)} asked for fit in {MAX_ANSWER} characters; "
+            f"ask again from offset {offset + len(kept)} for the next (of {total})"
+        )
+    return kept, None
+
+
+def shrink(value: Any, room: int) -> Any:
+    """``value`` with its long strings cut (each ending with how many characters were left
+    out) until its JSON fits in ``room`` characters."""
+    limit = 20_000
+    cut = value
+    while size(cut) > room and limit >= 50:
+        cut = _cut_strings(value, limit)
+        limit //= 4
+    if size(cut) > room:  # many short strings: keep the start of its JSON, as text
+        text = dumps(value)
+        return {"cut": True, "json_start": text[: room - 200], "chars": len(text)}
+    return cut
+
+
+def _cut_strings(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return cut_text(value, limit)
+    if isinstance(value, dict):
+        return {k: _cut_strings(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut_strings(v, limit) for v in value]
+    return value
+
+
+def cut_text(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more characters]"
