@@ -216,12 +216,14 @@ class Tools:
         kept: list[str] = []
         used = 0
         for line in lines[offset : offset + limit]:
-            if used + len(line) > shapes.ITEM_ROOM:
+            length = shapes.size(line)  # as JSON, escapes included
+            if used + length > shapes.ITEM_ROOM:
                 if not kept:
-                    kept.append(shapes.cut_text(line, shapes.ITEM_ROOM - 100))
+                    part = shapes.text_part(line, 0, shapes.ITEM_ROOM - 100)
+                    kept.append(f"{part}… [{len(line) - len(part)} more characters]\n")
                 break
             kept.append(line)
-            used += len(line)
+            used += length
         end = offset + len(kept)
         return shapes.ShowAnswer(
             ref=label,
@@ -303,7 +305,7 @@ class Tools:
         next_offset = None
         note = None
         if raw is not None and (raw_offset or length > room):
-            obj["raw"] = raw[raw_offset : raw_offset + room]
+            obj["raw"] = shapes.text_part(raw, raw_offset, room)
             end = raw_offset + len(obj["raw"])
             next_offset = end if end < length else None
             note = (

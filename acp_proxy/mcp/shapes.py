@@ -160,3 +160,11 @@ def _cut_strings(value: Any, limit: int) -> Any:
 
 def cut_text(text: str, limit: int) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more characters]"
+
+
+def text_part(text: str, start: int, room: int) -> str:
+    """The longest part of ``text`` from ``start`` whose JSON (escapes included) fits in ``room``."""
+    part = text[start : start + room]
+    while part and size(part) > room:
+        part = part[: max(1, len(part) * room // size(part) - 16)]
+    return part
