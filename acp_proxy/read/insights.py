@@ -328,10 +328,13 @@ def _setup_frames(db: Any, run_ids: list[int], session_id: str, found: dict[str,
             and f.kind in ('request', 'response', 'notification') and (
               (f.method in ('session/new', 'session/load', 'session/resume', 'session/fork',
                             'session/set_mode', 'session/set_model') and (f.session_id = ? or exists (
-                 select 1 from frames q where q.run_id = f.run_id and q.seq = f.request_seq and q.session_id = ?)))
+                 select 1 from frames q where q.run_id = f.run_id and q.seq = f.request_seq and q.session_id = ?)
+                 -- session/new asks without an id: its answer names the session
+                 or exists (select 1 from frames r where r.run_id = f.run_id and r.request_seq = f.seq
+                            and r.session_id = ?)))
               or (f.update_kind = 'current_mode_update' and f.session_id = ?))
             order by f.run_id, f.seq""",
-        [*run_ids, session_id, session_id, session_id],
+        [*run_ids, session_id, session_id, session_id, session_id],
     )
     for kind, method, update_kind, raw in rows:
         message = _json(redactor.raw(raw) if redactor is not None and raw else raw)

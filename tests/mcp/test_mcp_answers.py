@@ -344,3 +344,152 @@ def test_no_tool_or_argument_reads_or_probes_a_secret(tmp_path: Path) -> None:
             assert total == (everything.json()["total"] if args["filter"].startswith("-") else 0), args
         else:
             assert total == (everything.json()["total"] if args["filter"].startswith("-") else 0), args
+
+
+# -- insights from known timings ----------------------------------------------------------------------
+
+
+def timed_recording(db: Path, slow_ms: int) -> None:
+    """A session whose timings are known: five fs/read_text_file requests answered in 10 ms and
+    one in ``slow_ms``; a tool call that runs 2 s, another 50 ms; one error answer; a mode and a
+    model chosen in session/new and the mode changed by session/set_mode."""
+    sid = "s-timed"
+    ms = 1_000_000
+    records: list[Record] = []
+    now = 1_000 * ms
+
+    def add(direction: str, obj: dict[str, Any], after_ms: float = 1) -> None:
+        nonlocal now
+        now += int(after_ms * ms)
+        records.append(Record(direction, now, json.dumps(obj).encode()))
+
+    def update(body: dict[str, Any], after_ms: float = 1) -> None:
+        add(
+            "a2c",
+            {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": body}},
+            after_ms,
+        )
+
+    add(
+        "c2a",
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": 1,
+                "clientCapabilities": {"fs": {"readTextFile": True}, "terminal": True},
+                "clientInfo": {"name": "zed", "version": "0.200.0"},
+            },
+        },
+    )
+    add(
+        "a2c",
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "result": {
+                "protocolVersion": 1,
+                "agentCapabilities": {"loadSession": True},
+                "agentInfo": {"name": "timed-agent", "version": "1.0"},
+            },
+        },
+    )
+    add("c2a", {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w", "mcpServers": []}})
+    add(
+        "a2c",
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "result": {
+                "sessionId": sid,
+                "modes": {
+                    "currentModeId": "ask",
+                    "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}],
+                },
+                "models": {"currentModelId": "m-small", "availableModels": [{"modelId": "m-small", "name": "Small"}]},
+            },
+        },
+    )
+    add(
+        "c2a", {"jsonrpc": "2.0", "id": 2, "method": "session/set_mode", "params": {"sessionId": sid, "modeId": "code"}}
+    )
+    add("a2c", {"jsonrpc": "2.0", "id": 2, "result": {}})
+    add(
+        "c2a",
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "session/prompt",
+            "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "read"}]},
+        },
+    )
+    update(
+        {"sessionUpdate": "tool_call", "toolCallId": "slow", "title": "Build", "kind": "execute", "status": "pending"}
+    )
+    update({"sessionUpdate": "tool_call_update", "toolCallId": "slow", "status": "completed"}, after_ms=2_000)
+    update({"sessionUpdate": "tool_call", "toolCallId": "quick", "title": "Read", "kind": "read", "status": "pending"})
+    update({"sessionUpdate": "tool_call_update", "toolCallId": "quick", "status": "completed"}, after_ms=50)
+    for i, latency in enumerate([10, 10, 10, slow_ms, 10, 10]):
+        add(
+            "a2c",
+            {
+                "jsonrpc": "2.0",
+                "id": 100 + i,
+                "method": "fs/read_text_file",
+                "params": {"sessionId": sid, "path": f"/w/{i}"},
+            },
+        )
+        add("c2a", {"jsonrpc": "2.0", "id": 100 + i, "result": {"content": "x"}}, after_ms=latency)
+    add(
+        "a2c", {"jsonrpc": "2.0", "id": 200, "method": "fs/read_text_file", "params": {"sessionId": sid, "path": "/no"}}
+    )
+    add("c2a", {"jsonrpc": "2.0", "id": 200, "error": {"code": -32002, "message": "not found: /no"}}, after_ms=5)
+    add("a2c", {"jsonrpc": "2.0", "id": 3, "result": {"stopReason": "end_turn"}})
+    write_run(db, records, {})
+
+
+def test_insights_from_known_timings(tmp_path: Path) -> None:
+    slow, steady = tmp_path / "slow.db", tmp_path / "steady.db"
+    timed_recording(slow, 900)
+    timed_recording(steady, 10)
+    calls: list[Call] = [("summary", {"ref": "s-timed"}), ("session_info", {"ref": "1"}), ("sessions_by_client", {})]
+    _, (summary, info, clients), _ = serve(slow, calls, [], tmp_path / "err.txt")
+    _, (calm, *_), _ = serve(steady, calls[:1], [], tmp_path / "err.txt")
+    found = summary.json()
+    insights = found["insights"]
+    reads = next(m for m in found["methods"] if m["method"] == "fs/read_text_file")
+    # Seven reads: six answered (five in 10 ms, one in 900 ms), one error (5 ms).
+    assert (reads["count"], reads["errors"], reads["dir"]) == (7, 1, "a2c")
+    assert reads["p50_ms"] == 10 and reads["max_ms"] == 900 and reads["total_ms"] == 5 * 10 + 900 + 5
+    assert insights["hot_spot"]["method"]["method"] == "session/prompt"  # the turn waits for everything
+    tool = insights["hot_spot"]["tool_call"]
+    assert (tool["tool_call_id"], tool["title"], tool["kind"], tool["duration_ms"]) == (
+        "slow",
+        "Build",
+        "execute",
+        2000,
+    )
+    assert [t["tool_call_id"] for t in found["slowest_tool_calls"]] == ["slow", "quick"]
+    assert [t["method"] for t in insights["long_tail"]] == ["fs/read_text_file"]
+    assert insights["long_tail"][0]["tail_ratio"] == 90
+    outliers = insights["outliers"]
+    assert (
+        outliers["count"] == 1 and outliers["slowest"][0]["ms"] == 900 and outliers["slowest"][0]["times_median"] == 90
+    )
+    assert insights["errors"]["count"] == 1 and insights["errors"]["first"][0]["error_message"] == "not found: /no"
+    assert found["turns"] == 1 and found["stop_reasons"] == {"end_turn": 1}
+    # The same recording without the slow answer: no tail, no outlier.
+    assert calm.json()["insights"]["long_tail"] == [] and calm.json()["insights"]["outliers"]["count"] == 0
+
+    meta = info.json()
+    run = meta["runs"][0]
+    assert run["client"]["capabilities"] == {"fs": {"readTextFile": True}, "terminal": True}
+    assert run["agent"]["name"] == "timed-agent" and run["client"]["name"] == "zed"
+    session = meta["sessions"][0]
+    assert session["current_mode"] == "code" and [m["id"] for m in session["modes"]] == ["ask", "code"]
+    assert session["current_model"] == "m-small" and session["mcp_servers"] == []
+    by_client = clients.json()["items"]
+    assert [(c["client"], c["client_version"], c["sessions"], c["agents"]) for c in by_client] == [
+        ("zed", "0.200.0", 1, ["timed-agent"])
+    ]
