@@ -23,6 +23,7 @@ from typing import Any
 
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.read import queries
+from acp_proxy.read.frames import prime
 from acp_proxy.read.queries import Ref
 
 OUTLIER_FACTOR = 3.0
@@ -32,23 +33,6 @@ LONG_TAIL_FACTOR = 3.0
 TOP = 5
 """How many outliers, errors and slow tool calls a summary names (the counts are whole)."""
 SETUP_METHODS = ("session/new", "session/load", "session/resume", "session/fork")
-
-
-def prime(db: Any, redactor: Redactor | None, run_ids: list[int] | None) -> Redactor | None:
-    """``redactor`` (None when masking is off) after it has read every frame of ``run_ids``
-    (None: every run) in relay order, so that it has learnt each secret it masks by name."""
-    if redactor is None or not redactor.enabled:
-        return None
-    if run_ids is None:
-        found = db.execute("select raw from frames where raw is not null order by run_id, seq")
-    else:
-        marks = ",".join("?" * len(run_ids)) or "null"
-        found = db.execute(
-            f"select raw from frames where run_id in ({marks}) and raw is not null order by run_id, seq", run_ids
-        )
-    for (raw,) in found:
-        redactor.raw(raw)
-    return redactor
 
 
 def _masked(redactor: Redactor | None, value: Any) -> Any:

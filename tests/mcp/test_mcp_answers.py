@@ -315,7 +315,13 @@ def test_no_tool_or_argument_reads_or_probes_a_secret(tmp_path: Path) -> None:
             calls.append(("frames", {"filter": probe, "after": "1:1"}))
         calls.append(("exchanges", {"ref": "1", "method": secret}))
         calls.append(("show", {"ref": secret}))
-    _, answers, _ = serve(db, calls, [], tmp_path / "err.txt")
+    # A server per tool: the masking of one tool must not lean on what another call taught it.
+    answers = [Answer.__new__(Answer)] * len(calls)
+    for tool in {name for name, _ in calls}:
+        mine = [i for i, (name, _) in enumerate(calls) if name == tool]
+        _, got, _ = serve(db, [calls[i] for i in mine], [], tmp_path / "err.txt")
+        for i, answer in zip(mine, got, strict=True):
+            answers[i] = answer
     assert not any(a.error for a in answers[:plain]), [a.text for a in answers[:plain] if a.error]
     masked = 0
     for (name, args), answer in zip(calls, answers, strict=True):
