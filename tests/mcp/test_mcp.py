@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from acp_proxy.cli.commands import cli
-from acp_proxy.mcp.server import MAX_FRAMES
+from acp_proxy.mcp.tools import MAX_FRAMES
 from acp_proxy.protocol.redact import MASK
 from acp_proxy.record.importers import Record, write_run
 from tests.conftest import PROXY
@@ -234,3 +234,14 @@ def test_missing_mcp_extra_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_bad_redaction_rule_is_one_line() -> None:
     result = CliRunner().invoke(cli, ["mcp", "--redact", "re:"])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+
+
+def test_the_cli_imports_neither_the_sdk_nor_pydantic() -> None:
+    # Every command registers `mcp`: without the extra (no SDK, no pydantic) they must all work,
+    # and start without paying for either.
+    code = (
+        "import sys, acp_proxy.cli.commands; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'mcp', 'pydantic'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
