@@ -42,7 +42,93 @@ class Page(BaseModel):
     items: list[dict[str, Any]] = Field(description="The items of this page.")
 
 
+def _items(description: str, properties: dict[str, Any]) -> Any:
+    """The ``items`` field of a page whose items are objects with (at least) these properties,
+    described in the published schema; an item cut to fit (``shrink``) may lack them."""
+    extra: Any = {"items": {"type": "object", "additionalProperties": True, "properties": properties}}
+    return Field(description=description, json_schema_extra=extra)
+
+
+def _p(kind: str | list[str], description: str) -> dict[str, Any]:
+    return {"type": kind, "description": description}
+
+
+FRAME = {
+    "run_id": _p("integer", "The run the frame was recorded in."),
+    "seq": _p("integer", "The frame's number within its run, in relay order."),
+    "ts_ns": _p("integer", "When the proxy read it (ns since the Unix epoch)."),
+    "dir": _p("string", "c2a (client to agent), a2c, or stderr (the agent's stderr)."),
+    "kind": _p("string", "request | notification | response | error | batch | invalid | stderr"),
+    "method": _p("string", "The JSON-RPC method (a response: its request's)."),
+    "session_id": _p("string", "The ACP session it concerns."),
+    "update_kind": _p("string", "The session/update variant (agent_message_chunk, tool_call, ...)."),
+    "latency_ns": _p("integer", "On an answer: the time since its request."),
+    "raw": _p("string", "The line as it crossed the wire (masked; cut at max_chars)."),
+}
+RUN = {
+    "id": _p("integer", "The run id (a REF)."),
+    "status": _p("string", "running | ended | crashed"),
+    "agent_name": _p("string", "The agent, as initialize said."),
+    "client_name": _p("string", "The client (editor), as initialize said."),
+    "protocol_version": _p("integer", "The negotiated ACP protocol version."),
+    "frames": _p("integer", "How many frames were recorded."),
+}
+SESSION = {
+    "session_id": _p("string", "The ACP session id (a REF)."),
+    "title": _p(["string", "null"], "The session's title, when the agent gave one."),
+    "cwd": _p(["string", "null"], "Its working directory."),
+    "runs": _p(["string", "null"], "The runs it appears in, comma-separated."),
+    "turns": _p("integer", "Its prompt turns."),
+}
+CLIENT = {
+    "client": _p("string", "The client's name, as initialize said (? when it said none)."),
+    "client_version": _p(["string", "null"], "Its version."),
+    "runs": _p("integer", "Runs recorded with it."),
+    "sessions": _p("integer", "Sessions it opened or loaded."),
+    "turns": _p("integer", "Prompt turns in them."),
+    "agents": {"type": "array", "items": {"type": "string"}, "description": "The agents it talked to."},
+    "session_ids": {"type": "array", "items": {"type": "string"}, "description": "Its sessions, newest first."},
+}
+EXCHANGE = {
+    "run_id": _p("integer", "The run."),
+    "method": _p("string", "The request's method."),
+    "dir": _p("string", "Who asked: c2a (the client) or a2c (the agent)."),
+    "request": _p("object", "seq, ts_ns, kind and body (the params) of the request."),
+    "response": _p(["object", "null"], "seq, ts_ns, kind, body (result or error) of the answer; null: none."),
+    "outcome": _p("string", "response | error | unanswered (the run ended first) | pending (still running)"),
+    "latency_ms": _p(["number", "null"], "How long the answer took."),
+}
+FINDING = {
+    "rule": _p("string", "The rule broken."),
+    "severity": _p("string", "error | warning | info"),
+    "run_id": _p("integer", "The frame's run."),
+    "seq": _p("integer", "The frame's seq."),
+    "message": _p("string", "What is wrong."),
+}
+
+
+class RunsPage(Page):
+    items: list[dict[str, Any]] = _items("Runs, newest first.", RUN)
+
+
+class SessionsPage(Page):
+    items: list[dict[str, Any]] = _items("Sessions, most recently active first.", SESSION)
+
+
+class ClientsPage(Page):
+    items: list[dict[str, Any]] = _items("Clients, the most sessions first.", CLIENT)
+
+
+class ExchangesPage(Page):
+    items: list[dict[str, Any]] = _items("Requests with their answers, in relay order.", EXCHANGE)
+
+
+class FindingsPage(Page):
+    items: list[dict[str, Any]] = _items("Findings, in relay order.", FINDING)
+
+
 class FramesPage(Page):
+    items: list[dict[str, Any]] = _items("Frames, in relay order, with every recorded column.", FRAME)
     after: str | None = Field(
         default=None, description="The last frame's RUN:SEQ: pass it as `after` for the next page (faster than offset)."
     )
@@ -79,7 +165,7 @@ class StatsAnswer(BaseModel):
 class CheckAnswer(BaseModel):
     checked: str = Field(description="What was checked.")
     counts: dict[str, int] = Field(description="Findings by severity.")
-    findings: Page
+    findings: FindingsPage
 
 
 class SummaryAnswer(BaseModel):

@@ -109,7 +109,7 @@ class Tools:
 
     # -- the tools --------------------------------------------------------------------------------
 
-    def list_runs(self, offset: Offset = 0, limit: Limit = 20) -> shapes.Page:
+    def list_runs(self, offset: Offset = 0, limit: Limit = 20) -> shapes.RunsPage:
         """Recorded (and imported) runs, newest first: id, start, status, agent and client with
         versions, protocol version, agent command, frames, exit status, where an imported run came
         from, and what an OpenTelemetry export lost. Paged: `total`, `next`."""
@@ -120,9 +120,9 @@ class Tools:
             total = queries.count(db, "runs")
             found = [self.redactor.run_row(r) for r in queries.runs(db, limit, offset)] if limit else []
         kept = [{k: run.get(k) for k in RUN_KEYS if run.get(k) is not None} for run in found]
-        return self._page(shapes.Page, kept, offset, total)
+        return self._page(shapes.RunsPage, kept, offset, total)
 
-    def list_sessions(self, offset: Offset = 0, limit: Limit = 50) -> shapes.Page:
+    def list_sessions(self, offset: Offset = 0, limit: Limit = 50) -> shapes.SessionsPage:
         """ACP sessions, most recently active first: session id, title, cwd, how it was created,
         the runs it appears in, its number of turns. Paged: `total`, `next`."""
         from acp_proxy.read import queries
@@ -131,9 +131,9 @@ class Tools:
         with self._db() as db:
             total = queries.count(db, "sessions")
             found = queries.sessions(db, limit, offset) if limit else []
-        return self._page(shapes.Page, self.redactor.value(found), offset, total)
+        return self._page(shapes.SessionsPage, self.redactor.value(found), offset, total)
 
-    def sessions_by_client(self, offset: Offset = 0, limit: Limit = 50) -> shapes.Page:
+    def sessions_by_client(self, offset: Offset = 0, limit: Limit = 50) -> shapes.ClientsPage:
         """Clients (name and version, as `initialize` said), the most sessions first: for each,
         its runs, sessions, turns, the agents it talked to and its session ids."""
         from acp_proxy.read import insights
@@ -141,7 +141,7 @@ class Tools:
         offset, limit = _count(offset, "offset"), _limit(limit)
         with self._db() as db:
             found = insights.sessions_by_client(db, self.redactor)
-        return self._page(shapes.Page, found[offset : offset + limit], offset, len(found))
+        return self._page(shapes.ClientsPage, found[offset : offset + limit], offset, len(found))
 
     def summary(self, ref: OptionalRef = "") -> shapes.SummaryAnswer:
         """A run's, session's or every run's summary in one call, with insights: the hot spot
@@ -167,7 +167,7 @@ class Tools:
 
     def exchanges(
         self, ref: Ref, method: Method = "", offset: Offset = 0, limit: Limit = 20, max_chars: MaxChars = 2000
-    ) -> shapes.Page:
+    ) -> shapes.ExchangesPage:
         """A run's or session's requests each paired with its response (or error): method,
         direction, the request's params, the answer's result or error, the outcome (response,
         error, unanswered, pending) and the latency, in relay order. Paged: `total`, `next`."""
@@ -178,7 +178,7 @@ class Tools:
             found, total = self._answer(
                 lambda: insights.exchanges(db, ref, method or None, offset, limit, self.redactor)
             )
-        return self._page(shapes.Page, [shapes.shrink(item, max_chars) for item in found], offset, total)
+        return self._page(shapes.ExchangesPage, [shapes.shrink(item, max_chars) for item in found], offset, total)
 
     def show(self, ref: Ref, turn: Turn = None, offset: Offset = 0, limit: Lines = 2000) -> shapes.ShowAnswer:
         """The conversation of a run or session, reconstructed from its frames, as text — what
@@ -320,7 +320,7 @@ class Tools:
         with self._db() as db:
             found = self._answer(lambda: conformance.check(db, ref, schema=schema, redactor=self.redactor))
         findings = self.redactor.value(found.findings)
-        page = self._page(shapes.Page, findings[offset : offset + limit], offset, len(findings))
+        page = self._page(shapes.FindingsPage, findings[offset : offset + limit], offset, len(findings))
         return shapes.CheckAnswer(checked=found.label, counts=found.counts, findings=page)
 
     def diff(self, left: Ref, right: Ref) -> shapes.DiffAnswer:

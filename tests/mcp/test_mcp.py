@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
@@ -107,9 +108,13 @@ def test_every_tool_over_stdio_against_a_real_recording(sdk_recording: tuple[Pat
 
     assert all(t.output_schema and t.output_schema.get("type") == "object" for t in tools)
     assert all(t.input_schema["properties"][p].get("description") for t in tools for p in t.input_schema["properties"])
-    for answer in answers:
+    schemas = {t.name: t.output_schema for t in tools}
+    assert {"raw", "seq", "run_id"} <= set(schemas["frames"]["properties"]["items"]["items"]["properties"])
+    assert {"total", "offset", "returned", "next"} <= set(schemas["frames"]["required"])
+    for (name, _), answer in zip(calls, answers, strict=True):
         assert len(answer.text) <= MAX_ANSWER
         if not answer.error:
+            jsonschema.validate(answer.structured, schemas[name])
             assert len(json.dumps(answer.structured)) <= MAX_ANSWER
             assert answer.text == cli_text(answer)
     runs = runs.json()

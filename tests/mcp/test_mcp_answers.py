@@ -100,6 +100,7 @@ def test_insights_metadata_clients_exchanges_and_prompts(sdk_recording: tuple[Pa
 
     # The prompts: listed with titles, rendered naming the tools, with the arguments filled in.
     assert {p.name for p in listed} == {"triage_slow_session", "audit_spec_violations", "compare_clients"}
+    assert all(p.title and p.description and all(a.description for a in p.arguments or []) for p in listed)
     texts = [r.messages[0].content.text for r in rendered]
     assert 'summary` with ref="1"' in texts[0] and "exchanges" in texts[0] and "long_tail" in texts[0]
     assert f'check` with ref="{sid}"' in texts[1] and "frame" in texts[1]
