@@ -255,7 +255,7 @@ class Tools:
             returned=len(kept),
             next=before + len(kept) if more and cursor is None else None,
             after=f"{last['run_id']}:{last['seq']}" if more and last is not None else None,
-            note=note if note else (None if cursor is None else "after a cursor: continue with `after`"),
+            note=note or ("after a cursor: continue with `after`" if more and cursor is not None else None),
             masked=found.masked,
             items=kept,
         )

@@ -53,6 +53,9 @@ def test_insights_metadata_clients_exchanges_and_prompts(sdk_recording: tuple[Pa
         ("exchanges", {"ref": "1"}),
         ("exchanges", {"ref": "1", "method": "session/prompt"}),
         ("exchanges", {"ref": "1", "limit": 2, "offset": 1}),
+        ("show", {"ref": "1"}),
+        ("show", {"ref": "1", "limit": 3}),
+        ("show", {"ref": "1", "offset": 3, "limit": 10_000}),
     ]
     prompts: list[Call] = [
         ("triage_slow_session", {"ref": "1"}),
@@ -63,7 +66,10 @@ def test_insights_metadata_clients_exchanges_and_prompts(sdk_recording: tuple[Pa
     assert all(t.output_schema for t in tools)
     for answer in answers:
         bounded(answer)
-    one, every, info, clients, pairs, prompt_pairs, paged = (a.json() for a in answers)
+    one, every, info, clients, pairs, prompt_pairs, paged, whole, head, tail = (a.json() for a in answers)
+    # show pages by lines: the pages put together are the whole text.
+    assert (head["returned"], head["next"], head["total"]) == (3, 3, whole["total"]) and whole["next"] is None
+    assert head["text"] + tail["text"] == whole["text"] and tail["returned"] == whole["total"] - 3
 
     # The summary: counts, latency by method, and the insights, from the recording itself.
     assert one["ref"] == "run 1" and one["runs"] == [1] and one["turns"] == 1 and one["frames"] > 10
