@@ -190,13 +190,24 @@ class MetadataAnswer(BaseModel):
     sessions: list[dict[str, Any]] = Field(description="Per session: cwd, title, modes, mode, models, model.")
 
 
+class DiffTurnsPage(Page):
+    items: list[dict[str, Any]] = _items(
+        "Turn by turn: session, turn, what differs, and each side's.",
+        {
+            "turn": _p("integer", "The turn (1 = the first)."),
+            "differs": {"type": "array", "items": {"type": "string"}, "description": "What differs in it."},
+            "left": _p(["object", "null"], "The left recording's turn."),
+            "right": _p(["object", "null"], "The right recording's turn."),
+        },
+    )
+
+
 class DiffAnswer(BaseModel):
-    left: str
-    right: str
-    differ: bool
-    connection: dict[str, Any]
-    turns: list[dict[str, Any]]
-    note: str | None = None
+    left: str = Field(description="The left recording.")
+    right: str = Field(description="The right recording.")
+    differ: bool = Field(description="Whether anything differs, in or around the turns (timing is not counted).")
+    connection: dict[str, Any] = Field(description="What differs outside the turns: initialize, set-up, errors.")
+    turns: DiffTurnsPage
 
 
 def fit(items: list[Any], offset: int, total: int, room: int = ITEM_ROOM) -> tuple[list[Any], str | None]:

@@ -323,19 +323,25 @@ class Tools:
         page = self._page(shapes.FindingsPage, findings[offset : offset + limit], offset, len(findings))
         return shapes.CheckAnswer(checked=found.label, counts=found.counts, findings=page)
 
-    def diff(self, left: Ref, right: Ref) -> shapes.DiffAnswer:
+    def diff(self, left: Ref, right: Ref, offset: Offset = 0, limit: Limit = 20) -> shapes.DiffAnswer:
         """Two recordings (runs or sessions) compared, around and in their turns: the initialize
         exchange, set-up calls, errors, unanswered requests; per turn the prompt, the agent's text
         and thoughts, tool calls, permission outcomes and how it ended. `differ` says whether
-        anything differs; timing is shown, never counted."""
+        anything differs; timing is shown, never counted. The turns are paged."""
         from acp_proxy.read import compare
 
+        offset, limit = _count(offset, "offset"), _limit(limit)
         with self._db() as db:
             found = self._answer(lambda: compare.compare(db, left, right, self.redactor)).as_json()
-        bounded = self._bounded(found)
-        if bounded is not found:
-            bounded["note"] = f"long texts are cut to keep the answer under {shapes.MAX_ANSWER} characters"
-        return shapes.DiffAnswer(**bounded)
+        connection = found["connection"]
+        if shapes.size(connection) > shapes.MAX_ANSWER // 2:
+            connection = shapes.shrink(connection, shapes.MAX_ANSWER // 2)
+        turns = found["turns"]
+        room = shapes.ITEM_ROOM - shapes.size(connection)
+        page = self._page(shapes.DiffTurnsPage, turns[offset : offset + limit], offset, len(turns), room)
+        return shapes.DiffAnswer(
+            left=found["left"], right=found["right"], differ=found["differ"], connection=connection, turns=page
+        )
 
     # -- helpers ----------------------------------------------------------------------------------
 

@@ -145,7 +145,8 @@ def test_every_tool_over_stdio_against_a_real_recording(sdk_recording: tuple[Pat
     assert check.json()["counts"]["error"] == 0 and check.json()["checked"] == "run 2"
     assert check.json()["findings"]["total"] == sum(check.json()["counts"].values())
     compared = diff.json()
-    assert compared["differ"] is True and "prompt" in compared["turns"][0]["differs"]
+    assert compared["differ"] is True and "prompt" in compared["turns"]["items"][0]["differs"]
+    assert compared["turns"]["total"] == len(compared["turns"]["items"]) and compared["turns"]["next"] is None
     for mistake in mistakes:
         assert mistake.error and len(mistake.text.splitlines()) <= 3 and "Traceback" not in mistake.text
     assert "no run or session matches" in mistakes[0].text and "bad filter" in mistakes[1].text
