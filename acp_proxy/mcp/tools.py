@@ -145,9 +145,10 @@ class Tools:
 
     def summary(self, ref: OptionalRef = "") -> shapes.SummaryAnswer:
         """A run's, session's or every run's summary in one call, with insights: the hot spot
-        (the method with the most time spent waiting, the slowest tool call), the long tail (p99
-        against p50 per method), outliers (answers over 3x their method's median), errors and
-        unanswered requests; frames, turns, stop reasons, the slowest turn. Start here."""
+        (the method with the most time spent waiting, session/prompt aside, and the slowest tool
+        call), the long tail (p99 against p50 per method), outliers (answers over 3x their
+        method's median), errors and unanswered requests; frames, turns, stop reasons, the
+        slowest turn. Start here."""
         from acp_proxy.read import insights
 
         with self._db() as db:

@@ -8,9 +8,10 @@ runs in relay order (``prime``), so a secret it masks by name where ``initialize
 ``session/new`` carries it (a credential header, an ``env`` value) stays masked where a later
 frame, a tool title or an error message repeats it.
 
-The insights: the hot spot (the method with the most time spent waiting for answers, and the
-slowest tool call), the long tail (each method's p99 against its p50), outliers (answers slower
-than ``OUTLIER_FACTOR`` times their method's median) and errors (error answers, unanswered
+The insights: the hot spot (the method with the most time spent waiting for answers — not
+``session/prompt``, whose answer waits for the whole turn — and the slowest tool call), the
+long tail (each method's p99 against its p50), outliers (answers slower than
+``OUTLIER_FACTOR`` times their method's median) and errors (error answers, unanswered
 requests).
 
 Must not know: click, rich, HTTP, MCP; how a door renders or pages these. Never writes.
@@ -68,9 +69,9 @@ def summary(db: Any, text: str | None, redactor: Redactor | None = None) -> dict
     ref, label, run_ids = _scope(db, text)
     scope_ids = None if ref is None else run_ids
     redactor = prime(db, redactor, scope_ids)
-    runs_in, runs_args = _in("run_id", scope_ids)
+    runs_in, runs_args = _in("f.run_id", scope_ids)
     session, session_args = _session_clause(ref)
-    where, args = f"{runs_in.replace('run_id', 'f.run_id')} and {session}", [*runs_args, *session_args]
+    where, args = f"{runs_in} and {session}", [*runs_args, *session_args]
     counts = db.execute(
         f"""select count(*), sum(f.dir = 'c2a'), sum(f.dir = 'a2c'), sum(f.kind = 'error'),
                    min(f.ts_ns), max(f.ts_ns), sum(f.kind = 'request' and f.unanswered = 1)
@@ -99,7 +100,9 @@ def summary(db: Any, text: str | None, redactor: Redactor | None = None) -> dict
         for m in sorted(methods, key=lambda m: -(m["tail_ratio"] or 0))
         if m["tail_ratio"] is not None and m["tail_ratio"] >= LONG_TAIL_FACTOR
     ]
-    slowest_method = max(methods, key=lambda m: m["total_ms"], default=None)
+    # A turn lasts as long as everything in it: session/prompt is the slowest turn, not a hot spot.
+    waited = [m for m in methods if m["method"] != "session/prompt"]
+    slowest_method = max(waited, key=lambda m: m["total_ms"], default=None)
     sessions = db.execute(
         f"select count(distinct f.session_id) from frames f where f.session_id is not null and {where}", args
     ).fetchone()[0]
