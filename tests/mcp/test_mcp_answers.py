@@ -4,6 +4,7 @@ bounded and paged, and secrets that no tool or argument reads or probes."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,9 @@ def test_insights_metadata_clients_exchanges_and_prompts(sdk_recording: tuple[Pa
     assert 'summary` with ref="1"' in texts[0] and "exchanges" in texts[0] and "long_tail" in texts[0]
     assert f'check` with ref="{sid}"' in texts[1] and "frame" in texts[1]
     assert "sessions_by_client" in texts[2] and "diff" in texts[2]
+    # Every tool a prompt names (`name` followed by "with" or standing alone as a call) exists.
+    named = {word for text in texts for word in re.findall(r"Call `(\w+)`", text)}
+    assert named and named <= {t.name for t in tools}, named - {t.name for t in tools}
 
 
 def big_recording(db: Path) -> tuple[int, str]:
