@@ -17,7 +17,7 @@ agent starts.
     │   ├── ImportFormatError     (importers)    a log cannot be read or is not in its format
     │   ├── OtlpError             (otel.endpoints) an OTLP endpoint or option cannot be used
     │   ├── SettingsError         (cli.editors)  an editor's settings file cannot be edited
-    │   └── ToolFailure           (mcp_server)   an MCP tool was called with what it cannot use
+    │   └── ToolFailure           (mcp.tools)    an MCP tool was called with what it cannot use
     ├── StoreError                (store)    the database cannot be opened, read or written
     │   ├── NotYetADatabase       (store)    nothing recorded at the path yet (tail waits)
     │   └── SqlRefused            (store)    `acp-proxy sql` was asked to do more than read

@@ -241,3 +241,20 @@ def frame(db: Any, run_id: int, seq: int, redactor: Redactor | None = None) -> d
     for (raw,) in db.execute(earlier, [run_id, seq]):
         redactor.raw(raw)
     return redactor.frame_row(row)
+
+
+def prime(db: Any, redactor: Redactor | None, run_ids: list[int] | None) -> Redactor | None:
+    """``redactor`` (None when masking is off) after it has read every frame of ``run_ids``
+    (None: every run) in relay order, so that it has learnt each secret it masks by name."""
+    if redactor is None or not redactor.enabled:
+        return None
+    if run_ids is None:
+        found = db.execute("select raw from frames where raw is not null order by run_id, seq")
+    else:
+        marks = ",".join("?" * len(run_ids)) or "null"
+        found = db.execute(
+            f"select raw from frames where run_id in ({marks}) and raw is not null order by run_id, seq", run_ids
+        )
+    for (raw,) in found:
+        redactor.raw(raw)
+    return redactor

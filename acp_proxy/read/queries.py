@@ -145,19 +145,21 @@ def iter_rows(db: ReadDb, sql: str, params: list[Any] | tuple[Any, ...] = ()) ->
         yield dict(zip(names, row, strict=True))
 
 
-def runs(db: ReadDb, limit: int | None = 20) -> list[dict[str, Any]]:
+def runs(db: ReadDb, limit: int | None = 20, offset: int = 0) -> list[dict[str, Any]]:
+    """The newest ``limit`` runs (None or 0: all) after skipping ``offset``."""
     sql = """
         select r.*, (select count(*) from faults f where f.run_id = r.id) as faults_applied,
                (select count(*) from findings x where x.run_id = r.id) as findings
         from runs r order by r.id desc
     """
-    if limit:
-        sql += " limit ?"
-        return rows(db, sql, [limit])
+    if limit or offset:
+        sql += " limit ? offset ?"
+        return rows(db, sql, [limit or -1, offset])
     return rows(db, sql)
 
 
-def sessions(db: ReadDb, limit: int | None = 50) -> list[dict[str, Any]]:
+def sessions(db: ReadDb, limit: int | None = 50, offset: int = 0) -> list[dict[str, Any]]:
+    """The ``limit`` most recently active sessions (None or 0: all) after skipping ``offset``."""
     sql = """
         select s.id as row_id, s.session_id, s.title, s.cwd, s.created_by, s.first_seen_ns, s.last_seen_ns,
                (select group_concat(run_id, ',') from
@@ -165,10 +167,17 @@ def sessions(db: ReadDb, limit: int | None = 50) -> list[dict[str, Any]]:
                (select count(*) from turns t where t.session_row = s.id) as turns
         from sessions s order by s.last_seen_ns desc, s.id desc
     """
-    if limit:
-        sql += " limit ?"
-        return rows(db, sql, [limit])
+    if limit or offset:
+        sql += " limit ? offset ?"
+        return rows(db, sql, [limit or -1, offset])
     return rows(db, sql)
+
+
+def count(db: ReadDb, table: str) -> int:
+    """How many rows ``table`` (``runs`` or ``sessions``) holds: the total a page of it is of."""
+    if table not in ("runs", "sessions"):
+        raise ValueError(table)
+    return int(db.execute(f"select count(*) from {table}").fetchone()[0])
 
 
 def run_ids_of(db: ReadDb, ref: Ref) -> list[int]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.read import queries
+from acp_proxy.read.frames import prime
 
 
 def stats(db: Any, text: str | None, redactor: Redactor | None = None) -> dict[str, Any]:
@@ -27,6 +28,7 @@ def stats(db: Any, text: str | None, redactor: Redactor | None = None) -> dict[s
         "unanswered": queries.unanswered(db, scope),
         "errors": queries.errors(db, scope),
     }
-    if redactor is not None and redactor.enabled:
-        report = redactor.value(report)
-    return report
+    # The redactor reads the runs' frames first: an error message can repeat a secret that an
+    # earlier frame named (a credential header, an env value), which it masks once it has learnt it.
+    primed = prime(db, redactor, scope)
+    return primed.value(report) if primed is not None else report

@@ -19,7 +19,13 @@ INTERNAL = {
 }
 """Exceptions that are signals between parts of acp-proxy, never shown to a person as such."""
 
-OPTIONAL = {"acp_proxy.mcp.server": "mcp", "acp_proxy.otel.exporter": "opentelemetry"}
+OPTIONAL = {
+    "acp_proxy.mcp.server": "mcp",
+    "acp_proxy.mcp.tools": "mcp",
+    "acp_proxy.mcp.shapes": "mcp",
+    "acp_proxy.mcp.prompts": "mcp",
+    "acp_proxy.otel.exporter": "opentelemetry",
+}
 
 
 def package_error_classes() -> dict[str, type]:

@@ -9,16 +9,31 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
 from acp_proxy.cli.commands import cli
-from acp_proxy.mcp.server import MAX_FRAMES
+from acp_proxy.mcp.tools import MAX_FRAMES
 from acp_proxy.protocol.redact import MASK
 from acp_proxy.record.importers import Record, write_run
 from tests.conftest import PROXY
 
-TOOLS = {"list_runs", "list_sessions", "show", "frames", "frame", "stats", "check", "diff"}
+TOOLS = {
+    "summary",
+    "session_info",
+    "list_runs",
+    "list_sessions",
+    "sessions_by_client",
+    "show",
+    "exchanges",
+    "frames",
+    "frame",
+    "stats",
+    "check",
+    "diff",
+}
+MAX_ANSWER = 100_000
 SECRET = "Bearer abcdef0123456789xyz"
 
 
@@ -26,10 +41,12 @@ class Answer:
     def __init__(self, result: Any) -> None:
         self.error = bool(result.is_error)
         self.text = "".join(getattr(c, "text", "") for c in result.content)
+        self.structured = result.structured_content
 
     def json(self) -> Any:
         assert not self.error, self.text
-        return json.loads(self.text)
+        assert self.structured is not None
+        return self.structured
 
 
 def session(
@@ -50,6 +67,13 @@ def session(
                 return tools, answers
 
     return anyio.run(main, backend="asyncio")
+
+
+def cli_text(answer: Answer) -> str:
+    """The text a client that reads no structured content sees: the same JSON (show: the text)."""
+    if set(answer.structured) == {"ref", "total", "offset", "returned", "next", "text"}:
+        return str(answer.structured["text"])
+    return json.dumps(answer.structured, ensure_ascii=False, separators=(",", ":"))
 
 
 def cli_stdout(*args: str) -> str:
@@ -82,20 +106,36 @@ def test_every_tool_over_stdio_against_a_real_recording(sdk_recording: tuple[Pat
     assert all(t.description for t in tools)
     runs, sessions, show, show_turn, prompts, bounded, frame, stats, check, diff, *mistakes = answers
 
-    assert [r["id"] for r in runs.json()] == [2, 1] and runs.json()[0]["agent_name"] == "acp-proxy-sdk-agent"
-    assert [s["session_id"] for s in sessions.json()] == [sid]
+    assert all(t.output_schema and t.output_schema.get("type") == "object" for t in tools)
+    assert all(t.input_schema["properties"][p].get("description") for t in tools for p in t.input_schema["properties"])
+    schemas = {t.name: t.output_schema for t in tools}
+    assert {"raw", "seq", "run_id"} <= set(schemas["frames"]["properties"]["items"]["items"]["properties"])
+    assert {"total", "offset", "returned", "next"} <= set(schemas["frames"]["required"])
+    for (name, _), answer in zip(calls, answers, strict=True):
+        assert len(answer.text) <= MAX_ANSWER
+        if not answer.error:
+            jsonschema.validate(answer.structured, schemas[name])
+            assert len(json.dumps(answer.structured)) <= MAX_ANSWER
+            assert answer.text == cli_text(answer)
+    runs = runs.json()
+    assert [r["id"] for r in runs["items"]] == [2, 1] and runs["items"][0]["agent_name"] == "acp-proxy-sdk-agent"
+    assert (runs["total"], runs["offset"], runs["returned"], runs["next"]) == (2, 0, 2, None)
+    assert [s["session_id"] for s in sessions.json()["items"]] == [sid]
     # The conversation as `acp-proxy show` renders it.
     assert show.text == cli_stdout("show", "--db", str(db), "1")
     assert show_turn.text == cli_stdout("show", "--db", str(db), sid, "--turn", "2")
     assert "hello world" in show.text and "Write notes.txt" in show.text
-    assert [(f["seq"], f["kind"]) for f in prompts.json()] == [(5, "request"), (12, "response")]
-    everything = bounded.json()
+    assert [(f["seq"], f["kind"]) for f in prompts.json()["items"]] == [(5, "request"), (12, "response")]
+    assert prompts.json()["total"] == 2 and prompts.json()["next"] is None
     total = len(json.loads(cli_stdout("frames", "--db", str(db), "--json")))
+    assert bounded.json()["total"] == total
+    everything = bounded.json()["items"]
     assert len(everything) == min(total, MAX_FRAMES)
     assert all(len(f["raw"]) <= 20 + len("… [100000 more characters]") for f in everything)
     assert any(f["raw"].endswith("more characters]") for f in everything)
-    assert frame.json()["method"] == "initialize" and frame.json()["kind"] == "response"
-    assert json.loads(frame.json()["raw"])["result"]["agentInfo"]["name"] == "acp-proxy-sdk-agent"
+    one = frame.json()["frame"]
+    assert one["method"] == "initialize" and one["kind"] == "response" and frame.json()["next_raw_offset"] is None
+    assert json.loads(one["raw"])["result"]["agentInfo"]["name"] == "acp-proxy-sdk-agent"
     assert {r["method"] for r in stats.json()["latency"]} == {
         "initialize",
         "session/new",
@@ -103,8 +143,10 @@ def test_every_tool_over_stdio_against_a_real_recording(sdk_recording: tuple[Pat
         "session/request_permission",
     }
     assert check.json()["counts"]["error"] == 0 and check.json()["checked"] == "run 2"
+    assert check.json()["findings"]["total"] == sum(check.json()["counts"].values())
     compared = diff.json()
-    assert compared["differ"] is True and "prompt" in compared["turns"][0]["differs"]
+    assert compared["differ"] is True and "prompt" in compared["turns"]["items"][0]["differs"]
+    assert compared["turns"]["total"] == len(compared["turns"]["items"]) and compared["turns"]["next"] is None
     for mistake in mistakes:
         assert mistake.error and len(mistake.text.splitlines()) <= 3 and "Traceback" not in mistake.text
     assert "no run or session matches" in mistakes[0].text and "bad filter" in mistakes[1].text
@@ -199,3 +241,14 @@ def test_missing_mcp_extra_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_bad_redaction_rule_is_one_line() -> None:
     result = CliRunner().invoke(cli, ["mcp", "--redact", "re:"])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+
+
+def test_the_cli_imports_neither_the_sdk_nor_pydantic() -> None:
+    # Every command registers `mcp`: without the extra (no SDK, no pydantic) they must all work,
+    # and start without paying for either.
+    code = (
+        "import sys, acp_proxy.cli.commands; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'mcp', 'pydantic'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"

@@ -190,10 +190,10 @@ def test_mcp_frames_filter_cannot_be_probed(probe_db: Path, tmp_path: Path) -> N
     pages = [("frames", {"filter": "-dir:stderr", "limit": 3}), ("frames", {"filter": "-dir:stderr", "after": "1:5"})]
     _, [*masked, first, rest] = session(probe_db, [*calls, *pages], errlog=tmp_path / "err.txt")
     _, plain = session(probe_db, calls, "--no-redact", errlog=tmp_path / "err2.txt")
-    assert [len(a.json()) for a in plain] == [2] * len(PREFIXES) + [1]
-    assert all(a.json() == [] for a in masked)
+    assert [len(a.json()["items"]) for a in plain] == [2] * len(PREFIXES) + [1]
+    assert all(a.json()["items"] == [] and a.json()["total"] == 0 for a in masked)
     # Keyset pages: after the place of a frame come the frames after it.
-    assert [f["seq"] for f in first.json()] == [1, 2, 3] and [f["seq"] for f in rest.json()] == [6, 8]
+    assert [f["seq"] for f in first.json()["items"]] == [1, 2, 3] and [f["seq"] for f in rest.json()["items"]] == [6, 8]
 
 
 # -- every door renders the read layer's answer -------------------------------------------------
