@@ -44,7 +44,8 @@ from acp_proxy.errors import UsageError
     "--endpoint",
     default=None,
     metavar="URL",
-    help="With --format otlp: the collector's OTLP/HTTP base address (default: $OTEL_EXPORTER_OTLP_ENDPOINT).",
+    help="With --format otlp: the collector's OTLP base address (default: $OTEL_EXPORTER_OTLP_ENDPOINT; "
+    "the protocol: $OTEL_EXPORTER_OTLP_PROTOCOL).",
 )
 @click.option("--otlp-content", is_flag=True, help="With --format otlp: put message text in spans (redacted).")
 @click.option(
