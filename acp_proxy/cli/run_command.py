@@ -111,7 +111,8 @@ from acp_proxy.limits import GRACE_MAX_S, MAX_DB_LIMIT, MAX_RECORD_BYTES, SEED_R
     metavar="URL",
     help="Stream OpenTelemetry traces and metrics of the run to the collector at URL (its OTLP base "
     "address, over $OTEL_EXPORTER_OTLP_PROTOCOL; alone: $OTEL_EXPORTER_OTLP_ENDPOINT). "
-    "A low-priority process exports what was recorded: a collector that is down or slow costs spans (counted on the run), never frames. Needs the [otel] extra.",
+    "A low-priority process exports what was recorded: a collector that is down or slow costs "
+    "spans (counted on the run), never frames. Needs the [otel] extra.",
 )
 @click.option("--otlp-content", is_flag=True, help="With --otlp: put message text in spans (redacted).")
 @click.option(

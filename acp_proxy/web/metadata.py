@@ -86,7 +86,7 @@ TABLES: dict[str, Any] = {
             "unpaired_responses": "responses that matched no pending request",
             "otlp_spans": "spans an OpenTelemetry collector accepted (run --otlp)",
             "otlp_spans_lost": "spans built but never delivered: the collector was down, slow or refusing",
-            "otlp_error": "why spans or metric points were lost (the first failure; a live run counts lost points here)",
+            "otlp_error": "why spans or metric points were lost (the first failure)",
             "source": "an imported run: the file it was read from (NULL: recorded by a proxy)",
             "source_format": "an imported run: jsonl, jsons, inspector or jetbrains",
             "source_unknown": "an imported run: what its format cannot say, as a JSON list",
