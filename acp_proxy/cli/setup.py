@@ -206,7 +206,9 @@ def _find(module: str) -> bool:
 
 
 def _database_health(db: Path, line: Callable[[bool | None, str], None]) -> None:
-    """The database's state, said (``line`` counts the problems)."""
+    """The database's state, said (``line`` counts the problems). Read as it is: a doctor looks,
+    it does not recover dead runs."""
+    from acp_proxy.read import queries
     from acp_proxy.store import database as store
 
     if not db.exists():
@@ -218,9 +220,7 @@ def _database_health(db: Path, line: Callable[[bool | None, str], None]) -> None
         line(False, f"the database cannot be read: {exc}")
         return
     try:
-        (check,) = reader.execute("pragma quick_check").fetchone()
-        runs, running = reader.execute("select count(*), coalesce(sum(status = 'running'), 0) from runs").fetchone()
-        version = reader.execute("pragma user_version").fetchone()[0]
+        check, runs, running, version = queries.database_health(reader)
     except sqlite3.Error as exc:  # a damaged file: said, not raised
         line(False, f"the database cannot be read: {exc}")
         return

@@ -99,21 +99,22 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
     if not run_ids:
         raise UsageError(f"{ref.describe()} has no recorded run")
     from acp_proxy.otel.exporter import Exporter
-    from acp_proxy.otel.follow import delivery_report, run_identity
+    from acp_proxy.otel.follow import delivery_report
     from acp_proxy.otel.spans import build, recording_ids
 
     exporter = Exporter(where)
     total = 0
     for run_id in run_ids:
+        start_ns, end_ns = queries.run_bounds(db, run_id)
         spans, points = build(
-            queries.iter_rows(db, "select * from frames where run_id = ? and dir != 'stderr' order by seq", [run_id]),
+            queries.run_messages(db, run_id),
             annotations=run_annotations(db, run_id),
-            end_ns=_end_of(db, run_id),
+            end_ns=end_ns,
             run_id=run_id,
             content=content,
             redactor=redactor,
-            start_ns=_start_of(db, run_id),
-            ids=recording_ids(run_identity(db, run_id)),
+            start_ns=start_ns,
+            ids=recording_ids(queries.run_identity(db, run_id)),
         )
         if ref.is_session:
             spans = [s for s in spans if s.session_id in (ref.session_id, None)]
@@ -129,19 +130,8 @@ def export(db_path: Path, ref_text: str, endpoint: str | None, content: bool, re
 
 def run_annotations(db: Any, run_id: int) -> list[Any]:
     """A run's applied faults and stored findings, as span events on their frames' spans."""
-    from acp_proxy.otel.follow import FAULTS_SQL, FINDINGS_SQL
     from acp_proxy.otel.spans import fault_annotation, finding_annotation
-    from acp_proxy.read import queries
+    from acp_proxy.read import faults as said
 
-    faults = [fault_annotation(f) for f in queries.rows(db, FAULTS_SQL, [run_id, 0])]
-    return faults + [finding_annotation(x) for x in queries.rows(db, FINDINGS_SQL, [run_id, 0])]
-
-
-def _start_of(db: Any, run_id: int) -> int | None:
-    row = db.execute("select started_ns from runs where id = ?", [run_id]).fetchone()
-    return row[0] if row else None
-
-
-def _end_of(db: Any, run_id: int) -> int | None:
-    row = db.execute("select ended_ns, status from runs where id = ?", [run_id]).fetchone()
-    return row[0] if row and row[1] != "running" else None
+    faults = [fault_annotation(f) for f in said.faults_after(db, run_id)]
+    return faults + [finding_annotation(x) for x in said.findings_after(db, run_id)]

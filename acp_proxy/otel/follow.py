@@ -46,15 +46,6 @@ PROCESS_NAME = b"acp-proxy-otlp"
 
 _SELECT_FRAMES = "select * from frames where run_id = ? and seq > ? order by seq limit ?"
 
-FAULTS_SQL = "select seq, ts_ns, rule, action, detail from faults where run_id = ? and seq > ? order by seq, id"
-FINDINGS_SQL = (
-    "select x.id, x.seq, f.ts_ns, x.rule, x.severity, x.message from findings x "
-    "left join frames f on f.run_id = x.run_id and f.seq = x.seq where x.run_id = ? and x.id > ? order by x.id"
-)
-"""A run's applied faults after a seq, and its findings after a findings id (the live exporter
-reads them as they come; an export reads them all)."""
-
-
 def delivery_report(exporter: Any, total: int | None = None) -> str:
     """What was lost, and why, in one line (spans, then metric data points)."""
     parts = []
@@ -67,14 +58,6 @@ def delivery_report(exporter: Any, total: int | None = None) -> str:
             f"{exporter.points_error}"
         )
     return "; ".join(parts)
-
-
-def run_identity(db: Any, run_id: int) -> str:
-    """What names a run wherever its database is copied or moved (its id, start time to the
-    nanosecond, proxy pid and source): the seed of its span and trace ids."""
-    row = db.execute("select started_ns, proxy_pid, source from runs where id = ?", [run_id]).fetchone()
-    started, pid, source = row if row else (None, None, None)
-    return f"acp-proxy run {run_id} {started} {pid} {source}"
 
 
 def spawn(db_path: Path, *, proxy_pid: int, not_before_ns: int, where: Endpoints, content: bool) -> None:
@@ -180,6 +163,8 @@ def _find_run(db_path: Path, proxy_pid: int, not_before_ns: int) -> int | None:
 def follow(db_path: Path, run_id: int, config: dict[str, Any]) -> int:
     from acp_proxy.otel.exporter import Exporter
     from acp_proxy.otel.spans import SpanBuilder, fault_annotation, recording_ids
+    from acp_proxy.read import faults as said
+    from acp_proxy.read import queries
     from acp_proxy.store import database as store
 
     conn = _connect(db_path)
@@ -188,7 +173,7 @@ def follow(db_path: Path, run_id: int, config: dict[str, Any]) -> int:
     conn.row_factory = sqlite3.Row
     (started_ns,) = conn.execute("select started_ns from runs where id = ?", [run_id]).fetchone()
     exporter = Exporter(Endpoints(**config["where"]))
-    ids = recording_ids(run_identity(conn, run_id))  # the ids an export of this run sends
+    ids = recording_ids(queries.run_identity(conn, run_id))  # the ids an export of this run sends
     builder = SpanBuilder(run_id=run_id, content=bool(config.get("content")), start_ns=started_ns, ids=ids)
     last_seq = 0
     last_finding = 0
@@ -198,7 +183,7 @@ def follow(db_path: Path, run_id: int, config: dict[str, Any]) -> int:
         if rows:
             upto = rows[-1]["seq"]
             # Faults are committed with their frames; a fault row past this batch waits for it.
-            for fault in conn.execute(FAULTS_SQL, [run_id, last_seq]).fetchall():
+            for fault in said.faults_after(conn, run_id, last_seq):
                 if fault["seq"] <= upto:
                     builder.annotate(*fault_annotation(fault))
             last_finding = _findings(conn, builder, run_id, last_finding)
@@ -234,8 +219,9 @@ def follow(db_path: Path, run_id: int, config: dict[str, Any]) -> int:
 def _findings(conn: sqlite3.Connection, builder: SpanBuilder, run_id: int, after_id: int) -> int:
     """Findings the live checker stored since the last look (it may lag behind the frames)."""
     from acp_proxy.otel.spans import finding_annotation
+    from acp_proxy.read import faults as said
 
-    for row in conn.execute(FINDINGS_SQL, [run_id, after_id]).fetchall():
+    for row in said.findings_after(conn, run_id, after_id):
         builder.annotate(*finding_annotation(row))
         after_id = max(after_id, row["id"])
     return after_id

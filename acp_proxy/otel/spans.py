@@ -127,7 +127,7 @@ def _random_ids(bits: int) -> int:
 
 def recording_ids(identity: str) -> Callable[[int], int]:
     """Ids for ``SpanBuilder``: the nth id asked for is a hash of ``identity`` (what names the
-    run wherever its database is copied: see ``follow.run_identity``) and n, never 0. The
+    run wherever its database is copied: see ``read.queries.run_identity``) and n, never 0. The
     builder asks in the order of the frames, so the same rows give the same ids."""
     count = 0
 

@@ -64,3 +64,24 @@ def _masked(found: list[dict[str, Any]], names: tuple[str, ...], redactor: Redac
             if item.get(name):
                 item[name] = redactor.text(item[name])
     return found
+
+
+def faults_after(db: Any, run_id: int, after_seq: int = 0) -> list[dict[str, Any]]:
+    """One run's applied faults on frames after ``after_seq``, in relay order (a live follower
+    reads them as they are committed; an export reads them all)."""
+    return queries.rows(
+        db,
+        "select seq, ts_ns, rule, action, detail from faults where run_id = ? and seq > ? order by seq, id",
+        [run_id, after_seq],
+    )
+
+
+def findings_after(db: Any, run_id: int, after_id: int = 0) -> list[dict[str, Any]]:
+    """One run's stored findings after the findings id ``after_id``, each with its frame's time
+    (the live checker may store them long after their frames)."""
+    return queries.rows(
+        db,
+        "select x.id, x.seq, f.ts_ns, x.rule, x.severity, x.message from findings x "
+        "left join frames f on f.run_id = x.run_id and f.seq = x.seq where x.run_id = ? and x.id > ? order by x.id",
+        [run_id, after_id],
+    )

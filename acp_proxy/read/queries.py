@@ -9,6 +9,7 @@ Must not know: click, rich, terminals. Never writes: every connection it gets is
 from __future__ import annotations
 
 import math
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -248,6 +249,36 @@ def runs_ended(db: ReadDb, run_ids: list[int]) -> dict[int, bool]:
 def run_frames(db: ReadDb, run_id: int) -> list[dict[str, Any]]:
     """Every frame of one run, stderr included, in relay order (what a replay serves)."""
     return rows(db, "select * from frames where run_id = ? order by seq", [run_id])
+
+
+def run_messages(db: ReadDb, run_id: int) -> Iterator[dict[str, Any]]:
+    """A run's frames without its stderr lines, in relay order, one at a time (spans of a run of
+    any size are built without holding it)."""
+    return iter_rows(db, "select * from frames where run_id = ? and dir != 'stderr' order by seq", [run_id])
+
+
+def run_bounds(db: ReadDb, run_id: int) -> tuple[int | None, int | None]:
+    """When a run started and, once it is no longer running, when it ended."""
+    row = db.execute("select started_ns, ended_ns, status from runs where id = ?", [run_id]).fetchone()
+    if row is None:
+        return None, None
+    return row[0], (row[1] if row[2] != "running" else None)
+
+
+def run_identity(db: ReadDb | sqlite3.Connection, run_id: int) -> str:
+    """What names a run wherever its database is copied or moved (its id, start time to the
+    nanosecond, proxy pid and source): the seed of its OpenTelemetry span and trace ids."""
+    row = db.execute("select started_ns, proxy_pid, source from runs where id = ?", [run_id]).fetchone()
+    started, pid, source = row if row else (None, None, None)
+    return f"acp-proxy run {run_id} {started} {pid} {source}"
+
+
+def database_health(db: ReadDb) -> tuple[str, int, int, int]:
+    """SQLite's quick check, the number of runs and of runs still running, the schema version."""
+    (check,) = db.execute("pragma quick_check").fetchone()
+    runs, running = db.execute("select count(*), coalesce(sum(status = 'running'), 0) from runs").fetchone()
+    version = db.execute("pragma user_version").fetchone()[0]
+    return check, runs, running, version
 
 
 def run_of_proxy(db: ReadDb, pid: int) -> int | None:
