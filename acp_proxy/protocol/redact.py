@@ -62,6 +62,7 @@ from functools import lru_cache
 from typing import Any
 
 from acp_proxy.errors import UsageError
+from acp_proxy.protocol import wire
 
 MASK = "[redacted]"
 
@@ -349,8 +350,8 @@ class Redactor:
             return text
         body = text.rstrip("\r")
         try:
-            obj = json.loads(body)
-        except (ValueError, RecursionError):
+            obj = wire.loads(body)
+        except ValueError:
             return self._string(text)
         if not isinstance(obj, (dict, list)):
             return self._string(text)
@@ -540,7 +541,7 @@ class Redactor:
 
 def _loads(text: str) -> Any:
     try:
-        return json.loads(text.rstrip("\r"))
+        return wire.loads(text.rstrip("\r"))
     except ValueError:
         return None
 
