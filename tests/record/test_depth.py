@@ -24,19 +24,24 @@ from tests.conftest import PROXY, proxy_env, run_proxy
 pytestmark = pytest.mark.spawns
 
 TIMEOUT_S = 120
+DECODED_DEPTH = 150
 
 # An agent that never decodes JSON (a real one would die on these lines before the proxy did):
-# it finds the method and id in the head of each line and answers with lines of the same depth.
+# it finds the method and id in the head of each line and answers with lines nested as deep:
+# argv[1] levels in a chunk and an extension method's answer, argv[2] in the frames the state
+# machine decodes (initialize, session/new, session/prompt).
 AGENT = r"""
 import re, sys
 deep = "[" * int(sys.argv[1]) + "]" * int(sys.argv[1])
+shallow = "[" * int(sys.argv[2]) + "]" * int(sys.argv[2])
 answers = {
     "initialize": [
         '"result":{"protocolVersion":1,"agentCapabilities":{"loadSession":false,"_meta":{"x":%s}},'
-        '"agentInfo":{"name":"deep-agent","version":"1","x":%s},"authMethods":[],"y":%s}' % (deep, deep, deep)
+        '"agentInfo":{"name":"deep-agent","version":"1","x":%s},"authMethods":[],"y":%s}' % (shallow, shallow, shallow)
     ],
-    "session/new": ['"result":{"sessionId":"sess_deep","y":%s}' % deep],
-    "session/prompt": ['"result":{"stopReason":"end_turn","y":%s}' % deep],
+    "session/new": ['"result":{"sessionId":"sess_deep","y":%s}' % shallow],
+    "session/prompt": ['"result":{"stopReason":"end_turn","y":%s}' % shallow],
+    "_deep/echo": ['"result":{"y":%s}' % deep],
 }
 out = sys.stdout
 for line in sys.stdin:
@@ -53,24 +58,28 @@ for line in sys.stdin:
 """
 
 
-def client_lines(depth: int) -> bytes:
+def client_lines(depth: int, handshake: int) -> bytes:
+    """The client's side: ``initialize``, ``session/new`` and the prompt nested ``handshake``
+    deep, an extension request ``depth`` deep (the agent answers likewise)."""
     deep = "[" * depth + "]" * depth
+    shallow = "[" * handshake + "]" * handshake
     lines = [
         '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,'
-        f'"clientCapabilities":{{"fs":{{"readTextFile":false}},"_meta":{{"x":{deep}}}}},'
-        f'"clientInfo":{{"name":"deep-client","version":"1","x":{deep}}},"y":{deep}}}}}',
-        f'{{"jsonrpc":"2.0","id":1,"method":"session/new","params":{{"cwd":"/","mcpServers":[],"y":{deep}}}}}',
+        f'"clientCapabilities":{{"fs":{{"readTextFile":false}},"_meta":{{"x":{shallow}}}}},'
+        f'"clientInfo":{{"name":"deep-client","version":"1","x":{shallow}}},"y":{shallow}}}}}',
+        f'{{"jsonrpc":"2.0","id":1,"method":"session/new","params":{{"cwd":"/","mcpServers":[],"y":{shallow}}}}}',
         '{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"sess_deep",'
-        f'"prompt":[{{"type":"text","text":"hello"}}],"_meta":{{"y":{deep}}}}}}}',
+        f'"prompt":[{{"type":"text","text":"hello"}}],"_meta":{{"y":{shallow}}}}}}}',
+        f'{{"jsonrpc":"2.0","id":3,"method":"_deep/echo","params":{{"sessionId":"sess_deep","y":{deep}}}}}',
     ]
     return "".join(line + "\n" for line in lines).encode()
 
 
-def record(db: Path, tmp: Path, depth: int) -> subprocess.CompletedProcess[bytes]:
+def record(db: Path, tmp: Path, depth: int, handshake: int) -> subprocess.CompletedProcess[bytes]:
     agent = tmp / "deep_agent.py"
     agent.write_text(AGENT)
-    argv = ["run", "--db", str(db), "--", sys.executable, str(agent), str(depth)]
-    result = run_proxy(argv, input=client_lines(depth), timeout=TIMEOUT_S)
+    argv = ["run", "--db", str(db), "--", sys.executable, str(agent), str(depth), str(handshake)]
+    result = run_proxy(argv, input=client_lines(depth, handshake), timeout=TIMEOUT_S)
     assert result.returncode == 0, result.stderr[-2000:]
     assert b"Traceback" not in result.stderr
     return result
@@ -86,7 +95,7 @@ def ok(*args: str) -> str:
 def test_a_2000_deep_conversation_from_both_sides_is_recorded_and_the_database_stays_usable(tmp_path: Path) -> None:
     db = tmp_path / "rec.db"
     for _ in range(2):  # the next run on the same database works too
-        record(db, tmp_path, 2000)
+        record(db, tmp_path, 2000, 2000)
     conn = sqlite3.connect(db)
     try:
         runs = conn.execute("select status, agent_name, client_name from runs order by id").fetchall()
@@ -98,7 +107,7 @@ def test_a_2000_deep_conversation_from_both_sides_is_recorded_and_the_database_s
     assert runs == [("ended", "deep-agent", "deep-client")] * 2
     assert sessions and {s for (s,) in sessions} == {"sess_deep"}
     kinds = [(d, k) for d, k, _, _ in frames]
-    assert kinds.count(("c2a", "request")) == 3 and kinds.count(("a2c", "response")) == 3
+    assert kinds.count(("c2a", "request")) == 4 and kinds.count(("a2c", "response")) == 4
     assert all("nested deeper than" in (error or "") for _, _, _, error in frames)
     for args in (["runs"], ["sql", "select 1"], ["show", "last"]):
         result = run_proxy([*args, "--db", str(db)], timeout=TIMEOUT_S)
@@ -107,11 +116,12 @@ def test_a_2000_deep_conversation_from_both_sides_is_recorded_and_the_database_s
 
 @pytest.fixture(scope="module", params=[990, 1000])
 def deep_recording(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
-    """Two runs of the deep conversation, ``request.param`` levels deep in every frame."""
+    """Two runs of the deep conversation, ``request.param`` levels deep where the state machine
+    does not look (so the recorder before issue 31 recorded it too: the views are the point)."""
     tmp = tmp_path_factory.mktemp("deep")
     db = tmp / "rec.db"
-    record(db, tmp, request.param)
-    record(db, tmp, request.param)
+    record(db, tmp, request.param, DECODED_DEPTH)
+    record(db, tmp, request.param, DECODED_DEPTH)
     return db, request.param
 
 
@@ -134,11 +144,13 @@ def test_the_cli_views_read_a_deep_recording(deep_recording: tuple[Path, int], t
 def test_a_replay_of_a_deep_recording_answers_the_deep_client(deep_recording: tuple[Path, int]) -> None:
     db, depth = deep_recording
     argv = [*PROXY, "replay", "--db", str(db), "--timing", "fast", "1"]
-    result = subprocess.run(argv, input=client_lines(depth), capture_output=True, timeout=TIMEOUT_S, env=proxy_env())
+    result = subprocess.run(
+        argv, input=client_lines(depth, DECODED_DEPTH), capture_output=True, timeout=TIMEOUT_S, env=proxy_env()
+    )
     assert b"Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.returncode == 0, result.stderr[-2000:]
     answers = [wire.decode(line) for line in result.stdout.splitlines()]
-    assert [f.rpc_id for f in answers if f.kind == "response"] == ["0", "1", "2"]
+    assert [f.rpc_id for f in answers if f.kind == "response"] == ["0", "1", "2", "3"]
 
 
 def test_the_inspector_mcp_and_otlp_read_a_deep_recording(deep_recording: tuple[Path, int]) -> None:
@@ -156,7 +168,7 @@ def test_the_inspector_mcp_and_otlp_read_a_deep_recording(deep_recording: tuple[
         compared = model.diff(read, "1", "2", Redactor())
     finally:
         read.conn.close()
-    assert len(rows) == 7 and page["conversations"] and page["timeline"] and all(f["json"] for f in frames) and compared
+    assert len(rows) == 9 and page["conversations"] and page["timeline"] and all(f["json"] for f in frames) and compared
     tools = Tools(db, Redactor())
     assert "hello" in tools.show("1")
     assert json.loads(tools.diff("1", "2"))
