@@ -22,7 +22,9 @@ stack, and a frame that deep says so in its ``decode_error``.
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -180,6 +182,7 @@ DEEP_NOTE = f"nested deeper than {FLATTEN_DEPTH} levels: the deeper members are 
 _STRING_BYTES = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _STRING_TEXT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 _T = TypeVar("_T")
 
 
@@ -189,26 +192,20 @@ def _may_be_deep(line: bytes) -> bool:
 
 
 def too_deep(data: bytes | str) -> bool:
-    """Whether ``data`` may nest deeper than FLATTEN_DEPTH (or does not balance). Cheap: most
-    lines have fewer brackets than that; the rest are checked by C-speed string operations,
-    peeling the innermost bracket pairs off a round at a time (a round peels one or two levels)."""
+    """Whether ``data`` nests deeper than FLATTEN_DEPTH. Cheap: most lines have fewer brackets
+    than that; for the rest, strings are cut out and the depth is the highest running sum of
+    the brackets left (+1 opening, -1 closing), all in C-speed string and iterator operations."""
     if isinstance(data, str):
         if data.count("[") + data.count("{") <= FLATTEN_DEPTH:
             return False
-        brackets = _STRING_TEXT.sub("", data).encode("utf-8", "surrogatepass")
+        stripped = _STRING_TEXT.sub("", data).encode("utf-8", "surrogatepass")
     else:
         if data.count(b"[") + data.count(b"{") <= FLATTEN_DEPTH:
             return False
-        brackets = _STRING_BYTES.sub(b"", data)
-    brackets = brackets.translate(None, _NOT_BRACKETS)
-    for _ in range(FLATTEN_DEPTH // 2):
-        peeled = brackets.replace(b"[]", b"").replace(b"{}", b"")
-        if not peeled:
-            return False
-        if len(peeled) == len(brackets):
-            return True  # unbalanced: let the decoder say what is wrong
-        brackets = peeled
-    return True
+        stripped = _STRING_BYTES.sub(b"", data)
+    steps = stripped.translate(_BRACKET_STEPS, _NOT_BRACKETS)  # opening 2, closing 0
+    # After the i-th bracket the depth is (sum of steps so far) - i.
+    return max(map(operator.sub, itertools.accumulate(steps), itertools.count(1)), default=0) > FLATTEN_DEPTH
 
 
 def bounded(data: bytes | str) -> bytes | str:
