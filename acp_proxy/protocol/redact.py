@@ -249,6 +249,7 @@ def linear_regex(pattern: str) -> Any:
 
 # -- the redactor -------------------------------------------------------------------------------
 
+_MEMO_CHARS = 64  # strings up to this long are memoised (see Redactor._key)
 _MAX_REMEMBERED = 1000
 _MIN_REMEMBERED = 8  # shorter masked values (an env "1", "true") are not searched for in free text
 
@@ -416,7 +417,9 @@ class Redactor:
 
     def _walk(self, obj: Any, key: str | None) -> Any:
         if isinstance(obj, str):
-            return self._string(obj)
+            # Short values repeat from frame to frame as keys do ("2.0", methods, session ids),
+            # and each RE2 call has a fixed cost: they share the keys' memo.
+            return self._key(obj) if len(obj) <= _MEMO_CHARS else self._string(obj)
         if isinstance(obj, dict):
             return self._dict(obj)
         if isinstance(obj, list):
