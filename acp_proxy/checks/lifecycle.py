@@ -31,6 +31,7 @@ from acp_proxy.checks.catalogue import RULES, Finding, Severity
 from acp_proxy.checks.schema import SchemaSet, schemas
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import vocabulary as acp
+from acp_proxy.protocol import wire
 from acp_proxy.protocol.rows import FrameLike, RecordedFrame
 from acp_proxy.protocol.state import ConnectionState
 from acp_proxy.protocol.vocabulary import A2C, OTHER, RECEIVER
@@ -77,7 +78,6 @@ _GATES: dict[tuple[int, str], tuple[str, tuple[str, ...]]] = {
 
 # -- reading a frame, whichever shape it came in -------------------------------------------------
 
-_decoder = msgspec.json.Decoder()
 _PAYLOAD_KINDS = frozenset({"request", "notification", "response", "error"})
 
 
@@ -101,7 +101,7 @@ def _json(text: str | None) -> Any:
     if text is None:
         return None
     try:
-        return _decoder.decode(text)
+        return wire.decode_value(text)
     except msgspec.DecodeError:
         return None
 
@@ -272,7 +272,7 @@ class Checker:
             line = get("raw" if row else "line", None)
             if line is not None:
                 try:
-                    message = _decoder.decode(line)
+                    message = wire.decode_value(line)
                 except (msgspec.DecodeError, UnicodeError):
                     message = None
                 if not isinstance(message, dict):

@@ -50,6 +50,7 @@ from acp_proxy.faults.rules import (
     load_toml,
     parse_rules,
 )
+from acp_proxy.protocol import wire
 
 if TYPE_CHECKING:
     from acp_proxy.protocol.frames import FrameRecord
@@ -333,6 +334,6 @@ def corrupt_line(line: bytes) -> bytes:
 
 def error_line(rpc_id: str | None, code: int, message: str) -> bytes:
     """A JSON-RPC error response line (newline included) for the id given as JSON text."""
-    id_value = json.loads(rpc_id) if rpc_id is not None else None
+    id_value = wire.loads(rpc_id) if rpc_id is not None else None
     body = {"jsonrpc": "2.0", "id": id_value, "error": {"code": code, "message": message}}
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"

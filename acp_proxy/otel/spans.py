@@ -63,7 +63,7 @@ from typing import Any
 import msgspec
 
 from acp_proxy.protocol import events as ev
-from acp_proxy.protocol import output
+from acp_proxy.protocol import output, wire
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.protocol.rows import RecordedFrame, RunReader
 from acp_proxy.protocol.vocabulary import A2C, OTHER
@@ -81,7 +81,6 @@ conventions; "function" is a tool the client runs)."""
 TRANSPORT = "pipe"
 """``network.transport`` of every JSON-RPC call: ACP runs over the agent's stdin and stdout."""
 _TERMINAL_TOOL_STATUS = frozenset({"completed", "failed"})
-_decode = msgspec.json.Decoder()
 
 
 @dataclass(slots=True)
@@ -721,8 +720,8 @@ def _loads(text: Any) -> Any:
     if not isinstance(text, str):
         return None
     try:
-        return _decode.decode(text)
-    except (msgspec.DecodeError, RecursionError):
+        return wire.decode_value(text)
+    except msgspec.DecodeError:
         return None
 
 

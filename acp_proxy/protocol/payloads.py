@@ -18,6 +18,7 @@ import msgspec
 from msgspec import UNSET, Raw, Struct
 
 from acp_proxy.protocol import vocabulary as acp
+from acp_proxy.protocol import wire
 
 # Members are Any (or Raw, to keep a JSON object's text verbatim): a peer sending a number where a
 # string belongs must not make the frame undecodable; the handlers check types themselves.
@@ -87,12 +88,13 @@ _decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 
 
 def decode(kind: type, line: bytes) -> Any:
-    """The frame decoded as ``kind``; None when it does not fit (never raises)."""
+    """The frame decoded as ``kind``; None when it does not fit (never raises: a frame nested
+    past msgspec's limit is decoded with its deep members null, like the wire layer does)."""
     decoder = _decoders.get(kind)
     if decoder is None:
         decoder = _decoders[kind] = msgspec.json.Decoder(kind)
     try:
-        return decoder.decode(line)
+        return wire.decode_as(decoder, line)
     except (msgspec.DecodeError, UnicodeError):  # ValidationError included
         return None
 

@@ -42,7 +42,9 @@ User rules (``--redact RULE``, repeatable), one of:
   and to lines that are not JSON (the agent's stderr, argv words): ``re:hunter2``,
   ``'token=(\\w+)'``. Anything that is not a path is a regular expression; ``re:`` forces it.
   With capturing groups, only the groups are masked (``token=(\\w+)`` keeps ``token=``); without,
-  the whole match. A pattern that matches the empty string is refused.
+  the whole match. A pattern that matches the empty string is refused. Patterns run on RE2, a
+  linear-time engine, so no pattern (``(a+)+$``) can keep the recorder busy: the few constructs
+  it lacks (backreferences, lookaround) are refused with one line saying so.
 
 ``--no-redact`` (``Redactor(enabled=False)``) shows everything as recorded.
 
@@ -61,7 +63,10 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
+import re2
+
 from acp_proxy.errors import UsageError
+from acp_proxy.protocol import wire
 
 MASK = "[redacted]"
 
@@ -177,7 +182,7 @@ class PathRule:
 class RegexRule:
     """A pattern masked wherever it matches a string (only its groups, when it has some)."""
 
-    def __init__(self, text: str, pattern: re.Pattern[str]) -> None:
+    def __init__(self, text: str, pattern: Any) -> None:
         self.text = text
         self.pattern = pattern
 
@@ -213,16 +218,38 @@ def _regex_rule(text: str, pattern: str) -> RegexRule:
     if not pattern:
         raise RedactError(f"--redact {text!r}: empty regular expression")
     try:
-        compiled = re.compile(pattern)
+        re.compile(pattern)
     except (re.error, RecursionError, OverflowError) as exc:
         raise RedactError(f"--redact {text!r} is not a regular expression: {exc}") from None
+    compiled = linear_regex(pattern)
+    if compiled is None:
+        raise RedactError(
+            f"--redact {text!r}: rules run on RE2, a linear-time engine, which has no backreferences,"
+            " lookaround or possessive quantifiers"
+        )
     if compiled.search("") is not None:
         raise RedactError(f"--redact {text!r} matches the empty string, so it would mask nothing useful")
     return RegexRule(text, compiled)
 
 
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # RE2 would log a refused pattern to stderr; the caller says why
+_RE2_OPTIONS.max_mem = 64 << 20  # a pattern whose automaton needs more is refused, not built
+
+
+def linear_regex(pattern: str) -> Any:
+    """``pattern`` compiled by RE2 (the ``re`` API, matching in time linear in the text); None
+    for what RE2 cannot run. Why RE2: Python's ``re`` backtracks, and a user's ``(a+)+$`` on a
+    line of thirty ``a`` and a ``b`` costs minutes of the recorder's time."""
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except (re2.error, ValueError, TypeError, OverflowError):
+        return None
+
+
 # -- the redactor -------------------------------------------------------------------------------
 
+_MEMO_CHARS = 64  # strings up to this long are memoised (see Redactor._key)
 _MAX_REMEMBERED = 1000
 _MIN_REMEMBERED = 8  # shorter masked values (an env "1", "true") are not searched for in free text
 
@@ -244,7 +271,7 @@ class Redactor:
         self.enabled = enabled
         self.rules: list[Rule] = [parse_rule(r) for r in rules]
         self._paths = [r for r in self.rules if isinstance(r, PathRule)]
-        self._regexes = [r.pattern for r in self.rules if isinstance(r, RegexRule)]
+        self._regexes: list[Any] = [r.pattern for r in self.rules if isinstance(r, RegexRule)]
         self._seen: dict[str, None] = {}  # insertion-ordered set of masked values (Rule 2)
         self._seen_re: re.Pattern[str] | None = None
         self._generation = 0  # counts values remembered
@@ -349,8 +376,8 @@ class Redactor:
             return text
         body = text.rstrip("\r")
         try:
-            obj = json.loads(body)
-        except (ValueError, RecursionError):
+            obj = wire.loads(body)
+        except ValueError:
             return self._string(text)
         if not isinstance(obj, (dict, list)):
             return self._string(text)
@@ -390,7 +417,9 @@ class Redactor:
 
     def _walk(self, obj: Any, key: str | None) -> Any:
         if isinstance(obj, str):
-            return self._string(obj)
+            # Short values repeat from frame to frame as keys do ("2.0", methods, session ids),
+            # and each RE2 call has a fixed cost: they share the keys' memo.
+            return self._key(obj) if len(obj) <= _MEMO_CHARS else self._string(obj)
         if isinstance(obj, dict):
             return self._dict(obj)
         if isinstance(obj, list):
@@ -498,7 +527,7 @@ class Redactor:
         self._remember(match.group(0))
         return MASK
 
-    def _groups(self, match: re.Match[str]) -> str:
+    def _groups(self, match: Any) -> str:  # an re.Match or an RE2 match, same API
         if match.re.groups == 0:
             return self._whole(match)
         whole = match.group(0)
@@ -540,7 +569,7 @@ class Redactor:
 
 def _loads(text: str) -> Any:
     try:
-        return json.loads(text.rstrip("\r"))
+        return wire.loads(text.rstrip("\r"))
     except ValueError:
         return None
 

@@ -56,7 +56,7 @@ from typing import Any
 import msgspec
 
 from acp_proxy.protocol import events as ev
-from acp_proxy.protocol import output
+from acp_proxy.protocol import output, wire
 from acp_proxy.protocol.frames import FrameRecord
 from acp_proxy.protocol.state import ConnectionState
 from acp_proxy.protocol.vocabulary import A2C
@@ -375,8 +375,8 @@ class Tracker:
         if e.info is not None:
             self._set_run(f"{side}_info", e.info)
             try:
-                details = _info_decoder.decode(e.info)
-            except Exception:  # DecodeError; RecursionError for a hostile nesting depth
+                details = wire.decode_as(_info_decoder, e.info)
+            except Exception:  # DecodeError, a member of the wrong type
                 details = None
             if details is not None:
                 self._set_run(f"{side}_name", _str(details.name))

@@ -13,12 +13,21 @@ Rule: decoding is total. Any bytes give a ``Frame`` and nothing here raises: a l
 deeper than msgspec's recursion limit is decoded from a copy with its deep members replaced by
 ``null`` (and says so), an id that is no JSON scalar keeps its text, and an error code that is
 not a 64-bit integer is reported instead of handed on (SQLite could not store it).
+
+Also owns the one bounded decode of a JSON value every layer above uses (``loads``,
+``decode_value``, ``decode_as``): a value nested deeper than FLATTEN_DEPTH comes back with its
+deeper members replaced by ``null``, so no walker above ever meets a depth that exhausts the
+stack, and a frame that deep says so in its ``decode_error``.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+import operator
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 from msgspec import UNSET, Raw, Struct, UnsetType
@@ -146,6 +155,8 @@ def decode(line: bytes, *, utf8_valid: bool | None = None) -> Frame:
             utf8_valid = False
     if not utf8_valid and frame.decode_error is None:
         frame.decode_error = _describe_error(line)
+    elif frame.decode_error is None and _may_be_deep(line) and too_deep(line):
+        frame.decode_error = DEEP_NOTE
     return frame
 
 
@@ -163,6 +174,77 @@ def _decode_flattened(line: bytes) -> Frame:
     note = f"nested deeper than {FLATTEN_DEPTH} levels: the deeper members were not decoded"
     frame.decode_error = f"{frame.decode_error}; {note}" if frame.decode_error else note
     return frame
+
+
+_HALF_DEPTH = FLATTEN_DEPTH // 2
+DEEP_NOTE = f"nested deeper than {FLATTEN_DEPTH} levels: the deeper members are shown as null"
+# What decides nesting depth: a JSON string (with its escapes), whose brackets do not count.
+_STRING_BYTES = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_STRING_TEXT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+_T = TypeVar("_T")
+
+
+def _may_be_deep(line: bytes) -> bool:
+    # The hot path's test: two C-speed counts, true for a tiny share of real frames.
+    return line.count(b"[") > _HALF_DEPTH or line.count(b"{") > _HALF_DEPTH
+
+
+def too_deep(data: bytes | str) -> bool:
+    """Whether ``data`` nests deeper than FLATTEN_DEPTH. Cheap: most lines have fewer brackets
+    than that; for the rest, strings are cut out and the depth is the highest running sum of
+    the brackets left (+1 opening, -1 closing), all in C-speed string and iterator operations."""
+    if isinstance(data, str):
+        if data.count("[") + data.count("{") <= FLATTEN_DEPTH:
+            return False
+        stripped = _STRING_TEXT.sub("", data).encode("utf-8", "surrogatepass")
+    else:
+        if data.count(b"[") + data.count(b"{") <= FLATTEN_DEPTH:
+            return False
+        stripped = _STRING_BYTES.sub(b"", data)
+    steps = stripped.translate(_BRACKET_STEPS, _NOT_BRACKETS)  # opening 2, closing 0
+    # After the i-th bracket the depth is (sum of steps so far) - i.
+    return max(map(operator.sub, itertools.accumulate(steps), itertools.count(1)), default=0) > FLATTEN_DEPTH
+
+
+def bounded(data: bytes | str) -> bytes | str:
+    """``data``, or when it nests deeper than FLATTEN_DEPTH a copy with the deeper members
+    replaced by ``null`` (``data`` itself when its brackets do not balance)."""
+    if not too_deep(data):
+        return data
+    if isinstance(data, str):
+        flat = flatten(data.encode("utf-8", "surrogatepass"), FLATTEN_DEPTH)
+        return data if flat is None else flat.decode("utf-8", "surrogatepass")
+    return flatten(data, FLATTEN_DEPTH) or data
+
+
+def _bounded_call(decode_fn: Callable[[Any], _T], data: bytes | str) -> _T:
+    try:
+        return decode_fn(bounded(data))
+    except RecursionError:  # unbalanced and deep, or called from deep in a stack
+        raise msgspec.DecodeError(f"JSON nested too deeply to decode (over {FLATTEN_DEPTH} levels)") from None
+
+
+def loads(data: bytes | str) -> Any:
+    """``json.loads`` with depth bounded at FLATTEN_DEPTH (deeper members become null). Raises
+    ValueError for invalid JSON, never RecursionError."""
+    return _bounded_call(json.loads, data)
+
+
+def decode_value(data: bytes | str) -> Any:
+    """``msgspec.json.decode`` with depth bounded at FLATTEN_DEPTH (deeper members become null).
+    Raises msgspec.DecodeError (a ValueError) for invalid JSON, never RecursionError."""
+    return _bounded_call(_any_decoder.decode, data)
+
+
+def decode_as(decoder: msgspec.json.Decoder[_T], data: bytes | str) -> _T:
+    """``decoder.decode(data)`` for a typed decoder, depth bounded the same way: tried as it is
+    first (no scan on the hot path), flattened only when msgspec runs out of stack."""
+    try:
+        return decoder.decode(data)
+    except RecursionError:
+        return _bounded_call(decoder.decode, data)
 
 
 def flatten(line: bytes, depth: int) -> bytes | None:

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from acp_proxy import __version__
+from acp_proxy.protocol import wire
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.protocol.vocabulary import RECEIVER, SENDER
 
@@ -38,7 +39,6 @@ def warning(redactor: Redactor) -> str:
 
 
 _json = msgspec.json.Encoder()
-_decode = msgspec.json.Decoder()
 
 
 def export_lines(
@@ -76,7 +76,7 @@ def _payload(row: dict[str, Any]) -> dict[str, Any] | None:
     if row.get("raw") is None:
         return None
     try:
-        value = _decode.decode(row["raw"])
+        value = wire.decode_value(row["raw"])
     except msgspec.DecodeError:
         return None
     return value if isinstance(value, dict) else None

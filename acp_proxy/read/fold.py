@@ -56,7 +56,6 @@ from __future__ import annotations
 import bisect
 import copy
 import itertools
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -179,7 +178,7 @@ def fold_rows(
             raw = row.get("raw")
             if raw is not None and row.get("kind") != "invalid":
                 try:
-                    message = json.loads(raw)
+                    message = wire.loads(raw)
                 except ValueError:
                     message = None
             item = FoldInput(

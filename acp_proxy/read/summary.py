@@ -18,12 +18,13 @@ from typing import Any
 
 import msgspec
 
+from acp_proxy.protocol import wire
+
 __all__ = ["DECODE_LIMIT", "printable", "summarize"]
 
 DECODE_LIMIT = 256 * 1024
 """Frames longer than this are summarised from their first bytes, not decoded whole."""
 
-_decode = msgspec.json.Decoder()
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _PICTURES = {"\n": "⏎", "\t": " ", "\r": "␍", "\x1b": "␛"}
 
@@ -94,8 +95,8 @@ def _message(row: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(raw, str) or len(raw) > DECODE_LIMIT:
         return None
     try:
-        value = _decode.decode(raw)
-    except (msgspec.DecodeError, ValueError, RecursionError):
+        value = wire.decode_value(raw)
+    except (msgspec.DecodeError, ValueError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -104,8 +105,8 @@ def _batch(row: Mapping[str, Any]) -> str:
     raw = row.get("raw")
     if isinstance(raw, str) and len(raw) <= DECODE_LIMIT:
         try:
-            value = _decode.decode(raw)
-        except (msgspec.DecodeError, ValueError, RecursionError):
+            value = wire.decode_value(raw)
+        except (msgspec.DecodeError, ValueError):
             value = None
         if isinstance(value, list):
             return f"batch of {len(value)}"

@@ -96,7 +96,6 @@ SNIFF_LINES = 200
 """How many lines ``detect`` looks at before it gives up."""
 
 _MAX_TS_NS = 2**63 - 1
-_json = msgspec.json.Decoder()
 _encode = msgspec.json.encode
 
 
@@ -193,7 +192,7 @@ def _object(lineno: int, line: bytes, fmt: str) -> dict[str, Any] | None:
     if not line.strip():
         return None
     try:
-        value = _json.decode(line)
+        value = wire.decode_value(line)
     except msgspec.DecodeError as exc:
         raise _error(lineno, f"not JSON ({exc}); is this {DESCRIPTIONS[fmt]}?") from None
     if not isinstance(value, dict):
@@ -281,7 +280,7 @@ class JsonlParser(Parser):
             for name in ("argv", "options"):  # JSON text in the runs table
                 if isinstance(facts.get(name), str):
                     try:
-                        facts[name] = _json.decode(facts[name])
+                        facts[name] = wire.decode_value(facts[name])
                     except msgspec.DecodeError:
                         facts.pop(name)
             if not (isinstance(facts.get("argv"), list) and all(isinstance(a, str) for a in facts["argv"])):
@@ -643,7 +642,7 @@ def sniff(line: bytes) -> str | None:
     if line.rstrip(b"\r") == _CONDUCTOR_HEADER:
         return "conductor-log"
     try:
-        obj = _json.decode(line)
+        obj = wire.decode_value(line)
     except msgspec.DecodeError:
         return None
     if not isinstance(obj, dict):

@@ -19,7 +19,6 @@ Must not know: SQL, click, trio, processes. The frame decoding and id pairing ar
 
 from __future__ import annotations
 
-import json
 import queue
 import sys
 import threading
@@ -29,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any
 
+from acp_proxy.protocol import wire
 from acp_proxy.protocol.vocabulary import A2C, C2A
 from acp_proxy.replay.replayer import REPLAY_ERROR, _decode_rows, _describe, _Frame, _line, id_key
 
@@ -104,7 +104,7 @@ class ClientReplayer:
         if not text.strip():
             return []
         try:
-            message = json.loads(text)
+            message = wire.loads(text)
         except ValueError:
             self.deviations.append(f"the agent wrote a line that is not JSON: {text[:80]!r}")
             return []

@@ -157,7 +157,7 @@ def _decode_row(row: dict[str, Any]) -> _Frame:
     message: Any = None
     if row.get("kind") != "invalid" and raw_text is not None:
         try:
-            message = json.loads(raw_text)
+            message = wire.loads(raw_text)
         except ValueError:
             message = None
     method = row.get("method")
@@ -300,7 +300,7 @@ class Replayer:
             return []
         self._observe(C2A, text)
         try:
-            message = json.loads(text)
+            message = wire.loads(text)
         except ValueError:
             self._deviate(f"the client sent a line that is not JSON: {text[:80]!r}")
             return []

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+from acp_proxy.protocol import wire
 from acp_proxy.protocol.redact import Redactor
 
 Scope = dict[str, Any]
@@ -242,7 +243,7 @@ def redact_body(body: bytes, mode: str, redactor: Redactor) -> bytes:
     is a JSON frame is masked as one, anything else as text)."""
     if mode == "json":
         try:
-            data = json.loads(body)
+            data = wire.loads(body)
         except ValueError:
             return redactor.line(body)
         masked = _strings(data, redactor)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from acp_proxy.protocol import wire
 from acp_proxy.protocol.redact import FRAME_FIELDS, Redactor
 
 FUNCTION = "acp_proxy_mask"
@@ -79,8 +80,8 @@ def _masker(redactor: Redactor) -> Callable[[str, Any], Any]:
             return redactor.frame_field(how, value)
         if how == "json" and value[:1] in ("[", "{"):
             try:
-                decoded = json.loads(value)
-            except (ValueError, RecursionError):
+                decoded = wire.loads(value)
+            except ValueError:
                 return redactor.text(value)
             masked = redactor.value(decoded)
             return value if masked is decoded else json.dumps(masked, ensure_ascii=False)

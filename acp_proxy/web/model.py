@@ -16,11 +16,10 @@ with ``execute`` (a ``store.ReadDb`` or a bare read-only ``sqlite3`` connection)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
-from acp_proxy.protocol import filters
+from acp_proxy.protocol import filters, wire
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.read import compare, queries
 from acp_proxy.read import conversation as folding
@@ -52,7 +51,7 @@ def run_summary(row: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
         if text is None:
             return None
         try:
-            return redactor.value(json.loads(text))
+            return redactor.value(wire.loads(text))
         except ValueError:
             return redactor.text(text)
 

@@ -11,10 +11,10 @@ Must not know: SQL, HTTP, Datasette, HTML. Rows in (already redacted), plain dic
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from acp_proxy.protocol import wire
 from acp_proxy.protocol.vocabulary import OTHER
 from acp_proxy.read import fold as fd
 
@@ -57,7 +57,7 @@ def _decoded(row: dict[str, Any]) -> Any:
     if raw is None or row.get("kind") in ("stderr", "invalid"):
         return None
     try:
-        return json.loads(raw)
+        return wire.loads(raw)
     except ValueError:
         return None
 
