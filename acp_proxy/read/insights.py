@@ -19,9 +19,9 @@ Must not know: click, rich, HTTP, MCP; how a door renders or pages these. Never 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from acp_proxy.protocol import wire
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.read import queries
 from acp_proxy.read.frames import prime
@@ -232,8 +232,8 @@ def _json(raw: str | None) -> Any:
     if not raw:
         return None
     try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
+        return wire.loads(raw)  # depth-bounded: a deep frame is read, never a RecursionError
+    except ValueError:
         return None
 
 
