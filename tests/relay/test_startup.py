@@ -35,9 +35,10 @@ main()
 LINE = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}\n'
 
 
-def run_held(args: list[str]) -> tuple[bytes, bytes, int]:
-    """Run ``acp-proxy ARGS`` (the agent: ``cat``) with trio's import held; send a line, wait for
-    its echo, then let trio load and close stdin. The echo, stderr, and the exit status."""
+def run_held(args: list[str], *, end_before_trio: bool = False) -> tuple[bytes, bytes, int]:
+    """Run ``acp-proxy ARGS`` with trio's import held; send a line and wait for its echo (with
+    ``end_before_trio``: for the end of the proxy's stdout, the agent having closed its own),
+    then let trio load and close stdin. Stdout, stderr, and the exit status."""
     import subprocess
 
     gate_r, gate_w = os.pipe()
@@ -55,16 +56,19 @@ def run_held(args: list[str]) -> tuple[bytes, bytes, int]:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         proc.stdin.write(LINE)
         proc.stdin.flush()
-        echo = wait_for_output(proc.stdout, b"\n", 60)  # trio cannot load before this returns
+        # trio cannot load before these return
+        out = wait_for_output(proc.stdout, b"\n", 60)
+        if end_before_trio:
+            out += proc.stdout.read()
         os.write(gate_w, b"go")
         proc.stdin.close()
-        rest = proc.stdout.read()
+        out += proc.stdout.read()
         err = proc.stderr.read()
         proc.wait(timeout=60)
     finally:
         timer.cancel()
         os.close(gate_w)
-    return echo + rest, err, proc.returncode
+    return out, err, proc.returncode
 
 
 def test_the_first_answer_comes_before_trio_is_imported(tmp_path: Path) -> None:
@@ -85,3 +89,19 @@ def test_without_recording_too(tmp_path: Path) -> None:
     echo, err, code = run_held(["run", "--no-record", "--", "cat"])
     assert (echo, code) == (LINE, 0), err
     assert b"trio held" in err
+
+
+def test_an_agent_that_ends_before_trio_is_loaded_leaves_as_it_did(tmp_path: Path) -> None:
+    # It answers, closes its output and exits 3, all while trio is held: what the pumps said
+    # before trio ran (finished, EOF) waits for it, and the proxy leaves with the agent's status.
+    db = tmp_path / "r.db"
+    agent = ["sh", "-c", "head -n 1; exit 3"]
+    out, err, code = run_held(["run", "--db", str(db), "--", *agent], end_before_trio=True)
+    assert (out, code) == (LINE, 3), err
+    assert err == b"trio held\n"  # not "the agent's output pipes stayed open": it was heard
+    conn = sqlite3.connect(db)
+    try:
+        (exit_code,) = conn.execute("select exit_code from runs").fetchone()
+    finally:
+        conn.close()
+    assert exit_code == 3
