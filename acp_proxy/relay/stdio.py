@@ -733,6 +733,7 @@ def run(options: RunOptions, begun: Begun | None = None) -> ExitStatus:
     imports this module); otherwise it is started here."""
     if begun is None:
         begun = begin(options.argv, None if options.db_path is None else os.path.abspath(options.db_path))
+    begun.confirm()  # the launcher imported this module while the agent's exec was under way
     agent, marker, early = begun.agent, begun.marker, begun.early
     recording = None
     try:
