@@ -180,11 +180,12 @@ def main() -> None:
 
         cli_main()
         return
-    # The agent first (an editor waits for its answer), then everything the relay imports.
+    # The agent first (an editor waits for its answer), then everything the relay imports,
+    # while the agent's exec is under way (``run`` confirms it).
     from acp_proxy.relay.spawn import RelayError, begin, say
 
     try:
-        begun = begin(plan.agent, None if plan.db_file is None else os.path.abspath(plan.db_file))
+        begun = begin(plan.agent, None if plan.db_file is None else os.path.abspath(plan.db_file), wait=False)
     except RelayError as exc:
         say(str(exc))
         raise SystemExit(exc.code) from None

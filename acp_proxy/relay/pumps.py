@@ -6,7 +6,8 @@ use instead (``open_stream``: counting writes, so the journal learns what a rece
 away did not get), and closing descriptors and streams exactly once.
 
 Must not know: the agent's process, signals, the shutdown sequence, the recorder (``stdio``'s),
-SQL, JSON-RPC. Import-cheap: trio is imported only when a gate needs streams.
+SQL, JSON-RPC. Import-cheap: trio is imported only when a gate needs streams; a ``Pump`` needs
+none, so the relay starts them before trio is loaded (an agent that answers at once is heard).
 """
 
 from __future__ import annotations
@@ -167,6 +168,15 @@ class Pump:
         self.delivered = 0  # bytes the receiver took
         self.on_broken: Any = None  # called (in the pump's thread) when the receiver went away
         self.on_end: Any = None  # called (in the pump's thread) at EOF, before the pump returns
+        self.notify_fd = -1  # gets a byte when the pump has finished (wakes whoever waits for it)
+        self.thread: Any = None
+
+    def start(self, name: str) -> None:
+        """Run in a thread of its own (a daemon: a proxy that exits does not wait for it)."""
+        import threading
+
+        self.thread = threading.Thread(target=self.run, name=f"pump-{name}", daemon=True)
+        self.thread.start()
 
     def run(self) -> None:
         import select
@@ -212,6 +222,15 @@ class Pump:
                         self.on_broken()
         finally:
             self.finished.set()
+            self.notify()
+
+    def notify(self) -> None:
+        """A byte to ``notify_fd``: look at this pump (never waited for: a full pipe has one)."""
+        if self.notify_fd >= 0:
+            try:
+                os.write(self.notify_fd, b"\0")
+            except OSError:
+                pass
 
     def _write(self, data: bytes) -> int:
         import select

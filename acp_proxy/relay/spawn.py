@@ -68,11 +68,28 @@ class Begun:
         self.agent = agent
         self.failure = failure
 
+    def confirm(self) -> None:
+        """Wait until the agent has exec'd (``begin(wait=False)`` did not): if it could not,
+        ``agent`` becomes None and ``failure`` says why. Nothing to do the second time."""
+        agent = self.agent
+        if agent is None or agent.report_fd < 0:
+            return
+        try:
+            agent.confirm()
+        except OSError as exc:
+            for fd in (agent.stdin_fd, agent.stdout_fd, agent.stderr_fd):
+                if fd >= 0:
+                    os.close(fd)
+            self.early.restore()
+            self.agent, self.failure = None, exc
 
-def begin(argv: list[str], db_file: str | None) -> Begun:
+
+def begin(argv: list[str], db_file: str | None, *, wait: bool = True) -> Begun:
     """Check what can refuse the run, then start the agent. ``db_file``: the absolute path of
     the database to record into (None: --no-record), examined and created here, so that a
-    database that cannot be used stops the run before any agent exists. RelayError otherwise."""
+    database that cannot be used stops the run before any agent exists. RelayError otherwise.
+    ``wait=False``: return while the agent's exec may still be under way (the caller does
+    something useful meanwhile, then ``Begun.confirm``)."""
     check_std_fds()
     executable = resolve_agent(argv)
     attached = os.isatty(0)
@@ -87,7 +104,7 @@ def begin(argv: list[str], db_file: str | None) -> Begun:
     supervise.become_subreaper()
     early = EarlySignals()
     try:
-        agent = spawn_agent(executable, argv, marker, attached=attached)
+        agent = spawn_agent(executable, argv, marker, attached=attached, wait=wait)
     except OSError as exc:
         early.restore()
         return Begun(executable, attached, marker, early, None, exc)
@@ -185,37 +202,57 @@ class AgentProcess:
 class Agent:
     """The spawned agent: its process, and (unless attached to a terminal) our ends of its pipes."""
 
-    def __init__(self, process: AgentProcess, fds: tuple[int, int, int] | None) -> None:
+    def __init__(self, process: AgentProcess, fds: tuple[int, int, int] | None, report_fd: int = -1) -> None:
         self.process = process
         self.pid = process.pid
         self.stdin_fd, self.stdout_fd, self.stderr_fd = fds if fds is not None else (-1, -1, -1)
+        self.report_fd = report_fd  # the exec report not read yet (``confirm``), or -1
+
+    def confirm(self) -> None:
+        """Wait for the exec report; OSError (the child reaped) when exec failed."""
+        fd, self.report_fd = self.report_fd, -1
+        if fd >= 0:
+            exec_report(self.pid, fd)
 
 
-def spawn_agent(executable: str, argv: list[str], marker: str, *, attached: bool) -> Agent:
+def spawn_agent(executable: str, argv: list[str], marker: str, *, attached: bool, wait: bool = True) -> Agent:
     """Start the agent from this (the main) thread: its parent-death signal fires when the
-    thread that forked it ends. OSError when exec fails (errno as the shell would see it)."""
+    thread that forked it ends. OSError when exec fails (errno as the shell would see it);
+    with ``wait=False``, only from ``Agent.confirm``."""
     env = dict(os.environ)
     env[supervise.MARKER_VAR] = marker
     command = [executable, *argv[1:]]
     if attached:  # in our process group: it stays the terminal's foreground job
-        return Agent(AgentProcess(_fork_exec(command, env, None)), None)
-    in_r, in_w = os.pipe()
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    try:
-        pid = _fork_exec(command, env, (in_r, out_w, err_w))
-    except BaseException:
-        for fd in (in_w, out_r, err_r):
-            os.close(fd)
-        raise
-    finally:
-        for fd in (in_r, out_w, err_w):
-            os.close(fd)
-    return Agent(AgentProcess(pid), (in_w, out_r, err_r))
+        pid, report = _fork_exec(command, env, None)
+        agent = Agent(AgentProcess(pid), None, report)
+    else:
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            pid, report = _fork_exec(command, env, (in_r, out_w, err_w))
+        except BaseException:
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        agent = Agent(AgentProcess(pid), (in_w, out_r, err_r), report)
+    if wait:
+        try:
+            agent.confirm()
+        except BaseException:
+            for fd in (agent.stdin_fd, agent.stdout_fd, agent.stderr_fd):
+                if fd >= 0:
+                    os.close(fd)
+            raise
+    return agent
 
 
-def _fork_exec(command: list[str], env: dict[str, str], stdio: tuple[int, int, int] | None) -> int:
-    """Fork, and exec ``command`` in the child; the child's pid, or OSError with exec's errno.
+def _fork_exec(command: list[str], env: dict[str, str], stdio: tuple[int, int, int] | None) -> tuple[int, int]:
+    """Fork, and exec ``command`` in the child; the child's pid and the read end of its exec
+    report (``exec_report``: the parent need not wait for the exec before it goes on).
 
     What ``subprocess.Popen(..., process_group=0, preexec_fn=...)`` does (a preexec function
     makes it fork too), without its imports. With ``stdio`` the child gets a process group of
@@ -249,6 +286,12 @@ def _fork_exec(command: list[str], env: dict[str, str], stdio: tuple[int, int, i
         finally:
             os._exit(EXEC_ERROR_EXIT)
     os.close(errors_w)
+    return pid, errors_r
+
+
+def exec_report(pid: int, errors_r: int) -> None:
+    """Wait until the child ``pid`` has exec'd (its report pipe closes empty; it is closed here);
+    OSError with exec's errno when it could not (the child reaped)."""
     try:
         report = b""
         while chunk := os.read(errors_r, 64):
@@ -259,4 +302,3 @@ def _fork_exec(command: list[str], env: dict[str, str], stdio: tuple[int, int, i
         os.waitpid(pid, 0)
         code = int(report)
         raise OSError(code, os.strerror(code) if code else "the agent could not be started")
-    return pid

@@ -17,14 +17,16 @@ journal (one ``writev``) and then forwarded; the recorder reads the journal at i
 so the conversation never waits for the recorder, its writer or a database lock. When the
 agent closes its stdout, the client's stdout is closed at once.
 
-Shape: without a gate, each direction is a ``Pump`` thread (poll, read, journal, write) and
-trio only waits for the agent, forwards signals and runs the shutdown; with a gate (faults,
-notice stripping), the directions are trio tasks that carry out the gate's steps. Both ways of
-moving bytes are in ``pumps.py``; this module decides which runs, and when it stops.
+Shape: without a gate, each direction is a ``Pump`` thread (poll, read, journal, write: the
+``Flow``) and trio only waits for the agent, forwards signals and runs the shutdown; with a gate
+(faults, notice stripping), the directions are trio tasks that carry out the gate's steps. Both
+ways of moving bytes are in ``pumps.py``; this module decides which runs, and when it stops.
 
 Start-up order (an editor waits for the agent's first answer): check that the database can be
-recorded into (a cheap read-only look), create the journal, spawn the agent, and only then
-start the recorder and import trio — both overlap with the agent's own start-up.
+recorded into (a cheap read-only look), spawn the agent, create the journal and write its
+first record, start the ``Flow`` (without a gate), and only then start the recorder and import
+trio — both overlap with the agent's own start-up, and an agent that answers at once is heard
+before trio is loaded. What the threads report before trio runs waits in a pipe.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
 RECORDER_FINISH_TIMEOUT = 120.0  # how long the proxy waits, after the agent, for the recording
 _CORE_DUMPING = (signal.SIGQUIT, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
 _DIRECTION_CODE = {"c2a": jr.C2A, "a2c": jr.A2C}
+STARTING_SWITCH_INTERVAL = 0.0002  # seconds: see Flow
 _RECORDER_LOCKED_OUT = 3  # the recorder found the journal taken by a recovery: not a failure
 
 
@@ -290,6 +293,76 @@ class Recording:
                 say("the recording is still being recovered; it will finish on its own")
 
 
+class Flow:
+    """The relay without a gate: a ``Pump`` thread per direction, started as soon as the agent
+    and the journal exist, before trio (~50 ms to import) or the recorder: an agent that
+    answers at once is heard at once. Each chunk is journaled before it is forwarded, as
+    always. Until trio runs, what the threads report waits in the notice pipe."""
+
+    def __init__(self, agent: Agent, journal: jr.JournalWriter | None) -> None:
+        self.close = CloseOnce()  # threads close what they are done with: each fd once, never a reused one
+        self.agent = agent
+        self.client_out = os.dup(1)
+        self.c2a = Pump(os.dup(0), agent.stdin_fd, jr.C2A, journal)
+        self.a2c = Pump(agent.stdout_fd, self.client_out, jr.A2C, journal)
+        self.err = Pump(agent.stderr_fd, os.dup(2), jr.STDERR, journal)
+        self.pumps = (self.c2a, self.a2c, self.err)
+        self.notice_r, self.notice_w = os.pipe()
+        os.set_blocking(self.notice_r, False)
+        os.set_blocking(self.notice_w, False)  # a full pipe already holds a notice
+        self.hung_up = False
+        self.finished = False
+        self.a2c.on_broken = self._client_hung_up
+        self.a2c.on_end = self._agent_output_ended
+        self.c2a.on_end = lambda: self.close(agent.stdin_fd)
+        for pump in self.pumps:
+            pump.notify_fd = self.notice_w
+        # Until trio runs, this thread imports (CPU-bound, holding the GIL): a pump waking up
+        # would wait up to the switch interval (5 ms) for the GIL at each of its syscalls.
+        self.switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(STARTING_SWITCH_INTERVAL)
+        for pump, name in zip(self.pumps, ("c2a", "a2c", "stderr"), strict=True):
+            pump.start(name)
+
+    def _client_hung_up(self) -> None:
+        say("the client closed the agent's output; stopping the agent")
+        self.hung_up = True
+        self.a2c.notify()
+
+    def _agent_output_ended(self) -> None:
+        # The agent closed its stdout (it may still run): the client hears the end now.
+        self.a2c.dst_open = False
+        self.close(self.client_out)
+        _detach_stdout()
+
+    def settled(self) -> None:
+        """Trio runs: the main thread mostly waits now, and the pumps keep the usual interval."""
+        sys.setswitchinterval(self.switch_interval)
+
+    def stop(self) -> None:
+        for pump in self.pumps:
+            pump.stop()
+
+    def finish(self) -> None:
+        """Stop the threads and close every descriptor they used (once; from the main thread)."""
+        if self.finished:
+            return
+        self.finished = True
+        self.settled()
+        self.stop()
+        # A pump waits only in poll, with its stop pipe: it ends at once.
+        ended = all([pump.finished.wait(5.0) for pump in self.pumps])
+        for pump in self.pumps:
+            pump.close()
+        agent = self.agent
+        for fd in (self.c2a.src, agent.stdin_fd, agent.stdout_fd, self.client_out, agent.stderr_fd, self.err.dst):
+            self.close(fd)
+        if ended:  # else a pump may still write its notice: its descriptor must not be reused
+            for fd in (self.notice_r, self.notice_w):
+                os.close(fd)
+        _restore_blocking()
+
+
 # -- the relay -----------------------------------------------------------------------------
 
 
@@ -301,6 +374,7 @@ class Relay:
         recording: Recording | None,
         marker: str,
         early: EarlySignals | None = None,
+        flow: Flow | None = None,
     ) -> None:
         import trio
 
@@ -310,6 +384,7 @@ class Relay:
         self.journal = recording.journal if recording is not None else None
         self.marker = marker
         self.early = early
+        self.flow = flow  # without a gate: the bytes' threads, started before trio was imported
         self.streams = trio_streams()
         self.shutdown_started = False
         self.agent_exited = trio.Event()
@@ -340,7 +415,8 @@ class Relay:
                 for sig in self.early.pending:
                     self._signal_group(sig)
             if self.gate is None:
-                return await self._relay_with_threads(signals)
+                assert self.flow is not None
+                return await self._relay_with_threads(signals, self.flow)
             streams = self.streams
             PipeStream = streams[1]
             self.agent_in = PipeStream(self.agent.stdin_fd)
@@ -367,69 +443,44 @@ class Relay:
             _restore_blocking()
             return ExitStatus.from_returncode(returncode)
 
-    async def _relay_with_threads(self, signals: Any) -> ExitStatus:
-        """The relay without a gate: a thread per direction (``Pump``), trio for the rest."""
+    async def _relay_with_threads(self, signals: Any, flow: Flow) -> ExitStatus:
+        """The relay without a gate: the ``Flow``'s threads move the bytes (they may have since
+        before trio was imported); trio waits for the agent, forwards signals, shuts down."""
         import trio
 
-        token = trio.lowlevel.current_trio_token()
-        journal = self.journal
-        close = CloseOnce()  # threads close what they are done with: each fd once, never a reused one
-        client_out = os.dup(1)
-        c2a = Pump(os.dup(0), self.agent.stdin_fd, jr.C2A, journal)
-        a2c = Pump(self.agent.stdout_fd, client_out, jr.A2C, journal)
-        err = Pump(self.agent.stderr_fd, os.dup(2), jr.STDERR, journal)
-        pumps = (c2a, a2c, err)
-        shutdown: dict[str, Any] = {}
-
-        def client_hung_up() -> None:
-            say("the client closed the agent's output; stopping the agent")
-            token.run_sync_soon(lambda: self._start_shutdown(shutdown["nursery"]))
-
-        def agent_output_ended() -> None:
-            # The agent closed its stdout (it may still run): the client hears the end now.
-            a2c.dst_open = False
-            close(client_out)
-            _detach_stdout()
-
-        a2c.on_broken = client_hung_up
-        a2c.on_end = agent_output_ended
-        c2a.on_end = lambda: close(self.agent.stdin_fd)
+        flow.settled()
         c2a_done, a2c_done, err_done = trio.Event(), trio.Event(), trio.Event()
+        done = ((flow.c2a, c2a_done), (flow.a2c, a2c_done), (flow.err, err_done))
 
-        async def pump(p: Pump, done: trio.Event) -> None:
-            try:
-                await trio.to_thread.run_sync(p.run, abandon_on_cancel=True)
-            finally:
-                done.set()
-
-        async def client_side(nursery: trio.Nursery) -> None:
-            await pump(c2a, c2a_done)
-            if not self.agent_exited.is_set():
-                self._start_shutdown(nursery)
+        async def watch(nursery: trio.Nursery) -> None:
+            # The pumps write a byte to the notice pipe when they finish or the client hangs up.
+            hung_up_seen = False
+            while True:
+                for pump, event in done:
+                    if pump.finished.is_set() and not event.is_set():
+                        event.set()
+                        if pump is flow.c2a and not self.agent_exited.is_set():
+                            self._start_shutdown(nursery)  # the client closed its end
+                if flow.hung_up and not hung_up_seen:
+                    hung_up_seen = True
+                    self._start_shutdown(nursery)
+                await trio.lowlevel.wait_readable(flow.notice_r)
+                try:
+                    os.read(flow.notice_r, 64)
+                except BlockingIOError:
+                    pass
 
         try:
             async with trio.open_nursery() as nursery:
-                shutdown["nursery"] = nursery
                 nursery.start_soon(self._forward_signals, signals)
-                nursery.start_soon(client_side, nursery)
-                nursery.start_soon(pump, a2c, a2c_done)
-                nursery.start_soon(pump, err, err_done)
+                nursery.start_soon(watch, nursery)
                 returncode = await self._wait_agent()
                 self.agent_exited.set()
-                c2a.stop()  # nobody will read what the client sends now
+                flow.c2a.stop()  # nobody will read what the client sends now
                 await self._drain_after_exit(a2c_done, err_done)
                 nursery.cancel_scope.cancel()
         finally:
-            for p in pumps:
-                p.stop()
-            for p in pumps:
-                # A pump waits only in poll, with its stop pipe: it ends at once.
-                await trio.to_thread.run_sync(p.finished.wait, 5.0)
-            for p in pumps:
-                p.close()
-            for fd in (c2a.src, self.agent.stdin_fd, self.agent.stdout_fd, client_out, self.agent.stderr_fd, err.dst):
-                close(fd)
-            _restore_blocking()
+            flow.stop()  # each pump ends at once; ``run`` closes the descriptors after trio
         return ExitStatus.from_returncode(returncode)
 
     async def _wait_agent(self) -> int:
@@ -682,6 +733,7 @@ def run(options: RunOptions, begun: Begun | None = None) -> ExitStatus:
     imports this module); otherwise it is started here."""
     if begun is None:
         begun = begin(options.argv, None if options.db_path is None else os.path.abspath(options.db_path))
+    begun.confirm()  # the launcher imported this module while the agent's exec was under way
     agent, marker, early = begun.agent, begun.marker, begun.early
     recording = None
     try:
@@ -697,17 +749,23 @@ def run(options: RunOptions, begun: Begun | None = None) -> ExitStatus:
             return status
         if recording is not None:
             recording.start(agent.pid, marker)
-            if not begun.attached:
-                recording.start_recorder()
         if begun.attached:
             early.restore()
             if recording is not None:
                 recording.start_recorder()
             status = _run_attached(agent, early.pending)
         else:
-            import trio
+            # Without a gate the bytes flow from here on, while the recorder starts and trio loads.
+            flow = None if options.needs_gate() else Flow(agent, None if recording is None else recording.journal)
+            try:
+                if recording is not None:
+                    recording.start_recorder()
+                import trio
 
-            status = trio.run(Relay(options, agent, recording, marker, early).main)
+                status = trio.run(Relay(options, agent, recording, marker, early, flow).main)
+            finally:
+                if flow is not None:
+                    flow.finish()
             early.restore()
         if recording is not None:
             recording.final(status)

@@ -78,6 +78,28 @@ def test_an_exec_failure_is_an_oserror_with_exec_errno_and_leaves_no_child(tmp_p
 
 
 @pytest.mark.spawns
+def test_begin_without_waiting_leaves_the_exec_failure_to_confirm(tmp_path: Path) -> None:
+    # The launcher imports the relay while the agent's exec is under way: begin returns with an
+    # agent, and only confirm learns that exec failed (the child reaped, our pipe ends closed).
+    not_executable = tmp_path / "agent"
+    not_executable.write_text("#!/no/such/interpreter\n")
+    not_executable.chmod(0o755)
+    before = set(supervise.children())
+    agent = spawn.spawn_agent(str(not_executable), [str(not_executable)], "m", attached=False, wait=False)
+    begun = spawn.Begun(str(not_executable), False, "m", spawn.EarlySignals(), agent)  # begin's, unwaited
+    assert begun.agent is not None and begun.failure is None
+    fds = (begun.agent.stdin_fd, begun.agent.stdout_fd, begun.agent.stderr_fd)
+    begun.confirm()
+    begun.confirm()  # a second time: nothing more to learn
+    assert begun.agent is None and begun.failure is not None and begun.failure.errno == 2
+    assert set(supervise.children()) <= before
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    begun.early.restore()
+
+
+@pytest.mark.spawns
 def test_agent_process_reports_exit_codes_and_signals_like_popen() -> None:
     agent = spawn.spawn_agent("/bin/sh", ["sh", "-c", "exit 7"], "m", attached=False)
     assert agent.process.wait() == 7 and agent.process.poll() == 7

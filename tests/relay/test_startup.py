@@ -1,0 +1,107 @@
+"""Start-up at the floor: without a gate, the agent's first answer reaches the client before trio
+(~50 ms to import) is loaded. Held without a clock: an import hook keeps ``import trio`` waiting
+until the test has the echo, so the echo can only come through threads that need no trio."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import proxy_env, wait_for_output, watchdog
+
+pytestmark = pytest.mark.spawns  # every test here starts processes
+
+# The launcher, behind a finder that holds ``import trio`` until a byte arrives on fd GATE, and
+# that says on stderr when it was asked (so the test knows the hold is what it waited behind).
+HELD_TRIO = """
+import os, sys
+gate = int(sys.argv[1])
+class HoldTrio:
+    def find_spec(self, name, path=None, target=None):
+        if name == "trio":
+            os.write(2, b"trio held\\n")
+            os.read(gate, 1)
+        return None
+sys.meta_path.insert(0, HoldTrio())
+sys.argv = ["acp-proxy", *sys.argv[2:]]
+from acp_proxy.relay.launch import main
+main()
+"""
+
+LINE = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}\n'
+
+
+def run_held(args: list[str], *, end_before_trio: bool = False) -> tuple[bytes, bytes, int]:
+    """Run ``acp-proxy ARGS`` with trio's import held; send a line and wait for its echo (with
+    ``end_before_trio``: for the end of the proxy's stdout, the agent having closed its own),
+    then let trio load and close stdin. Stdout, stderr, and the exit status."""
+    import subprocess
+
+    gate_r, gate_w = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HELD_TRIO, str(gate_r), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=proxy_env(),
+        pass_fds=(gate_r,),
+    )
+    os.close(gate_r)
+    timer = watchdog(proc, 120)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.write(LINE)
+        proc.stdin.flush()
+        # trio cannot load before these return
+        out = wait_for_output(proc.stdout, b"\n", 60)
+        if end_before_trio:
+            out += proc.stdout.read()
+        os.write(gate_w, b"go")
+        proc.stdin.close()
+        out += proc.stdout.read()
+        err = proc.stderr.read()
+        proc.wait(timeout=60)
+    finally:
+        timer.cancel()
+        os.close(gate_w)
+    return out, err, proc.returncode
+
+
+def test_the_first_answer_comes_before_trio_is_imported(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    echo, err, code = run_held(["run", "--db", str(db), "--", "cat"])
+    assert echo == LINE, err
+    assert b"trio held" in err  # the relay did import trio, after the answer
+    assert code == 0, err
+    conn = sqlite3.connect(db)
+    try:
+        recorded = conn.execute("select dir, raw from frames order by seq").fetchall()
+    finally:
+        conn.close()
+    assert recorded == [("c2a", LINE.rstrip(b"\n").decode()), ("a2c", LINE.rstrip(b"\n").decode())]
+
+
+def test_without_recording_too(tmp_path: Path) -> None:
+    echo, err, code = run_held(["run", "--no-record", "--", "cat"])
+    assert (echo, code) == (LINE, 0), err
+    assert b"trio held" in err
+
+
+def test_an_agent_that_ends_before_trio_is_loaded_leaves_as_it_did(tmp_path: Path) -> None:
+    # It answers, closes its output and exits 3, all while trio is held: what the pumps said
+    # before trio ran (finished, EOF) waits for it, and the proxy leaves with the agent's status.
+    db = tmp_path / "r.db"
+    agent = ["sh", "-c", "head -n 1; exit 3"]
+    out, err, code = run_held(["run", "--db", str(db), "--", *agent], end_before_trio=True)
+    assert (out, code) == (LINE, 3), err
+    assert err == b"trio held\n"  # not "the agent's output pipes stayed open": it was heard
+    conn = sqlite3.connect(db)
+    try:
+        (exit_code,) = conn.execute("select exit_code from runs").fetchone()
+    finally:
+        conn.close()
+    assert exit_code == 3
