@@ -20,6 +20,8 @@ _P1 = "v1/prompt-turn.mdx"
 _S1 = "v1/session-setup.mdx"
 _S2 = "v2-draft/session-setup.mdx"
 _JSONRPC = "https://www.jsonrpc.org/specification"
+# Newer than the documents beside the schemas: cited by address.
+_RC = "https://agentclientprotocol.com/rfds/v2/session-replay-complete"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +184,31 @@ RULES: dict[str, Rule] = {
             f"{_S1}#resuming-a-session",
             "session/resume without replayFrom does not replay history (v1: session/resume never does)",
             f"{_S2}#resuming-sessions",
+        ),
+        Rule(
+            "replay/complete-missing",
+            "error",
+            f"{_RC}#what-we-propose-to-do-about-it",
+            "a v2 session/resume with replayFrom sends replay_complete before its successful response",
+        ),
+        Rule(
+            "replay/complete-unexpected",
+            "error",
+            f"{_RC}#what-we-propose-to-do-about-it",
+            "replay_complete is sent once per session/resume with replayFrom, before the response; "
+            "never without replayFrom",
+        ),
+        Rule(
+            "replay/truncated",
+            "warning",
+            f"{_RC}#what-we-propose-to-do-about-it",
+            "a replay that ends without replay_complete and without a successful response is truncated",
+        ),
+        Rule(
+            "replay/live-update",
+            "error",
+            f"{_RC}#what-we-propose-to-do-about-it",
+            "the agent holds live updates (state_update) for a session while it replays its history",
         ),
         Rule(
             "tool/unknown-call",

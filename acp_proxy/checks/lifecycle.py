@@ -147,6 +147,10 @@ class _Session:
     """(method, seq of its answer): a restore answered, and no prompt since."""
     resuming: int = 0
     """session/resume requests without replay that are still pending."""
+    marked: set[int] = field(default_factory=set)
+    """v2 resumes whose replay_complete was seen and whose answer has not come yet."""
+    resumed_replay: bool = False
+    """The last v2 resume with replayFrom of the session was answered (a marker now is late)."""
 
 
 class Checker:
@@ -175,6 +179,12 @@ class Checker:
         self.frames = 0
         self._schema_of: tuple[int | None, SchemaSet | None] = (None, None)
         """(version, its schema): the last ``_schema_set`` answer."""
+        self._replays: dict[int, str] = {}
+        """v2 session/resume replay windows still open: request seq -> session id."""
+        self._replayed: set[int] = set()
+        """Windows (request seqs) in which a replayed update was seen."""
+        self._marker_seq: int | None = None
+        """The frame whose replay_complete closed a window."""
 
     @property
     def version(self) -> int | None:
@@ -227,6 +237,15 @@ class Checker:
                 session = self._session(event.session_id)
                 if turn is not None and turn in session.turns:
                     session.turns.remove(turn)
+        for request_seq, sid in self._replays.items():
+            out.append(
+                self._at(
+                    "replay/truncated",
+                    request_seq,
+                    f"session/resume replay of {sid} ended with the connection, without replay_complete",
+                )
+            )
+        self._replays.clear()
         for sid, session in self._sessions.items():
             for message_id, seq in session.awaiting_user.items():
                 out.append(
@@ -423,8 +442,41 @@ class Checker:
         if e.method == "session/resume" and not e.replays:
             self._session(e.session_id).resuming += 1
 
+    def _on_window_opened(self, rec: Any, e: ev.ReplayWindowOpened, message: Any, out: list[Finding]) -> None:
+        if e.method == "session/resume" and self.version == 2 and e.seq is not None:
+            self._replays[e.seq] = e.session_id
+
+    def _on_window_closed(self, rec: Any, e: ev.ReplayWindowClosed, message: Any, out: list[Finding]) -> None:
+        sid = self._replays.pop(e.request_seq, None)
+        self._replayed.discard(e.request_seq)
+        if sid is None:
+            return
+        if e.by == "marker":
+            self._marker_seq = _field(rec, "seq")
+            self._session(sid).marked.add(e.request_seq)
+        elif e.ok:
+            out.append(
+                self._finding(
+                    "replay/complete-missing",
+                    rec,
+                    f"session/resume (seq {e.request_seq}) with replayFrom answered without replay_complete"
+                    " (the replay's end is inferred from the response)",
+                )
+            )
+        else:
+            out.append(
+                self._finding(
+                    "replay/truncated",
+                    rec,
+                    f"session/resume (seq {e.request_seq}) failed before replay_complete: its replay is truncated",
+                )
+            )
+
     def _on_restored(self, rec: Any, e: ev.SessionRestored, message: Any, out: list[Finding]) -> None:
         session = self._session(e.session_id)
+        if e.method == "session/resume" and e.replays:
+            session.marked.discard(e.request_seq)
+            session.resumed_replay = True
         if e.method == "session/resume" and not e.replays:
             session.resuming = max(0, session.resuming - 1)
         if e.ok:
@@ -517,6 +569,18 @@ class Checker:
             )
 
     def _on_replayed(self, rec: Any, e: ev.UpdateReplayed, message: Any, out: list[Finding]) -> None:
+        if e.window_seq in self._replays:
+            # A live update sent before the resume may still arrive first; once the replay has
+            # begun, the agent holds its live updates until replay_complete.
+            if e.variant == "state_update" and e.window_seq in self._replayed:
+                out.append(
+                    self._finding(
+                        "replay/live-update",
+                        rec,
+                        f"state_update inside the replay of session/resume seq {e.window_seq}, after replayed history",
+                    )
+                )
+            self._replayed.add(e.window_seq)
         if e.live_only:
             out.append(
                 self._finding(
@@ -534,6 +598,8 @@ class Checker:
         ev.ResponseUnpaired: _on_unpaired,
         ev.ResponsePaired: _on_paired,
         ev.SessionRestoring: _on_restoring,
+        ev.ReplayWindowOpened: _on_window_opened,
+        ev.ReplayWindowClosed: _on_window_closed,
         ev.SessionRestored: _on_restored,
         ev.TurnStarted: _on_turn_started,
         ev.TurnAccepted: _on_accepted,
@@ -609,6 +675,9 @@ class Checker:
         if sid is None or not isinstance(variant, str):
             return
         session = self._sessions.get(sid) or self._session(sid)
+        if variant == "replay_complete" and self._marker_seq != get("seq", None):
+            self._stray_marker(rec, session, out)
+            return
         item = get("item_id", None)
         message_id = update.get("messageId")
         if self.state.replaying(sid):
@@ -669,6 +738,17 @@ class Checker:
             out.append(self._finding("tool/unknown-call", rec, f"tool_call_update for unannounced toolCallId {item!r}"))
         elif variant in ("compaction_update", "compaction_summary_chunk"):
             self._compaction(rec, session, variant, update, out)
+
+    def _stray_marker(self, rec: Any, session: _Session, out: list[Finding]) -> None:
+        if session.marked:
+            why = f"a second replay_complete for session/resume seq {min(session.marked)}"
+        elif session.resuming:
+            why = "replay_complete for a session/resume without replayFrom"
+        elif session.resumed_replay:
+            why = "replay_complete after the session/resume response"
+        else:
+            why = "replay_complete with no session/resume with replayFrom pending"
+        out.append(self._finding("replay/complete-unexpected", rec, why))
 
     def _compaction(
         self, rec: Any, session: _Session, variant: str, update: dict[str, Any], out: list[Finding]

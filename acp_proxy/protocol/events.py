@@ -214,10 +214,15 @@ class UpdateReplayed(Event, frozen=True, kw_only=True, gc=False):
 
 
 class ReplayWindowClosed(Event, frozen=True, kw_only=True, gc=False):
+    """The replay window of the request ``request_seq`` is closed: by the agent's v2
+    ``replay_complete`` marker (``by`` = ``marker``, the end it states), or by the request's
+    answer (``by`` = ``response``: for a peer that does not send the marker, the end is inferred)."""
+
     session_id: str
     method: str
     request_seq: int
     ok: bool
+    by: str = "response"
 
 
 # -- prompt turns ----------------------------------------------------------------------------------

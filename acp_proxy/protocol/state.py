@@ -77,6 +77,7 @@ from acp_proxy.protocol.transitions import (
     ENDED_BY_CLIENT,
     FINISH,
     IDLE,
+    MARKER,
     NONE,
     OPEN,
     OPEN_TURN,
@@ -118,6 +119,7 @@ class FrameLike(Protocol):
     line: bytes
     forwarded: int
     cut: int
+
 
 NO_EVENTS: tuple[ev.Event, ...] = ()
 
@@ -167,7 +169,7 @@ class _Restore:
 
 
 class _Session:
-    __slots__ = ("session_id", "state", "turn_count", "turns", "windows")
+    __slots__ = ("marked", "session_id", "state", "turn_count", "turns", "window_methods", "windows")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -177,6 +179,10 @@ class _Session:
         self.turn_count = 0
         self.windows: list[int] = []
         """Seqs of the requests whose replay windows are open, oldest first."""
+        self.window_methods: dict[int, str] = {}
+        """Open window's request seq -> the method that opened it (the marker ends resumes only)."""
+        self.marked: set[int] = set()
+        """Requests whose window ``replay_complete`` closed: their answers only restore."""
 
 
 class _Turn:
@@ -375,6 +381,7 @@ class ConnectionState:
             elif name == "ReplayWindowOpened":
                 assert session is not None
                 session.windows.append(f.seq)
+                session.window_methods[f.seq] = facts["method"]
                 self._windows[sid] = session
                 self._settle(session)
                 out.append(ev.ReplayWindowOpened(seq=f.seq, ts_ns=f.ts_ns, session_id=sid, method=facts["method"]))
@@ -385,6 +392,7 @@ class ConnectionState:
                     session.windows.remove(request_seq)
                 elif session.windows:
                     session.windows.pop()
+                session.window_methods.pop(request_seq, None)
                 if session.windows:
                     new_state = REPLAYING
                 else:
@@ -398,6 +406,7 @@ class ConnectionState:
                         method=facts["method"],
                         request_seq=request_seq,
                         ok=facts["ok"],
+                        by="marker" if trigger == MARKER else "response",
                     )
                 )
             elif name == "SessionRestored":
@@ -531,6 +540,9 @@ class ConnectionState:
             self._seen(sid, f, out)
         action = ACTIONS.get(variant, 0) if variant is not None else 0
         if sid in self._windows:
+            if variant == "replay_complete":
+                self._replay_complete(sid, f, out)
+                return
             # History: flagged, and never this connection's turn activity.
             self._session_transition(sid, UPDATE, f, out)
             if action & ACT_TITLE:
@@ -544,6 +556,17 @@ class ConnectionState:
             self._title_update(sid, f, out)
         elif variant in OUTPUT:
             self._output(sid, variant, f, out)
+
+    def _replay_complete(self, sid: str, f: FrameLike, out: list[ev.Event]) -> None:
+        """v2 ``replay_complete``: the oldest open ``session/resume`` window of the session ends
+        here. (A marker outside any resume window changes nothing: the checker says why.)"""
+        session = self._windows[sid]
+        window = next((w for w in session.windows if session.window_methods.get(w) == "session/resume"), None)
+        if window is None:
+            self._session_transition(sid, UPDATE, f, out)
+            return
+        session.marked.add(window)
+        self._session_transition(sid, MARKER, f, out, method="session/resume", request_seq=window, ok=True)
 
     def _output(self, sid: str, variant: str, f: FrameLike, out: list[ev.Event]) -> None:
         session = self._sessions.get(sid)
@@ -861,6 +884,10 @@ class ConnectionState:
         if restore.replays and restore.instance is not self._sessions.get(sid):
             # The instance that opened the window was replaced (a session/new with its id): the
             # window went with it.
+            trigger = RESTORED
+        elif restore.replays and restore.instance is not None and pending.seq in restore.instance.marked:
+            # replay_complete closed the window already: the answer only restores.
+            restore.instance.marked.discard(pending.seq)
             trigger = RESTORED
         else:
             trigger = RESTORED_REPLAY if restore.replays else RESTORED

@@ -197,6 +197,8 @@ PERMISSION_V2 = a2c(
 CANCELLED_OUTCOME = c2a(res(0, {"outcome": {"outcome": "cancelled"}}))
 ALLOWED_OUTCOME = c2a(res(0, {"outcome": {"outcome": "selected", "optionId": "allow"}}))
 CANCEL_V2 = c2a(note("session/cancel", {"sessionId": S}))
+# The v2 marker that ends a replay (RFD v2/session-replay-complete; ReplayComplete in the schema).
+REPLAY_DONE = upd({"sessionUpdate": "replay_complete"})
 
 
 # -- one row per rule: (rule id, trace that breaks exactly it, the same trace mended) -------------
@@ -280,20 +282,57 @@ CASES: list[tuple[str, list[Msg], list[Msg]]] = [
     ),
     (
         "replay/notice",
-        [*v2_turn(), c2a(RESUME_V2), user_message(), NOTICE, a2c(res(5, {}))],
-        [*v2_turn(), c2a(RESUME_V2), user_message(), a2c(res(5, {})), NOTICE],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), NOTICE, REPLAY_DONE, a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {})), NOTICE],
+    ),
+    (
+        # The marker states the replay's end: a resume answered without it is the older shape.
+        "replay/complete-missing",
+        [*v2_turn(), c2a(RESUME_V2), user_message(), a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {}))],
+    ),
+    (
+        "replay/complete-missing",
+        # Even an empty replay ends with the marker.
+        [*v2_turn(), c2a(RESUME_V2), a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2), REPLAY_DONE, a2c(res(5, {}))],
+    ),
+    (
+        "replay/complete-unexpected",
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, REPLAY_DONE, a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {}))],
+    ),
+    (
+        "replay/complete-unexpected",
+        [*v2_turn(), c2a(RESUME_V2_NO_REPLAY), REPLAY_DONE, a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2_NO_REPLAY), a2c(res(5, {}))],
+    ),
+    (
+        "replay/complete-unexpected",
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {})), REPLAY_DONE],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {}))],
+    ),
+    (
+        "replay/truncated",
+        [*v2_turn(), c2a(RESUME_V2), user_message(), a2c(err(5))],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(err(5))],
+    ),
+    (
+        "replay/live-update",
+        [*v2_turn(), c2a(RESUME_V2), user_message(), RUNNING, REPLAY_DONE, a2c(res(5, {})), idle()],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, RUNNING, a2c(res(5, {})), idle()],
     ),
     (
         "resume/replay-after-response",
         # v2: the history must come before the answer; a user message after it, before any
         # prompt, is history sent late. (A message id already replayed is history too.)
-        [*v2_turn(), c2a(RESUME_V2), a2c(res(5, {})), user_message()],
-        [*v2_turn(), c2a(RESUME_V2), user_message(), a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2), REPLAY_DONE, a2c(res(5, {})), user_message()],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {}))],
     ),
     (
         "resume/replay-after-response",
-        [*v2_turn(), c2a(RESUME_V2), user_message(), AGENT_MESSAGE, a2c(res(5, {})), AGENT_MESSAGE],
-        [*v2_turn(), c2a(RESUME_V2), user_message(), AGENT_MESSAGE, a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), AGENT_MESSAGE, REPLAY_DONE, a2c(res(5, {})), AGENT_MESSAGE],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), AGENT_MESSAGE, REPLAY_DONE, a2c(res(5, {}))],
     ),
     (
         "resume/replayed",
@@ -602,9 +641,10 @@ def test_severities_follow_must_and_should() -> None:
         "turn/unfinished",
         "cancel/stop-reason-race",
         "replay/notice",  # "Live-only notice updates ... SHOULD NOT be replayed"
+        "replay/truncated",  # a state the RFD names ("is truncated"), not a MUST of its own
         "tool/unknown-call",
     }
-    [notice] = findings([*v2_turn(), c2a(RESUME_V2), user_message(), NOTICE, a2c(res(5, {}))])
+    [notice] = findings([*v2_turn(), c2a(RESUME_V2), user_message(), NOTICE, REPLAY_DONE, a2c(res(5, {}))])
     assert (notice.rule_id, notice.severity) == ("replay/notice", "warning")
 
 
@@ -665,3 +705,20 @@ def _pid_run(run_id: int) -> list[dict[str, Any]]:
     import os
 
     return [{"run_id": run_id, "seq": 1, "dir": "a2c", "raw": "x", "kind": "invalid", "fault": str(os.getpid())}]
+
+
+def test_a_replay_cut_by_the_end_of_the_connection_is_truncated() -> None:
+    found = findings([*v2_turn(), c2a(RESUME_V2), user_message()])
+    assert [(f.rule_id, f.seq) for f in found] == [("jsonrpc/unanswered", 11), ("replay/truncated", 11)]
+    # The marker came: the replay was whole, only the answer is missing.
+    found = findings([*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE])
+    assert [f.rule_id for f in found] == ["jsonrpc/unanswered"]
+
+
+def test_a_v2_resume_ended_by_replay_complete_passes_and_updates_after_it_are_live() -> None:
+    trace = [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, RUNNING, a2c(res(5, {})), idle()]
+    assert findings(trace) == []
+    checker = Checker()
+    for rec in records(trace):
+        checker.feed(rec)
+    assert not checker.state.replaying(S)
