@@ -128,6 +128,8 @@ class _Turn:
     running: bool = False
     cancelled_at: int | None = None
     reported_output: bool = False
+    by: str = "prompt"
+    """``prompt``, or ``agent``: foreground work the agent started without a prompt."""
 
 
 @dataclass(slots=True)
@@ -183,6 +185,10 @@ class Checker:
         """v2 session/resume replay windows still open: request seq -> session id."""
         self._replayed: set[int] = set()
         """Windows (request seqs) in which a replayed update was seen."""
+        self._live: dict[int, list[Finding]] = {}
+        """Window -> live updates seen in it after replayed history: reported when the marker
+        proves the window was the agent's replay (without it the end is only inferred, and a
+        state_update before the answer is the state snapshot that follows a replay)."""
         self._marker_seq: int | None = None
         """The frame whose replay_complete closed a window."""
 
@@ -229,9 +235,12 @@ class Checker:
                 # A prompt never answered is one fact, reported as unanswered; an accepted v2
                 # prompt that never reached idle is another.
                 if event.protocol_version == 2 and event.prompt_seq not in self._unanswered:
+                    what = "agent-initiated work" if turn is not None and turn.by == "agent" else "prompt"
                     out.append(
                         self._at(
-                            "turn/unfinished", event.prompt_seq, "prompt never reached idle before the connection ended"
+                            "turn/unfinished",
+                            event.prompt_seq,
+                            f"{what} never reached idle before the connection ended",
                         )
                     )
                 session = self._session(event.session_id)
@@ -449,9 +458,11 @@ class Checker:
     def _on_window_closed(self, rec: Any, e: ev.ReplayWindowClosed, message: Any, out: list[Finding]) -> None:
         sid = self._replays.pop(e.request_seq, None)
         self._replayed.discard(e.request_seq)
+        live = self._live.pop(e.request_seq, [])
         if sid is None:
             return
         if e.by == "marker":
+            out.extend(live)
             self._marker_seq = _field(rec, "seq")
             self._session(sid).marked.add(e.request_seq)
         elif e.ok:
@@ -486,7 +497,8 @@ class Checker:
         session = self._session(e.session_id)
         session.restored = None
         self.turns[e.prompt_seq] = ("running", None, None)
-        turn = self._turns[e.prompt_seq] = _Turn(e.prompt_seq, e.protocol_version)
+        # Work the agent started itself begins with its running: it is worked on from the start.
+        turn = self._turns[e.prompt_seq] = _Turn(e.prompt_seq, e.protocol_version, running=e.by == "agent", by=e.by)
         session.turns.append(turn)
 
     def _on_accepted(self, rec: Any, e: ev.TurnAccepted, message: Any, out: list[Finding]) -> None:
@@ -573,7 +585,7 @@ class Checker:
             # A live update sent before the resume may still arrive first; once the replay has
             # begun, the agent holds its live updates until replay_complete.
             if e.variant == "state_update" and e.window_seq in self._replayed:
-                out.append(
+                self._live.setdefault(e.window_seq, []).append(
                     self._finding(
                         "replay/live-update",
                         rec,

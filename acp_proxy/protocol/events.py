@@ -229,7 +229,10 @@ class ReplayWindowClosed(Event, frozen=True, kw_only=True, gc=False):
 
 
 class TurnStarted(Event, frozen=True, kw_only=True, gc=False):
-    """A ``session/prompt`` request (``prompt_seq`` is its seq)."""
+    """A ``session/prompt`` request (``by`` = ``prompt``; ``prompt_seq`` is its seq), or, in v2,
+    foreground work the agent started itself (``by`` = ``agent``: a live ``running`` or
+    ``requires_action`` while the session has no open turn; ``prompt_seq`` is that update's seq
+    and ``rpc_id`` is None). Either way a turn, in every view."""
 
     session_id: str
     prompt_seq: int
@@ -237,6 +240,7 @@ class TurnStarted(Event, frozen=True, kw_only=True, gc=False):
     """1-based, per session instance of this connection."""
     protocol_version: int | None
     rpc_id: str | None
+    by: str = "prompt"
 
 
 class TurnAccepted(Event, frozen=True, kw_only=True, gc=False):

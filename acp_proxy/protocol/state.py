@@ -66,6 +66,7 @@ from acp_proxy.protocol.payloads import (
 )
 from acp_proxy.protocol.transitions import (
     ACCEPT,
+    AGENT_START,
     ANSWER_FRAME,
     ANSWERED,
     CANCEL,
@@ -593,6 +594,25 @@ class ConnectionState:
             # Work belongs to the oldest open prompt: a later one may be queued behind it.
             if v2_turns and v2_turns[0] is session.turns[0]:
                 self._turn(v2_turns[0], WORK, None, f.ts_ns, out, f.seq)
+            elif not session.turns and self.version != 1:
+                # Foreground work with no prompt open: the agent started it (v2 prompt
+                # lifecycle: it needs no prompt request and no user message). A turn too.
+                turn = _Turn(f.seq, session, 2)
+                turn.state = AGENT_START
+                session.turns.append(turn)
+                self._settle(session)
+                out.append(
+                    ev.TurnStarted(
+                        seq=f.seq,
+                        ts_ns=f.ts_ns,
+                        session_id=sid,
+                        prompt_seq=f.seq,
+                        index=turn.index,
+                        protocol_version=2,
+                        rpc_id=None,
+                        by="agent",
+                    )
+                )
         elif state == "idle":
             for turn in v2_turns:
                 self._turn(turn, IDLE, stop, f.ts_ns, out, f.seq)

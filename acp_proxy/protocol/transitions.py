@@ -98,6 +98,9 @@ ENDED = "ended"
 ERROR = "error"
 UNFINISHED = "unfinished"
 OPEN_TURN = frozenset({SENT, WORKING, ACCEPTED})
+AGENT_START = WORKING
+"""v2 work the agent started itself (``running`` with no turn open) starts a turn here: there
+is no prompt to accept, so it is worked on from its first frame and ends at ``idle``."""
 
 # Triggers, computed per turn (see ``_prompt_trigger`` and ``_state_update``).
 ACCEPT = "accept"  # an answer with a messageId (or, for a v2 turn, without a stopReason)

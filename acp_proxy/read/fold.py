@@ -327,6 +327,19 @@ class Folder(ContentRules):
                     self._negotiated[run] = e.version
             elif isinstance(e, ev.VersionInferred):
                 self._inferred.setdefault(run, e.version)
+            elif isinstance(e, ev.TurnStarted) and e.by == "agent" and e.seq is not None:
+                # v2 work the agent started itself: a turn with no prompt, from its running.
+                conv = self._conv(e.session_id, run)
+                turn = PromptTurn(
+                    index=len(conv.turns) + 1,
+                    session_id=e.session_id,
+                    seq=e.seq,
+                    ts_ns=e.ts_ns,
+                    run=run,
+                    by="agent",
+                )
+                conv.turns.append(turn)
+                self._turns[(run, e.seq)] = turn
 
     def _after(self, item: FoldInput, events: tuple[ev.Event, ...]) -> None:
         """Events that change what the frame's content created or found."""

@@ -722,3 +722,22 @@ def test_a_v2_resume_ended_by_replay_complete_passes_and_updates_after_it_are_li
     for rec in records(trace):
         checker.feed(rec)
     assert not checker.state.replaying(S)
+
+
+def test_agent_initiated_work_passes_and_is_a_turn() -> None:
+    # v2 prompt lifecycle: foreground work may be agent-initiated; it needs no prompt request
+    # and no user message, and ends with idle like any other.
+    trace = [*v2_start(), RUNNING, AGENT_MESSAGE, upd({"sessionUpdate": "state_update", "state": "unknown"}), idle()]
+    checker = Checker()
+    found = [f for rec in records(trace) for f in checker.feed(rec)] + checker.finish()
+    assert found == []
+    assert checker.turns == {5: ("ended", "end_turn", 8)}
+    # Still foreground work: it must reach idle.
+    [unfinished] = findings([*v2_start(), RUNNING, AGENT_MESSAGE])
+    assert unfinished.rule_id == "turn/unfinished" and unfinished.message.startswith("agent-initiated work")
+
+
+def test_without_the_marker_a_state_snapshot_before_the_answer_is_not_a_live_update() -> None:
+    # The window is only inferred then: the snapshot that follows a replay falls inside it.
+    found = findings([*v2_turn(), c2a(RESUME_V2), user_message(), idle(), a2c(res(5, {}))])
+    assert [f.rule_id for f in found] == ["replay/complete-missing"]

@@ -242,3 +242,15 @@ def test_a_terminal_exit_and_a_client_terminal_read_as_words() -> None:
     output = shown(frames)
     assert "terminal   t1 (client terminal) make — killed by SIGKILL" in output
     assert "{" not in "".join(lines_of(output, "terminal"))
+
+
+def test_work_the_agent_started_itself_is_a_turn() -> None:
+    frames = [
+        *v2_start(),
+        a2c(upd({"sessionUpdate": "state_update", "state": "running"})),
+        a2c(upd({"sessionUpdate": "agent_message_chunk", "messageId": "a1", "content": text("CI is green")})),
+        a2c(upd({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"})),
+    ]
+    output = shown(frames)
+    assert "── Turn 1 · started by the agent · stop: end_turn" in output
+    assert output.index("── Turn 1") < output.index("CI is green")
