@@ -223,6 +223,13 @@ RULES: dict[str, Rule] = {
             "capability-gated methods are used only when the other side advertised the capability",
             "v2-draft/initialization.mdx#capabilities",
         ),
+        Rule(
+            "version/newer",
+            "info",
+            "v1/initialization.mdx#version-negotiation",
+            "a peer speaking a version newer than our schemas is checked against the newest we have",
+            "v2-draft/initialization.mdx#version-negotiation",
+        ),
         Rule("schema/params", "error", "schema", "request and notification params match the schema"),
         Rule("schema/result", "error", "schema", "a response's result matches its request's result type"),
         Rule("schema/update", "error", "schema", "a session/update variant matches the schema"),

@@ -191,11 +191,14 @@ class Checker:
         state_update before the answer is the state snapshot that follows a replay)."""
         self._marker_seq: int | None = None
         """The frame whose replay_complete closed a window."""
+        self._newer_than_ours: int | None = None
+        """``acp.NEWEST`` when the negotiated version is newer than every schema we ship."""
 
     @property
     def version(self) -> int | None:
-        """The version the rules follow (the state machine's: negotiated, else inferred)."""
-        return self.state.version
+        """The version the rules follow (the state machine's: negotiated, else inferred); for a
+        peer that negotiated a version newer than our schemas, the newest we have."""
+        return self._newer_than_ours or self.state.version
 
     # -- interface -------------------------------------------------------------------------------
 
@@ -330,7 +333,7 @@ class Checker:
         return Finding(rule_id, rule.severity, message, rule.spec_for(self.version), self._run_id, seq)
 
     def _schema_set(self) -> SchemaSet | None:
-        version = self.state.version
+        version = self.version
         if version is not self._schema_of[0]:  # per frame twice: looked up once per version
             found = schemas(version, self._unstable) if self._schema and version in acp.PROTOCOL_VERSIONS else None
             self._schema_of = (version, found)
@@ -368,6 +371,21 @@ class Checker:
 
     def _on_peer(self, rec: Any, e: ev.PeerAnnounced, message: Any, out: list[Finding]) -> None:
         self._capabilities[e.side] = _json(e.capabilities)
+
+    def _on_negotiated(self, rec: Any, e: ev.VersionNegotiated, message: Any, out: list[Finding]) -> None:
+        # One finding says it, instead of a flood of "unknown method" and schema errors: the
+        # newest schema we have is the best guess at a newer version's surface.
+        newer = e.version is not None and e.version > acp.NEWEST
+        self._newer_than_ours = acp.NEWEST if newer else None
+        if newer:
+            out.append(
+                self._finding(
+                    "version/newer",
+                    rec,
+                    f"the agent negotiated protocol version {e.version}, newer than our schemas: "
+                    f"checked against v{acp.NEWEST} (scripts/refresh_schemas.py fetches newer ones)",
+                )
+            )
 
     def _on_request(self, rec: Any, e: ev.RequestSent, message: Any, out: list[Finding]) -> None:
         method = e.method
@@ -507,6 +525,10 @@ class Checker:
         message_id = e.message_id
         if not message_id:
             # The schema says what a missing or non-string id is; the empty string is this rule's.
+            # Whether the id is required at all is the negotiated version's schema's to say.
+            required = self._requires_message_id()
+            if raw is None and not required:
+                return
             if raw == "" or not self._schema_flagged:
                 out.append(
                     self._finding(
@@ -605,6 +627,7 @@ class Checker:
 
     _handlers: ClassVar[dict[type[ev.Event], Any]] = {
         ev.PeerAnnounced: _on_peer,
+        ev.VersionNegotiated: _on_negotiated,
         ev.RequestSent: _on_request,
         ev.NameUnknown: _on_unknown,
         ev.ResponseUnpaired: _on_unpaired,
@@ -637,6 +660,12 @@ class Checker:
                     f"{method} used but the {side} did not advertise {side}Capabilities." + ".".join(path),
                 )
             )
+
+    def _requires_message_id(self) -> bool:
+        version = self.version
+        if version not in acp.PROTOCOL_VERSIONS:
+            return True
+        return schemas(version, self._unstable).prompt_message_id
 
     def _stop_reason(self, rec: Any, stop: str, out: list[Finding]) -> None:
         schema = schemas(self.version, self._unstable) if self.version in acp.PROTOCOL_VERSIONS else None
@@ -698,7 +727,7 @@ class Checker:
             if variant == "tool_call" and isinstance(item, str):
                 session.tools.add(item)
             return
-        version = self.state.version
+        version = self.version
         history = _HISTORY.get(version or 1, _MESSAGES)
         if session.resuming and variant in history:
             out.append(

@@ -425,8 +425,12 @@ def test_rule_broken_and_mended(rule_id: str, broken: list[Msg], mended: list[Ms
     assert findings(mended) == []
 
 
+# Rules whose case is a test of its own (the finding's version is not the trace's).
+OWN_TESTS = {"version/newer"}
+
+
 def test_every_rule_has_a_case() -> None:
-    assert {c[0] for c in CASES} == set(RULES)
+    assert {c[0] for c in CASES} | OWN_TESTS == set(RULES)
 
 
 def test_schema_finding_names_the_json_path() -> None:
@@ -741,3 +745,42 @@ def test_without_the_marker_a_state_snapshot_before_the_answer_is_not_a_live_upd
     # The window is only inferred then: the snapshot that follows a replay falls inside it.
     found = findings([*v2_turn(), c2a(RESUME_V2), user_message(), idle(), a2c(res(5, {}))])
     assert [f.rule_id for f in found] == ["replay/complete-missing"]
+
+
+def _as_version(trace: list[Msg], version: int) -> list[Msg]:
+    out = []
+    for direction, message in trace:
+        if isinstance(message, dict) and message.get("id") == 0 and "protocolVersion" in str(message):
+            message = json.loads(json.dumps(message))
+            (message.get("params") or message.get("result"))["protocolVersion"] = version
+        out.append((direction, message))
+    return out
+
+
+def test_a_peer_newer_than_our_schemas_is_told_so_once_and_checked_against_the_newest() -> None:
+    trace = _as_version(
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {})), CANCEL_V2],
+        3,
+    )
+    found = findings(trace)
+    assert [(f.rule_id, f.severity, f.seq) for f in found] == [("version/newer", "info", 2)]
+    assert "version 3" in found[0].message and "v2" in found[0].message
+    assert found[0].spec == RULES["version/newer"].spec_for(2)
+    # Checked, not waved through: a broken v2 payload is still found.
+    broken = findings(_as_version(v2_turn(upd({"sessionUpdate": "plan_update"})), 3))
+    assert {f.rule_id for f in broken} == {"version/newer", "schema/update"}
+
+
+def test_the_prompt_responses_message_id_rule_follows_the_negotiated_schema(monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = v2_turn(message_id=None)
+    trace[5] = a2c(res(2, {}))  # an earlier v2 draft's acceptance
+    trace.remove(user_message())
+    required = findings(trace, schema=False)
+    assert [f.rule_id for f in required] == ["prompt/message-id"]
+    # A schema whose PromptResponse does not require the id: {} is that draft's answer.
+    from acp_proxy.checks import schema as schema_module
+
+    monkeypatch.setattr(schema_module.SchemaSet, "prompt_message_id", False, raising=False)
+    for cached in (schema_module.schemas(2, True), schema_module.schemas(2, False)):
+        monkeypatch.setattr(cached, "prompt_message_id", False)
+    assert findings(trace, schema=False) == []
