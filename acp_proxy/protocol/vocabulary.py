@@ -21,7 +21,7 @@ Rule: every lookup the hot path makes is a set membership test on a frozenset bu
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
@@ -30,12 +30,12 @@ from typing import Any, Literal
 import msgspec
 
 
-def _shipped_versions() -> tuple[int, ...]:
-    names = (entry.name for entry in files("acp_proxy").joinpath("schema").iterdir())
+def versions_in(names: Iterable[str]) -> tuple[int, ...]:
+    """The protocol versions a schema directory holding files ``names`` has (``v<N>.schema.json``)."""
     return tuple(sorted(int(m.group(1)) for n in names if (m := re.fullmatch(r"v(\d+)\.schema\.json", n))))
 
 
-PROTOCOL_VERSIONS: tuple[int, ...] = _shipped_versions()
+PROTOCOL_VERSIONS: tuple[int, ...] = versions_in(e.name for e in files("acp_proxy").joinpath("schema").iterdir())
 """The major protocol versions whose schemas ship with the package (the files present)."""
 NEWEST: int = PROTOCOL_VERSIONS[-1]
 """The newest version we have a schema for: a peer speaking a newer one is checked against it."""
