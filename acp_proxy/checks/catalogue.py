@@ -224,6 +224,20 @@ RULES: dict[str, Rule] = {
             "v2-draft/initialization.mdx#capabilities",
         ),
         Rule(
+            "batch/rejected",
+            "error",
+            f"{_JSONRPC}#batch",
+            "a non-empty JSON-RPC batch is processed entry by entry, not refused with one error",
+            "v2-draft/transports.mdx#json-rpc-batch-messages",
+        ),
+        Rule(
+            "batch/ignored",
+            "warning",
+            f"{_JSONRPC}#batch",
+            "the receiver of a batch answers its requests (SHOULD: an array of responses)",
+            "v2-draft/transports.mdx#json-rpc-batch-messages",
+        ),
+        Rule(
             "version/newer",
             "info",
             "v1/initialization.mdx#version-negotiation",

@@ -120,6 +120,17 @@ class _Request:
 
 
 @dataclass(slots=True)
+class _Batch:
+    """A JSON-RPC batch line: its element requests and what became of them."""
+
+    seq: int
+    direction: str
+    requests: set[int] = field(default_factory=set)
+    answered: int = 0
+    rejected: bool = False
+
+
+@dataclass(slots=True)
 class _Turn:
     """A prompt turn between its TurnStarted and TurnEnded events."""
 
@@ -191,6 +202,10 @@ class Checker:
         state_update before the answer is the state snapshot that follows a replay)."""
         self._marker_seq: int | None = None
         """The frame whose replay_complete closed a window."""
+        self._batches: dict[int, _Batch] = {}
+        """Batch lines by seq (rare: most peers never send one)."""
+        self._batch_of: dict[int, _Batch] = {}
+        """Element request seq -> its batch."""
         self._newer_than_ours: int | None = None
         """``acp.NEWEST`` when the negotiated version is newer than every schema we ship."""
 
@@ -258,6 +273,17 @@ class Checker:
                 )
             )
         self._replays.clear()
+        for batch in self._batches.values():
+            if batch.requests and not batch.answered and not batch.rejected:
+                receiver = RECEIVER[batch.direction]
+                out.append(
+                    self._at(
+                        "batch/ignored",
+                        batch.seq,
+                        f"the {receiver} answered none of the {len(batch.requests)} request(s) of this batch: "
+                        f"it does not read JSON-RPC batch arrays",
+                    )
+                )
         for sid, session in self._sessions.items():
             for message_id, seq in session.awaiting_user.items():
                 out.append(
@@ -284,6 +310,16 @@ class Checker:
         events = self.state.feed(frame)
         self._schema_flagged = False
         kind = get("kind", None)
+        if kind == "batch":
+            seq = get("seq", None)
+            self._batches[seq] = _Batch(seq, direction)
+            return
+        batch_seq = get("batch_seq", None)
+        if batch_seq is not None and kind == "request":
+            batch = self._batches.get(batch_seq)
+            if batch is not None:
+                batch.requests.add(get("seq", None))
+                self._batch_of[get("seq", None)] = batch
         if kind == "invalid":
             if not get("cut", None):
                 sender = "agent's stdout" if direction == A2C else "client's output (agent's stdin)"
@@ -433,12 +469,36 @@ class Checker:
             )
 
     def _on_unpaired(self, rec: Any, e: ev.ResponseUnpaired, message: Any, out: list[Finding]) -> None:
+        if e.rpc_id in (None, "null") and self._batches and _field(rec, "batch_seq") is None:
+            self._batch_rejected(rec, e, message, out)
         if e.rpc_id is not None and e.rpc_id != "null":
             out.append(
                 self._finding("jsonrpc/unknown-id", rec, f"response to id {e.rpc_id}, which no pending request has")
             )
 
+    def _batch_rejected(self, rec: Any, e: ev.ResponseUnpaired, message: Any, out: list[Finding]) -> None:
+        # One Invalid Request with id null, alone on its line, answering the other side's
+        # latest batch that nothing else answered: the whole array was refused. (An invalid
+        # entry of a batch gets its own -32600 inside the response array: batch_seq is set.)
+        code = _get(message, "error", "code")
+        batch = next((b for b in reversed(self._batches.values()) if b.direction == OTHER[e.direction]), None)
+        if code != -32600 or batch is None or batch.answered or batch.rejected:
+            return
+        batch.rejected = True
+        receiver = RECEIVER[batch.direction]
+        out.append(
+            self._finding(
+                "batch/rejected",
+                rec,
+                f"the {receiver} refused the batch of seq {batch.seq} with one -32600 Invalid Request: "
+                f"it does not accept JSON-RPC batch arrays, so these two peers cannot use them",
+            )
+        )
+
     def _on_paired(self, rec: Any, e: ev.ResponsePaired, message: Any, out: list[Finding]) -> None:
+        batch = self._batch_of.pop(e.request_seq, None) if self._batch_of else None
+        if batch is not None and not e.withheld:
+            batch.answered += 1
         if e.withheld:
             return  # the requester never saw it: its request is still pending
         request = self._requests.pop(e.request_seq, None)

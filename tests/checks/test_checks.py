@@ -425,8 +425,9 @@ def test_rule_broken_and_mended(rule_id: str, broken: list[Msg], mended: list[Ms
     assert findings(mended) == []
 
 
-# Rules whose case is a test of its own (the finding's version is not the trace's).
-OWN_TESTS = {"version/newer"}
+# Rules whose case is a test of its own (the finding's version is not the trace's; batches are
+# recorded as batch lines then elements).
+OWN_TESTS = {"version/newer", "batch/rejected", "batch/ignored"}
 
 
 def test_every_rule_has_a_case() -> None:
@@ -646,6 +647,7 @@ def test_severities_follow_must_and_should() -> None:
         "cancel/stop-reason-race",
         "replay/notice",  # "Live-only notice updates ... SHOULD NOT be replayed"
         "replay/truncated",  # a state the RFD names ("is truncated"), not a MUST of its own
+        "batch/ignored",  # "The receiver SHOULD respond with an array ..."
         "tool/unknown-call",
     }
     [notice] = findings([*v2_turn(), c2a(RESUME_V2), user_message(), NOTICE, REPLAY_DONE, a2c(res(5, {}))])
@@ -784,3 +786,44 @@ def test_the_prompt_responses_message_id_rule_follows_the_negotiated_schema(monk
     for cached in (schema_module.schemas(2, True), schema_module.schemas(2, False)):
         monkeypatch.setattr(cached, "prompt_message_id", False)
     assert findings(trace, schema=False) == []
+
+
+def _recorded_findings(trace: list[Msg]) -> list[Finding]:
+    # Batch lines then their elements, as the recorder stores them (batch_seq on each element).
+    from tests.read.test_agreement import record, rows_of
+
+    records, _ = record([(d, m, True) for d, m in trace], ended=True)
+    return list(check(rows_of(records)))
+
+
+BATCH = c2a(
+    [
+        req(7, "session/list", {}),
+        note("session/cancel", {"sessionId": S}),
+        req(8, "session/list", {}),
+    ]
+)
+REFUSED = a2c({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request"}})
+
+
+def test_a_batch_refused_with_one_invalid_request_says_why_the_peers_cannot_talk() -> None:
+    # The Rust SDK 5.x answers any array with a single -32600 (id null).
+    found = _recorded_findings([*v2_start(), BATCH, REFUSED])
+    rejected = [f for f in found if f.rule_id == "batch/rejected"]
+    assert [(f.severity, f.seq) for f in rejected] == [("error", 9)]
+    assert "agent" in rejected[0].message and rejected[0].spec == "v2-draft/transports.mdx#json-rpc-batch-messages"
+    assert {f.rule_id for f in found} == {"batch/rejected", "jsonrpc/unanswered"}
+    # Answered entry by entry (an array of responses): nothing to say.
+    answers = a2c([res(7, {"sessions": []}), res(8, {"sessions": []})])
+    assert _recorded_findings([*v2_start(), BATCH, answers]) == []
+    # An invalid entry's own -32600 inside the response array is not a refusal of the batch.
+    invalid = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "x"}}
+    partial = a2c([res(7, {"sessions": []}), res(8, {"sessions": []}), invalid])
+    assert [f.rule_id for f in _recorded_findings([*v2_start(), BATCH, partial])] == []
+
+
+def test_a_batch_nobody_answers_is_ignored() -> None:
+    found = _recorded_findings([*v2_start(), BATCH])
+    ignored = [f for f in found if f.rule_id == "batch/ignored"]
+    assert [(f.severity, f.seq) for f in ignored] == [("warning", 5)]
+    assert "answered none of the 2 request(s)" in ignored[0].message
