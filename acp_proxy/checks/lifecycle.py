@@ -21,7 +21,7 @@ Must not know: SQL, pipes, processes, click or rich.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, ClassVar
 
@@ -31,6 +31,7 @@ from acp_proxy.checks.catalogue import RULES, Finding, Severity
 from acp_proxy.checks.schema import SchemaSet, schemas
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import vocabulary as acp
+from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
 from acp_proxy.protocol.rows import FrameLike, RecordedFrame
 from acp_proxy.protocol.state import ConnectionState
 from acp_proxy.protocol.vocabulary import A2C, OTHER, RECEIVER
@@ -206,6 +207,11 @@ class Checker:
         """Batch lines by seq (rare: most peers never send one)."""
         self._batch_of: dict[int, _Batch] = {}
         """Element request seq -> its batch."""
+        self._chain: Unwrapper | None = None
+        """Made at the first ``proxy/successor``: the envelopes this connection carries."""
+        self._inner: Checker | None = None
+        """The conversation of the next hop (what the envelopes carry), checked as any."""
+        self._hop = 0
         self._newer_than_ours: int | None = None
         """``acp.NEWEST`` when the negotiated version is newer than every schema we ship."""
 
@@ -234,6 +240,8 @@ class Checker:
         """The connection ended (``ended``) or the recording stops here (a run still going):
         only an ended connection has unanswered requests and unfinished turns."""
         out: list[Finding] = []
+        if self._inner is not None:
+            out += self._hop_findings(self._inner.finish(ended=ended))
         if not ended:
             return out
         for event in self.state.finish(0):
@@ -350,6 +358,30 @@ class Checker:
                 handler(self, rec, event, message, out)
         if message is not None and kind == "notification":
             self._notification(rec, get, direction, message, out)
+        if self._chain is not None or get("method", None) == SUCCESSOR:
+            self._unwrap(rec, get, row, out)
+
+    # -- proxy chains: the next hop's conversation -----------------------------------------------
+
+    def _unwrap(self, rec: Any, get: Callable[[str, Any], Any], row: bool, out: list[Finding]) -> None:
+        if self._chain is None:
+            self._chain = Unwrapper()
+        if row:
+            inner = self._chain.unwrap(rec)
+        else:
+            fields = ("run_id", "seq", "ts_ns", "dir", "kind", "method", "rpc_id", "cut", "forwarded")
+            inner = self._chain.unwrap({name: get(name, None) for name in fields}, get("line", None))
+        if inner is None:
+            return
+        if self._inner is None:
+            self._inner = Checker(schema=self._schema, unstable=self._unstable)
+            self._inner._hop = self._hop + 1
+        out += self._hop_findings(self._inner.feed(inner))
+
+    def _hop_findings(self, found: list[Finding]) -> list[Finding]:
+        hop = self._hop + 1
+        # An inner checker's findings already name their own deeper hops.
+        return [f if f.message.startswith("hop ") else replace(f, message=f"hop {hop}: {f.message}") for f in found]
 
     def _finding(
         self, rule_id: str, rec: Any, message: str, severity: Severity | None = None, spec: str | None = None

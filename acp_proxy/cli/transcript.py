@@ -63,6 +63,8 @@ def render_conversation(con: Console, conv: fd.Conversation, turn: int | None = 
     else:
         header = Text("Connection (outside any session)", style="bold underline")
     details = []
+    if conv.hop:
+        details.append(f"hop {conv.hop}: inside proxy/successor")
     if conv.title:
         details.append(f"“{conv.title}”")
     if conv.cwd:

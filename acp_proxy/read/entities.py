@@ -494,6 +494,9 @@ class Conversation:
     timeline: list[Entity] = field(default_factory=list)
     """Entries in order of first sighting."""
     turns: list[PromptTurn] = field(default_factory=list)
+    hop: int = 0
+    """0: the recorded link's own conversation; n: the one carried n ``proxy/successor``
+    envelopes deep (a proxy chain: what a proxy component and its successor said)."""
     protocol_version: int | None = None
     runs: list[int | str | None] = field(default_factory=list)
     cwd: str | None = None

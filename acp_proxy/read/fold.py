@@ -64,6 +64,7 @@ import msgspec
 
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import output, wire
+from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
 from acp_proxy.protocol.rows import FrameLike, RecordedFrame, run_events
 from acp_proxy.protocol.state import ConnectionState
 from acp_proxy.protocol.vocabulary import A2C, C2A
@@ -169,7 +170,7 @@ def fold_rows(
     ended (an import, a file).
     """
     folder = Folder()
-    relayed = (r for r in rows if r["dir"] in (C2A, A2C) and r.get("kind") != "batch")
+    relayed = [r for r in rows if r["dir"] in (C2A, A2C) and r.get("kind") != "batch"]
     for run, group in itertools.groupby(relayed, key=lambda r: r["run_id"]):
         for row, events, turn in run_events(group, ended=(ended or {}).get(run, True)):
             if row is None:
@@ -191,7 +192,25 @@ def fold_rows(
                 run=run,
             )
             folder.apply(item, message, events, turn)
-    return folder.conversations
+    return _with_inner_hops(folder.conversations, relayed, ended)
+
+
+def _with_inner_hops(
+    conversations: dict[str | None, Conversation], rows: list[Mapping[str, Any]], ended: Mapping[Any, bool] | None
+) -> dict[str | None, Conversation]:
+    """The conversations ``proxy/successor`` envelopes carry, folded as any (a deeper hop the
+    same way), after the link's own: keyed ``<session> @hop<n>``, ``Conversation.hop`` = n."""
+    if not any(r.get("method") == SUCCESSOR for r in rows):
+        return conversations
+    inner: list[Mapping[str, Any]] = []
+    for _run, group in itertools.groupby(rows, key=lambda r: r["run_id"]):
+        unwrapper = Unwrapper()
+        inner += [found for row in group if (found := unwrapper.unwrap(row)) is not None]
+    out = dict(conversations)
+    for conv in fold_rows(inner, ended=ended).values():
+        conv.hop += 1
+        out[f"{conv.session_id or 'connection'} @hop{conv.hop}"] = conv
+    return out
 
 
 def fold_sessions(

@@ -827,3 +827,51 @@ def test_a_batch_nobody_answers_is_ignored() -> None:
     ignored = [f for f in found if f.rule_id == "batch/ignored"]
     assert [(f.severity, f.seq) for f in ignored] == [("warning", 5)]
     assert "answered none of the 2 request(s)" in ignored[0].message
+
+
+# -- proxy chains: the recording is the conductor's link to a proxy component ----------------------
+
+
+def successor(message: dict[str, Any], outer_id: int | None = None) -> dict[str, Any]:
+    """``message`` wrapped in a proxy/successor envelope (RFD proxy-chains, "Message reference")."""
+    params = {"method": message["method"], **({"params": message["params"]} if "params" in message else {})}
+    envelope: dict[str, Any] = {"jsonrpc": "2.0", "method": "proxy/successor", "params": params}
+    if outer_id is not None:
+        envelope["id"] = outer_id
+    return envelope
+
+
+def chained(inner: list[Msg]) -> list[Msg]:
+    """The conductor's link to a proxy that forwards ``inner`` (a client<->agent conversation)
+    to its successor: what the proxy sends (inner c2a) goes out a2c in an envelope, what the
+    successor sends (inner a2c) comes in c2a; an inner answer is the envelope's answer."""
+    out: list[Msg] = [
+        c2a(req(0, "proxy/initialize", {"protocolVersion": 2, "info": {"name": "conductor", "version": "1"}})),
+    ]
+    ids: dict[tuple[str, Any], int] = {}
+    for n, (direction, message) in enumerate(inner, start=100):
+        outer = "a2c" if direction == "c2a" else "c2a"
+        if "method" in message:
+            if "id" in message:
+                ids[(direction, message["id"])] = n
+            out.append((outer, successor(message, n if "id" in message else None)))
+        else:
+            answered = ids.pop(("a2c" if direction == "c2a" else "c2a", message["id"]))
+            out.append((outer, {**message, "id": answered}))
+    out.append(a2c(res(0, {"protocolVersion": 2, "info": {"name": "proxy", "version": "1"}})))
+    return out
+
+
+def test_a_proxy_chains_inner_conversation_is_checked_as_its_own_with_the_hop_shown() -> None:
+    assert findings(chained(v2_turn())) == []
+    # The inner agent breaks a rule: the outer link is clean, the finding names the hop.
+    broken = [*v2_start(), prompt2(), accepted(), user_message(), AGENT_MESSAGE, RUNNING, idle()]
+    found = findings(chained(broken))
+    assert [f.rule_id for f in found] == ["turn/running-before-output"]
+    assert found[0].message.startswith("hop 1: ") and found[0].seq == 1 + broken.index(AGENT_MESSAGE) + 1
+    # Envelopes nest: a chain of two proxies.
+    twice = findings(chained(chained(broken)))
+    assert [f.message.split(":")[0] for f in twice] == ["hop 2"]
+    # The inner payloads are validated too.
+    bad = findings(chained([*v2_start(), c2a(req(7, "session/list", {"cursor": 5})), a2c(res(7, {"sessions": []}))]))
+    assert [(f.rule_id, f.message[:6]) for f in bad] == [("schema/params", "hop 1:")]

@@ -167,7 +167,7 @@ def test_every_update_variant_is_rendered_deliberately(version: int, variant: st
 PARAMS: dict[str, dict[str, Any]] = {
     "initialize": {"protocolVersion": 1, "clientInfo": {"name": "editor", "version": "1"}},
     "proxy/initialize": {"protocolVersion": 1, "clientInfo": {"name": "conductor", "version": "2"}},
-    "proxy/successor": {"method": "_vendor/thing", "params": {}},
+    "proxy/successor": {"method": "$/cancel_request", "params": {"requestId": 99}},
     "authenticate": {"methodId": "oauth"},
     "session/prompt": {"sessionId": S, "prompt": [text("go")]},
     "session/request_permission": {"sessionId": S, "toolCall": {"toolCallId": "c1"}, "options": []},
