@@ -5,9 +5,11 @@ pairing of their answers (ids reused while pending, ``$/cancel_request``, answer
 withheld, answers recorded only in part, requests unanswered when the connection ends), the
 negotiated (or, without an ``initialize`` answer, inferred) protocol version, session instances
 (new / fork / load / resume / first seen, titles, close, delete), history replay windows
-(v1 ``session/load``; ``session/resume`` with a non-null ``replayFrom``), and prompt turns (v1:
-request to response; v2: request, acceptance, ``running`` ... ``idle``; cancellation; turns left
-open at the end), which turn a frame belongs to (``turn_of``: the session's oldest open turn)
+(v1 ``session/load``; ``session/resume`` with a non-null ``replayFrom``, closed by the agent's
+v2 ``replay_complete`` marker, or — for a peer that does not send it — inferred from the answer),
+and prompt turns (v1: request to response; v2: request, acceptance, ``running`` ... ``idle``, and
+foreground work the agent starts itself with no prompt; ``unknown`` ends nothing; cancellation;
+turns left open at the end), which turn a frame belongs to (``turn_of``: the session's oldest open turn)
 and each turn's first output (``TurnOutput``, by ``output.OUTPUT``). The transitions are the
 three tables of ``transitions.py``; the code computes a trigger from a frame, looks the
 transition up, and emits what the table names. What each event means is in ``events.py``; the

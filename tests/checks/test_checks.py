@@ -875,3 +875,13 @@ def test_a_proxy_chains_inner_conversation_is_checked_as_its_own_with_the_hop_sh
     # The inner payloads are validated too.
     bad = findings(chained([*v2_start(), c2a(req(7, "session/list", {"cursor": 5})), a2c(res(7, {"sessions": []}))]))
     assert [(f.rule_id, f.message[:6]) for f in bad] == [("schema/params", "hop 1:")]
+
+
+def test_running_before_the_user_message_is_the_prompts_work() -> None:
+    # StateUpdate: "running may precede user-message insertion, for example during a foreground
+    # hook. It is not acknowledgment of insertion."
+    trace = [*v2_start(), prompt2(), RUNNING, accepted(), user_message(), AGENT_MESSAGE, idle()]
+    checker = Checker()
+    found = [f for rec in records(trace) for f in checker.feed(rec)] + checker.finish()
+    assert found == []
+    assert checker.turns == {5: ("ended", "end_turn", 10)}
