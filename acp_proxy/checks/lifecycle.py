@@ -5,10 +5,11 @@ Owns: the rules no schema can state (a prompt's ``messageId`` and its ``user_mes
 restore and its v2 ``replay_complete`` marker, notices not replayed, capabilities, custom names,
 JSON-RPC pairing, batches a peer refuses or ignores, a peer newer than our schemas), calling the
 schema validation (``schema``) of each frame's payload on the way, and checking the conversation
-``proxy/successor`` envelopes carry (``protocol.chains``) with a ``Checker`` of its own per hop. A ``Checker`` is fed frames in
-relay order — ``FrameRecord`` objects (live) or ``frames`` rows as dicts (recorded) — and runs the
-connection's protocol state machine (``protocol.state``) over them: pairing, versions, sessions,
-replay windows and turns come from its events, never from annotations. What the checker keeps
+``proxy/successor`` envelopes carry (``protocol.chains``) with a ``Checker`` of its own per hop.
+A ``Checker`` is fed frames in relay order — ``FrameRecord`` objects (live) or ``frames`` rows
+as dicts (recorded) — and runs the connection's protocol state machine (``protocol.state``) over
+them: pairing, versions, sessions, replay windows and turns come from its events, never from
+annotations. What the checker keeps
 itself is content: message ids, tool calls, compactions, capabilities.
 
 Rule 1: a check never raises on odd input. A frame that does not decode, a payload of the wrong
