@@ -20,6 +20,8 @@ _P1 = "v1/prompt-turn.mdx"
 _S1 = "v1/session-setup.mdx"
 _S2 = "v2-draft/session-setup.mdx"
 _JSONRPC = "https://www.jsonrpc.org/specification"
+# Newer than the documents beside the schemas: cited by address.
+_RC = "https://agentclientprotocol.com/rfds/v2/session-replay-complete"
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +186,31 @@ RULES: dict[str, Rule] = {
             f"{_S2}#resuming-sessions",
         ),
         Rule(
+            "replay/complete-missing",
+            "error",
+            f"{_RC}#what-we-propose-to-do-about-it",
+            "a v2 session/resume with replayFrom sends replay_complete before its successful response",
+        ),
+        Rule(
+            "replay/complete-unexpected",
+            "error",
+            f"{_RC}#what-we-propose-to-do-about-it",
+            "replay_complete is sent once per session/resume with replayFrom, before the response; "
+            "never without replayFrom",
+        ),
+        Rule(
+            "replay/truncated",
+            "warning",
+            f"{_RC}#what-we-propose-to-do-about-it",
+            "a replay that ends without replay_complete and without a successful response is truncated",
+        ),
+        Rule(
+            "replay/live-update",
+            "error",
+            f"{_RC}#what-we-propose-to-do-about-it",
+            "the agent holds live updates (state_update) for a session while it replays its history",
+        ),
+        Rule(
             "tool/unknown-call",
             "warning",
             "v1/tool-calls.mdx#updating",
@@ -195,6 +222,27 @@ RULES: dict[str, Rule] = {
             "v1/initialization.mdx#capabilities",
             "capability-gated methods are used only when the other side advertised the capability",
             "v2-draft/initialization.mdx#capabilities",
+        ),
+        Rule(
+            "batch/rejected",
+            "error",
+            f"{_JSONRPC}#batch",
+            "a non-empty JSON-RPC batch is processed entry by entry, not refused with one error",
+            "v2-draft/transports.mdx#json-rpc-batch-messages",
+        ),
+        Rule(
+            "batch/ignored",
+            "warning",
+            f"{_JSONRPC}#batch",
+            "the receiver of a batch answers its requests (SHOULD: an array of responses)",
+            "v2-draft/transports.mdx#json-rpc-batch-messages",
+        ),
+        Rule(
+            "version/newer",
+            "info",
+            "v1/initialization.mdx#version-negotiation",
+            "a peer speaking a version newer than our schemas is checked against the newest we have",
+            "v2-draft/initialization.mdx#version-negotiation",
         ),
         Rule("schema/params", "error", "schema", "request and notification params match the schema"),
         Rule("schema/result", "error", "schema", "a response's result matches its request's result type"),

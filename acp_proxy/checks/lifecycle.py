@@ -2,11 +2,14 @@
 
 Owns: the rules no schema can state (a prompt's ``messageId`` and its ``user_message``,
 ``running`` ... ``idle`` with a stop reason, cancellation, compaction order, history replay on
-restore, notices not replayed, capabilities, custom names, JSON-RPC pairing), and calling the
-schema validation (``schema``) of each frame's payload on the way. A ``Checker`` is fed frames in
-relay order — ``FrameRecord`` objects (live) or ``frames`` rows as dicts (recorded) — and runs the
-connection's protocol state machine (``protocol.state``) over them: pairing, versions, sessions,
-replay windows and turns come from its events, never from annotations. What the checker keeps
+restore and its v2 ``replay_complete`` marker, notices not replayed, capabilities, custom names,
+JSON-RPC pairing, batches a peer refuses or ignores, a peer newer than our schemas), calling the
+schema validation (``schema``) of each frame's payload on the way, and checking the conversation
+``proxy/successor`` envelopes carry (``protocol.chains``) with a ``Checker`` of its own per hop.
+A ``Checker`` is fed frames in relay order — ``FrameRecord`` objects (live) or ``frames`` rows
+as dicts (recorded) — and runs the connection's protocol state machine (``protocol.state``) over
+them: pairing, versions, sessions, replay windows and turns come from its events, never from
+annotations. What the checker keeps
 itself is content: message ids, tool calls, compactions, capabilities.
 
 Rule 1: a check never raises on odd input. A frame that does not decode, a payload of the wrong
@@ -21,7 +24,7 @@ Must not know: SQL, pipes, processes, click or rich.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, ClassVar
 
@@ -32,6 +35,7 @@ from acp_proxy.checks.schema import SchemaSet, schemas
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import vocabulary as acp
 from acp_proxy.protocol import wire
+from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
 from acp_proxy.protocol.rows import FrameLike, RecordedFrame
 from acp_proxy.protocol.state import ConnectionState
 from acp_proxy.protocol.vocabulary import A2C, OTHER, RECEIVER
@@ -120,6 +124,17 @@ class _Request:
 
 
 @dataclass(slots=True)
+class _Batch:
+    """A JSON-RPC batch line: its element requests and what became of them."""
+
+    seq: int
+    direction: str
+    requests: set[int] = field(default_factory=set)
+    answered: int = 0
+    rejected: bool = False
+
+
+@dataclass(slots=True)
 class _Turn:
     """A prompt turn between its TurnStarted and TurnEnded events."""
 
@@ -128,6 +143,8 @@ class _Turn:
     running: bool = False
     cancelled_at: int | None = None
     reported_output: bool = False
+    by: str = "prompt"
+    """``prompt``, or ``agent``: foreground work the agent started without a prompt."""
 
 
 @dataclass(slots=True)
@@ -147,6 +164,10 @@ class _Session:
     """(method, seq of its answer): a restore answered, and no prompt since."""
     resuming: int = 0
     """session/resume requests without replay that are still pending."""
+    marked: set[int] = field(default_factory=set)
+    """v2 resumes whose replay_complete was seen and whose answer has not come yet."""
+    resumed_replay: bool = False
+    """The last v2 resume with replayFrom of the session was answered (a marker now is late)."""
 
 
 class Checker:
@@ -175,11 +196,33 @@ class Checker:
         self.frames = 0
         self._schema_of: tuple[int | None, SchemaSet | None] = (None, None)
         """(version, its schema): the last ``_schema_set`` answer."""
+        self._replays: dict[int, str] = {}
+        """v2 session/resume replay windows still open: request seq -> session id."""
+        self._replayed: set[int] = set()
+        """Windows (request seqs) in which a replayed update was seen."""
+        self._live: dict[int, list[Finding]] = {}
+        """Window -> live updates seen in it after replayed history: reported when the marker
+        proves the window was the agent's replay (without it the end is only inferred, and a
+        state_update before the answer is the state snapshot that follows a replay)."""
+        self._marker_seq: int | None = None
+        """The frame whose replay_complete closed a window."""
+        self._batches: dict[int, _Batch] = {}
+        """Batch lines by seq (rare: most peers never send one)."""
+        self._batch_of: dict[int, _Batch] = {}
+        """Element request seq -> its batch."""
+        self._chain: Unwrapper | None = None
+        """Made at the first ``proxy/successor``: the envelopes this connection carries."""
+        self._inner: Checker | None = None
+        """The conversation of the next hop (what the envelopes carry), checked as any."""
+        self._hop = 0
+        self._newer_than_ours: int | None = None
+        """``acp.NEWEST`` when the negotiated version is newer than every schema we ship."""
 
     @property
     def version(self) -> int | None:
-        """The version the rules follow (the state machine's: negotiated, else inferred)."""
-        return self.state.version
+        """The version the rules follow (the state machine's: negotiated, else inferred); for a
+        peer that negotiated a version newer than our schemas, the newest we have."""
+        return self._newer_than_ours or self.state.version
 
     # -- interface -------------------------------------------------------------------------------
 
@@ -200,6 +243,8 @@ class Checker:
         """The connection ended (``ended``) or the recording stops here (a run still going):
         only an ended connection has unanswered requests and unfinished turns."""
         out: list[Finding] = []
+        if self._inner is not None:
+            out += self._hop_findings(self._inner.finish(ended=ended))
         if not ended:
             return out
         for event in self.state.finish(0):
@@ -219,14 +264,37 @@ class Checker:
                 # A prompt never answered is one fact, reported as unanswered; an accepted v2
                 # prompt that never reached idle is another.
                 if event.protocol_version == 2 and event.prompt_seq not in self._unanswered:
+                    what = "agent-initiated work" if turn is not None and turn.by == "agent" else "prompt"
                     out.append(
                         self._at(
-                            "turn/unfinished", event.prompt_seq, "prompt never reached idle before the connection ended"
+                            "turn/unfinished",
+                            event.prompt_seq,
+                            f"{what} never reached idle before the connection ended",
                         )
                     )
                 session = self._session(event.session_id)
                 if turn is not None and turn in session.turns:
                     session.turns.remove(turn)
+        for request_seq, sid in self._replays.items():
+            out.append(
+                self._at(
+                    "replay/truncated",
+                    request_seq,
+                    f"session/resume replay of {sid} ended with the connection, without replay_complete",
+                )
+            )
+        self._replays.clear()
+        for batch in self._batches.values():
+            if batch.requests and not batch.answered and not batch.rejected:
+                receiver = RECEIVER[batch.direction]
+                out.append(
+                    self._at(
+                        "batch/ignored",
+                        batch.seq,
+                        f"the {receiver} answered none of the {len(batch.requests)} request(s) of this batch: "
+                        f"it does not read JSON-RPC batch arrays",
+                    )
+                )
         for sid, session in self._sessions.items():
             for message_id, seq in session.awaiting_user.items():
                 out.append(
@@ -253,6 +321,16 @@ class Checker:
         events = self.state.feed(frame)
         self._schema_flagged = False
         kind = get("kind", None)
+        if kind == "batch":
+            seq = get("seq", None)
+            self._batches[seq] = _Batch(seq, direction)
+            return
+        batch_seq = get("batch_seq", None)
+        if batch_seq is not None and kind == "request":
+            batch = self._batches.get(batch_seq)
+            if batch is not None:
+                batch.requests.add(get("seq", None))
+                self._batch_of[get("seq", None)] = batch
         if kind == "invalid":
             if not get("cut", None):
                 sender = "agent's stdout" if direction == A2C else "client's output (agent's stdin)"
@@ -283,6 +361,30 @@ class Checker:
                 handler(self, rec, event, message, out)
         if message is not None and kind == "notification":
             self._notification(rec, get, direction, message, out)
+        if self._chain is not None or get("method", None) == SUCCESSOR:
+            self._unwrap(rec, get, row, out)
+
+    # -- proxy chains: the next hop's conversation -----------------------------------------------
+
+    def _unwrap(self, rec: Any, get: Callable[[str, Any], Any], row: bool, out: list[Finding]) -> None:
+        if self._chain is None:
+            self._chain = Unwrapper()
+        if row:
+            inner = self._chain.unwrap(rec)
+        else:
+            fields = ("run_id", "seq", "ts_ns", "dir", "kind", "method", "rpc_id", "cut", "forwarded")
+            inner = self._chain.unwrap({name: get(name, None) for name in fields}, get("line", None))
+        if inner is None:
+            return
+        if self._inner is None:
+            self._inner = Checker(schema=self._schema, unstable=self._unstable)
+            self._inner._hop = self._hop + 1
+        out += self._hop_findings(self._inner.feed(inner))
+
+    def _hop_findings(self, found: list[Finding]) -> list[Finding]:
+        hop = self._hop + 1
+        # An inner checker's findings already name their own deeper hops.
+        return [f if f.message.startswith("hop ") else replace(f, message=f"hop {hop}: {f.message}") for f in found]
 
     def _finding(
         self, rule_id: str, rec: Any, message: str, severity: Severity | None = None, spec: str | None = None
@@ -302,7 +404,7 @@ class Checker:
         return Finding(rule_id, rule.severity, message, rule.spec_for(self.version), self._run_id, seq)
 
     def _schema_set(self) -> SchemaSet | None:
-        version = self.state.version
+        version = self.version
         if version is not self._schema_of[0]:  # per frame twice: looked up once per version
             found = schemas(version, self._unstable) if self._schema and version in acp.PROTOCOL_VERSIONS else None
             self._schema_of = (version, found)
@@ -340,6 +442,21 @@ class Checker:
 
     def _on_peer(self, rec: Any, e: ev.PeerAnnounced, message: Any, out: list[Finding]) -> None:
         self._capabilities[e.side] = _json(e.capabilities)
+
+    def _on_negotiated(self, rec: Any, e: ev.VersionNegotiated, message: Any, out: list[Finding]) -> None:
+        # One finding says it, instead of a flood of "unknown method" and schema errors: the
+        # newest schema we have is the best guess at a newer version's surface.
+        newer = e.version is not None and e.version > acp.NEWEST
+        self._newer_than_ours = acp.NEWEST if newer else None
+        if newer:
+            out.append(
+                self._finding(
+                    "version/newer",
+                    rec,
+                    f"the agent negotiated protocol version {e.version}, newer than our schemas: "
+                    f"checked against v{acp.NEWEST} (scripts/refresh_schemas.py fetches newer ones)",
+                )
+            )
 
     def _on_request(self, rec: Any, e: ev.RequestSent, message: Any, out: list[Finding]) -> None:
         method = e.method
@@ -387,12 +504,36 @@ class Checker:
             )
 
     def _on_unpaired(self, rec: Any, e: ev.ResponseUnpaired, message: Any, out: list[Finding]) -> None:
+        if e.rpc_id in (None, "null") and self._batches and _field(rec, "batch_seq") is None:
+            self._batch_rejected(rec, e, message, out)
         if e.rpc_id is not None and e.rpc_id != "null":
             out.append(
                 self._finding("jsonrpc/unknown-id", rec, f"response to id {e.rpc_id}, which no pending request has")
             )
 
+    def _batch_rejected(self, rec: Any, e: ev.ResponseUnpaired, message: Any, out: list[Finding]) -> None:
+        # One Invalid Request with id null, alone on its line, answering the other side's
+        # latest batch that nothing else answered: the whole array was refused. (An invalid
+        # entry of a batch gets its own -32600 inside the response array: batch_seq is set.)
+        code = _get(message, "error", "code")
+        batch = next((b for b in reversed(self._batches.values()) if b.direction == OTHER[e.direction]), None)
+        if code != -32600 or batch is None or batch.answered or batch.rejected:
+            return
+        batch.rejected = True
+        receiver = RECEIVER[batch.direction]
+        out.append(
+            self._finding(
+                "batch/rejected",
+                rec,
+                f"the {receiver} refused the batch of seq {batch.seq} with one -32600 Invalid Request: "
+                f"it does not accept JSON-RPC batch arrays, so these two peers cannot use them",
+            )
+        )
+
     def _on_paired(self, rec: Any, e: ev.ResponsePaired, message: Any, out: list[Finding]) -> None:
+        batch = self._batch_of.pop(e.request_seq, None) if self._batch_of else None
+        if batch is not None and not e.withheld:
+            batch.answered += 1
         if e.withheld:
             return  # the requester never saw it: its request is still pending
         request = self._requests.pop(e.request_seq, None)
@@ -423,8 +564,43 @@ class Checker:
         if e.method == "session/resume" and not e.replays:
             self._session(e.session_id).resuming += 1
 
+    def _on_window_opened(self, rec: Any, e: ev.ReplayWindowOpened, message: Any, out: list[Finding]) -> None:
+        if e.method == "session/resume" and self.version == 2 and e.seq is not None:
+            self._replays[e.seq] = e.session_id
+
+    def _on_window_closed(self, rec: Any, e: ev.ReplayWindowClosed, message: Any, out: list[Finding]) -> None:
+        sid = self._replays.pop(e.request_seq, None)
+        self._replayed.discard(e.request_seq)
+        live = self._live.pop(e.request_seq, [])
+        if sid is None:
+            return
+        if e.by == "marker":
+            out.extend(live)
+            self._marker_seq = _field(rec, "seq")
+            self._session(sid).marked.add(e.request_seq)
+        elif e.ok:
+            out.append(
+                self._finding(
+                    "replay/complete-missing",
+                    rec,
+                    f"session/resume (seq {e.request_seq}) with replayFrom answered without replay_complete"
+                    " (the replay's end is inferred from the response)",
+                )
+            )
+        else:
+            out.append(
+                self._finding(
+                    "replay/truncated",
+                    rec,
+                    f"session/resume (seq {e.request_seq}) failed before replay_complete: its replay is truncated",
+                )
+            )
+
     def _on_restored(self, rec: Any, e: ev.SessionRestored, message: Any, out: list[Finding]) -> None:
         session = self._session(e.session_id)
+        if e.method == "session/resume" and e.replays:
+            session.marked.discard(e.request_seq)
+            session.resumed_replay = True
         if e.method == "session/resume" and not e.replays:
             session.resuming = max(0, session.resuming - 1)
         if e.ok:
@@ -434,7 +610,8 @@ class Checker:
         session = self._session(e.session_id)
         session.restored = None
         self.turns[e.prompt_seq] = ("running", None, None)
-        turn = self._turns[e.prompt_seq] = _Turn(e.prompt_seq, e.protocol_version)
+        # Work the agent started itself begins with its running: it is worked on from the start.
+        turn = self._turns[e.prompt_seq] = _Turn(e.prompt_seq, e.protocol_version, running=e.by == "agent", by=e.by)
         session.turns.append(turn)
 
     def _on_accepted(self, rec: Any, e: ev.TurnAccepted, message: Any, out: list[Finding]) -> None:
@@ -443,6 +620,10 @@ class Checker:
         message_id = e.message_id
         if not message_id:
             # The schema says what a missing or non-string id is; the empty string is this rule's.
+            # Whether the id is required at all is the negotiated version's schema's to say.
+            required = self._requires_message_id()
+            if raw is None and not required:
+                return
             if raw == "" or not self._schema_flagged:
                 out.append(
                     self._finding(
@@ -517,6 +698,18 @@ class Checker:
             )
 
     def _on_replayed(self, rec: Any, e: ev.UpdateReplayed, message: Any, out: list[Finding]) -> None:
+        if e.window_seq in self._replays:
+            # A live update sent before the resume may still arrive first; once the replay has
+            # begun, the agent holds its live updates until replay_complete.
+            if e.variant == "state_update" and e.window_seq in self._replayed:
+                self._live.setdefault(e.window_seq, []).append(
+                    self._finding(
+                        "replay/live-update",
+                        rec,
+                        f"state_update inside the replay of session/resume seq {e.window_seq}, after replayed history",
+                    )
+                )
+            self._replayed.add(e.window_seq)
         if e.live_only:
             out.append(
                 self._finding(
@@ -529,11 +722,14 @@ class Checker:
 
     _handlers: ClassVar[dict[type[ev.Event], Any]] = {
         ev.PeerAnnounced: _on_peer,
+        ev.VersionNegotiated: _on_negotiated,
         ev.RequestSent: _on_request,
         ev.NameUnknown: _on_unknown,
         ev.ResponseUnpaired: _on_unpaired,
         ev.ResponsePaired: _on_paired,
         ev.SessionRestoring: _on_restoring,
+        ev.ReplayWindowOpened: _on_window_opened,
+        ev.ReplayWindowClosed: _on_window_closed,
         ev.SessionRestored: _on_restored,
         ev.TurnStarted: _on_turn_started,
         ev.TurnAccepted: _on_accepted,
@@ -559,6 +755,12 @@ class Checker:
                     f"{method} used but the {side} did not advertise {side}Capabilities." + ".".join(path),
                 )
             )
+
+    def _requires_message_id(self) -> bool:
+        version = self.version
+        if version not in acp.PROTOCOL_VERSIONS:
+            return True
+        return schemas(version, self._unstable).prompt_message_id
 
     def _stop_reason(self, rec: Any, stop: str, out: list[Finding]) -> None:
         schema = schemas(self.version, self._unstable) if self.version in acp.PROTOCOL_VERSIONS else None
@@ -609,6 +811,9 @@ class Checker:
         if sid is None or not isinstance(variant, str):
             return
         session = self._sessions.get(sid) or self._session(sid)
+        if variant == "replay_complete" and self._marker_seq != get("seq", None):
+            self._stray_marker(rec, session, out)
+            return
         item = get("item_id", None)
         message_id = update.get("messageId")
         if self.state.replaying(sid):
@@ -617,7 +822,7 @@ class Checker:
             if variant == "tool_call" and isinstance(item, str):
                 session.tools.add(item)
             return
-        version = self.state.version
+        version = self.version
         history = _HISTORY.get(version or 1, _MESSAGES)
         if session.resuming and variant in history:
             out.append(
@@ -669,6 +874,17 @@ class Checker:
             out.append(self._finding("tool/unknown-call", rec, f"tool_call_update for unannounced toolCallId {item!r}"))
         elif variant in ("compaction_update", "compaction_summary_chunk"):
             self._compaction(rec, session, variant, update, out)
+
+    def _stray_marker(self, rec: Any, session: _Session, out: list[Finding]) -> None:
+        if session.marked:
+            why = f"a second replay_complete for session/resume seq {min(session.marked)}"
+        elif session.resuming:
+            why = "replay_complete for a session/resume without replayFrom"
+        elif session.resumed_replay:
+            why = "replay_complete after the session/resume response"
+        else:
+            why = "replay_complete with no session/resume with replayFrom pending"
+        out.append(self._finding("replay/complete-unexpected", rec, why))
 
     def _compaction(
         self, rec: Any, session: _Session, variant: str, update: dict[str, Any], out: list[Finding]

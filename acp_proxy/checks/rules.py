@@ -52,6 +52,7 @@ FRAME_COLUMNS: tuple[str, ...] = (
     "item_id",
     "forwarded",
     "fault",
+    "batch_seq",
 )
 """The fields of a ``frames`` row that a check reads (the checker's and ``protocol.state``'s):
 a reader may fetch only these. Half the columns, and a third less time reading rows."""

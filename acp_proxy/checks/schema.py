@@ -72,6 +72,9 @@ class SchemaSet:
                 self._sources[f"_acp_proxy_update_{const}"] = "SessionUpdate"
         # v1 lists stop reasons in one enum; v2 spreads them over the idle variants' consts.
         self.stop_reasons = _consts(defs.get("StopReason", {})) | frozenset(_stop_consts(defs))
+        prompt_result = self.results.get(("session/prompt", "agent"))
+        self.prompt_message_id = "messageId" in defs.get(prompt_result or "", {}).get("required", ())
+        """The prompt response must carry ``messageId`` (v2 drafts before it answered ``{}``)."""
         uri = f"urn:acp-proxy:schema:v{version}{':unstable' if unstable else ''}"
         root["$id"] = uri
         self._root = root

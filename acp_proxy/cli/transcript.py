@@ -63,6 +63,8 @@ def render_conversation(con: Console, conv: fd.Conversation, turn: int | None = 
     else:
         header = Text("Connection (outside any session)", style="bold underline")
     details = []
+    if conv.hop:
+        details.append(f"hop {conv.hop}: inside proxy/successor")
     if conv.title:
         details.append(f"“{conv.title}”")
     if conv.cwd:
@@ -110,6 +112,8 @@ def _turn_header(con: Console, t: fd.PromptTurn | None, index: int | None, promp
         return
     bits = [f"── Turn {index}"]
     if t is not None:
+        if t.by == "agent":
+            bits.append("started by the agent")
         bits.append(turn_outcome(t))
         if t.duration_ns is not None:
             bits.append(f"{t.duration_ns / 1e6:.1f} ms")
@@ -455,6 +459,23 @@ def _commands(f: Mapping[str, Any]) -> tuple[str, str]:
     return "commands", (", ".join(names) + f" ({len(names)})") if names else "none"
 
 
+def _replay_complete(f: Mapping[str, Any]) -> tuple[str, str]:
+    return "replay", "complete: the history replay ends here"
+
+
+def _cursor(f: Mapping[str, Any]) -> tuple[str, str]:
+    anchor = f" at {_json(f['anchor'], 80)}" if f.get("anchor") is not None else ""
+    return "cursor", f"{f.get('cursorId')}{anchor}"
+
+
+def _suggestions(f: Mapping[str, Any]) -> tuple[str, str]:
+    said = []
+    for item in f.get("suggestions") or []:
+        blocks = _d(item).get("prompt") or []
+        said.append(" ".join(str(_d(b).get("text", "…")) for b in blocks if isinstance(b, dict)))
+    return "suggest", " | ".join(said) or "none"
+
+
 STATE_RENDERERS: dict[str, Callable[[Mapping[str, Any]], tuple[str, str]]] = {
     "usage_update": _usage,
     "state_update": _state,
@@ -462,6 +483,9 @@ STATE_RENDERERS: dict[str, Callable[[Mapping[str, Any]], tuple[str, str]]] = {
     "current_mode_update": _mode,
     "config_option_update": _config,
     "available_commands_update": _commands,
+    "replay_complete": _replay_complete,
+    "cursor_update": _cursor,
+    "prompt_suggestions_update": _suggestions,
 }
 
 

@@ -352,6 +352,8 @@ class SpanBuilder:
                 "gen_ai.conversation.id": e.session_id,
                 "acp.turn.index": e.index,
                 "acp.prompt.seq": e.prompt_seq,
+                # v2 work the agent started itself has no prompt: its seq is the running update's.
+                **({"acp.turn.initiator": "agent"} if e.by == "agent" else {}),
                 **({} if self.run_id is None else {"acp.run.id": self.run_id}),
             },
             links=[(self._connection.trace_id, self._connection.span_id)],

@@ -214,17 +214,25 @@ class UpdateReplayed(Event, frozen=True, kw_only=True, gc=False):
 
 
 class ReplayWindowClosed(Event, frozen=True, kw_only=True, gc=False):
+    """The replay window of the request ``request_seq`` is closed: by the agent's v2
+    ``replay_complete`` marker (``by`` = ``marker``, the end it states), or by the request's
+    answer (``by`` = ``response``: for a peer that does not send the marker, the end is inferred)."""
+
     session_id: str
     method: str
     request_seq: int
     ok: bool
+    by: str = "response"
 
 
 # -- prompt turns ----------------------------------------------------------------------------------
 
 
 class TurnStarted(Event, frozen=True, kw_only=True, gc=False):
-    """A ``session/prompt`` request (``prompt_seq`` is its seq)."""
+    """A ``session/prompt`` request (``by`` = ``prompt``; ``prompt_seq`` is its seq), or, in v2,
+    foreground work the agent started itself (``by`` = ``agent``: a live ``running`` or
+    ``requires_action`` while the session has no open turn; ``prompt_seq`` is that update's seq
+    and ``rpc_id`` is None). Either way a turn, in every view."""
 
     session_id: str
     prompt_seq: int
@@ -232,6 +240,7 @@ class TurnStarted(Event, frozen=True, kw_only=True, gc=False):
     """1-based, per session instance of this connection."""
     protocol_version: int | None
     rpc_id: str | None
+    by: str = "prompt"
 
 
 class TurnAccepted(Event, frozen=True, kw_only=True, gc=False):

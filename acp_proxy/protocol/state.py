@@ -5,9 +5,11 @@ pairing of their answers (ids reused while pending, ``$/cancel_request``, answer
 withheld, answers recorded only in part, requests unanswered when the connection ends), the
 negotiated (or, without an ``initialize`` answer, inferred) protocol version, session instances
 (new / fork / load / resume / first seen, titles, close, delete), history replay windows
-(v1 ``session/load``; ``session/resume`` with a non-null ``replayFrom``), and prompt turns (v1:
-request to response; v2: request, acceptance, ``running`` ... ``idle``; cancellation; turns left
-open at the end), which turn a frame belongs to (``turn_of``: the session's oldest open turn)
+(v1 ``session/load``; ``session/resume`` with a non-null ``replayFrom``, closed by the agent's
+v2 ``replay_complete`` marker, or — for a peer that does not send it — inferred from the answer),
+and prompt turns (v1: request to response; v2: request, acceptance, ``running`` ... ``idle``, and
+foreground work the agent starts itself with no prompt; ``unknown`` ends nothing; cancellation;
+turns left open at the end), which turn a frame belongs to (``turn_of``: the session's oldest open turn)
 and each turn's first output (``TurnOutput``, by ``output.OUTPUT``). The transitions are the
 three tables of ``transitions.py``; the code computes a trigger from a frame, looks the
 transition up, and emits what the table names. What each event means is in ``events.py``; the
@@ -66,6 +68,7 @@ from acp_proxy.protocol.payloads import (
 )
 from acp_proxy.protocol.transitions import (
     ACCEPT,
+    AGENT_START,
     ANSWER_FRAME,
     ANSWERED,
     CANCEL,
@@ -77,6 +80,7 @@ from acp_proxy.protocol.transitions import (
     ENDED_BY_CLIENT,
     FINISH,
     IDLE,
+    MARKER,
     NONE,
     OPEN,
     OPEN_TURN,
@@ -118,6 +122,7 @@ class FrameLike(Protocol):
     line: bytes
     forwarded: int
     cut: int
+
 
 NO_EVENTS: tuple[ev.Event, ...] = ()
 
@@ -167,7 +172,7 @@ class _Restore:
 
 
 class _Session:
-    __slots__ = ("session_id", "state", "turn_count", "turns", "windows")
+    __slots__ = ("marked", "session_id", "state", "turn_count", "turns", "window_methods", "windows")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -177,6 +182,10 @@ class _Session:
         self.turn_count = 0
         self.windows: list[int] = []
         """Seqs of the requests whose replay windows are open, oldest first."""
+        self.window_methods: dict[int, str] = {}
+        """Open window's request seq -> the method that opened it (the marker ends resumes only)."""
+        self.marked: set[int] = set()
+        """Requests whose window ``replay_complete`` closed: their answers only restore."""
 
 
 class _Turn:
@@ -375,6 +384,7 @@ class ConnectionState:
             elif name == "ReplayWindowOpened":
                 assert session is not None
                 session.windows.append(f.seq)
+                session.window_methods[f.seq] = facts["method"]
                 self._windows[sid] = session
                 self._settle(session)
                 out.append(ev.ReplayWindowOpened(seq=f.seq, ts_ns=f.ts_ns, session_id=sid, method=facts["method"]))
@@ -385,6 +395,7 @@ class ConnectionState:
                     session.windows.remove(request_seq)
                 elif session.windows:
                     session.windows.pop()
+                session.window_methods.pop(request_seq, None)
                 if session.windows:
                     new_state = REPLAYING
                 else:
@@ -398,6 +409,7 @@ class ConnectionState:
                         method=facts["method"],
                         request_seq=request_seq,
                         ok=facts["ok"],
+                        by="marker" if trigger == MARKER else "response",
                     )
                 )
             elif name == "SessionRestored":
@@ -531,6 +543,9 @@ class ConnectionState:
             self._seen(sid, f, out)
         action = ACTIONS.get(variant, 0) if variant is not None else 0
         if sid in self._windows:
+            if variant == "replay_complete":
+                self._replay_complete(sid, f, out)
+                return
             # History: flagged, and never this connection's turn activity.
             self._session_transition(sid, UPDATE, f, out)
             if action & ACT_TITLE:
@@ -544,6 +559,17 @@ class ConnectionState:
             self._title_update(sid, f, out)
         elif variant in OUTPUT:
             self._output(sid, variant, f, out)
+
+    def _replay_complete(self, sid: str, f: FrameLike, out: list[ev.Event]) -> None:
+        """v2 ``replay_complete``: the oldest open ``session/resume`` window of the session ends
+        here. (A marker outside any resume window changes nothing: the checker says why.)"""
+        session = self._windows[sid]
+        window = next((w for w in session.windows if session.window_methods.get(w) == "session/resume"), None)
+        if window is None:
+            self._session_transition(sid, UPDATE, f, out)
+            return
+        session.marked.add(window)
+        self._session_transition(sid, MARKER, f, out, method="session/resume", request_seq=window, ok=True)
 
     def _output(self, sid: str, variant: str, f: FrameLike, out: list[ev.Event]) -> None:
         session = self._sessions.get(sid)
@@ -570,6 +596,25 @@ class ConnectionState:
             # Work belongs to the oldest open prompt: a later one may be queued behind it.
             if v2_turns and v2_turns[0] is session.turns[0]:
                 self._turn(v2_turns[0], WORK, None, f.ts_ns, out, f.seq)
+            elif not session.turns and self.version != 1:
+                # Foreground work with no prompt open: the agent started it (v2 prompt
+                # lifecycle: it needs no prompt request and no user message). A turn too.
+                turn = _Turn(f.seq, session, 2)
+                turn.state = AGENT_START
+                session.turns.append(turn)
+                self._settle(session)
+                out.append(
+                    ev.TurnStarted(
+                        seq=f.seq,
+                        ts_ns=f.ts_ns,
+                        session_id=sid,
+                        prompt_seq=f.seq,
+                        index=turn.index,
+                        protocol_version=2,
+                        rpc_id=None,
+                        by="agent",
+                    )
+                )
         elif state == "idle":
             for turn in v2_turns:
                 self._turn(turn, IDLE, stop, f.ts_ns, out, f.seq)
@@ -861,6 +906,10 @@ class ConnectionState:
         if restore.replays and restore.instance is not self._sessions.get(sid):
             # The instance that opened the window was replaced (a session/new with its id): the
             # window went with it.
+            trigger = RESTORED
+        elif restore.replays and restore.instance is not None and pending.seq in restore.instance.marked:
+            # replay_complete closed the window already: the answer only restores.
+            restore.instance.marked.discard(pending.seq)
             trigger = RESTORED
         else:
             trigger = RESTORED_REPLAY if restore.replays else RESTORED

@@ -59,6 +59,7 @@ RESTORED = "restored"  # the answer to a restore without replay
 RESTORED_REPLAY = "restored-replay"  # the answer to a replaying restore (closes its window)
 SEEN = "seen"  # any other frame naming the session
 UPDATE = "update"  # a session/update for the session
+MARKER = "replay-complete"  # v2 replay_complete: the agent says its replay ended (oldest window)
 ENDED_BY_CLIENT = "closed"  # session/close or session/delete answered successfully
 
 SESSION_TRANSITIONS: dict[tuple[str, str], tuple[str, str | None]] = {
@@ -76,6 +77,9 @@ SESSION_TRANSITIONS: dict[tuple[str, str], tuple[str, str | None]] = {
     # Closes the newest window; the session replays until its last window is closed.
     (REPLAYING, RESTORED_REPLAY): (OPEN, "ReplayWindowClosed SessionRestored"),
     (OPEN, RESTORED_REPLAY): (OPEN, "SessionRestored"),  # its window went with a new instance
+    # The marker states where the replay ends; the answer then only restores (RESTORED). Without
+    # it (peers older than the marker) the answer closes the window: the end is inferred.
+    (REPLAYING, MARKER): (OPEN, "ReplayWindowClosed"),
     (UNSEEN, SEEN): (OPEN, "SessionOpened"),
     (UNSEEN, UPDATE): (OPEN, "SessionOpened"),
     (REPLAYING, UPDATE): (REPLAYING, "UpdateReplayed"),
@@ -94,6 +98,9 @@ ENDED = "ended"
 ERROR = "error"
 UNFINISHED = "unfinished"
 OPEN_TURN = frozenset({SENT, WORKING, ACCEPTED})
+AGENT_START = WORKING
+"""v2 work the agent started itself (``running`` with no turn open) starts a turn here: there
+is no prompt to accept, so it is worked on from its first frame and ends at ``idle``."""
 
 # Triggers, computed per turn (see ``_prompt_trigger`` and ``_state_update``).
 ACCEPT = "accept"  # an answer with a messageId (or, for a v2 turn, without a stopReason)

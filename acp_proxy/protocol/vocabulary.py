@@ -9,14 +9,19 @@ classed (``_``-prefixed = extension, anything else = a future ACP name).
 
 Must not know: frames, pairing, sessions, SQL or pipes. Nothing here is typed by hand from the
 spec except what the schema cannot say in machine-readable form (``LIVE_ONLY``, below); a new
-schema file changes the tables without touching this code.
+schema file changes the tables without touching this code: the versions are the
+``v<N>.schema.json`` files present (``scripts/refresh_schemas.py`` fetches them), and a
+``v<N>.supplement.json`` beside them adds the variants newer than any published schema file
+(``replay_complete`` ...; its provenance is in ``PROVENANCE.md``) to the draft schema of that
+version.
 
 Rule: every lookup the hot path makes is a set membership test on a frozenset built at import.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+import re
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
@@ -24,8 +29,16 @@ from typing import Any, Literal
 
 import msgspec
 
-PROTOCOL_VERSIONS: tuple[int, ...] = (1, 2)
-"""The major protocol versions whose schemas ship with the package."""
+
+def versions_in(names: Iterable[str]) -> tuple[int, ...]:
+    """The protocol versions a schema directory holding files ``names`` has (``v<N>.schema.json``)."""
+    return tuple(sorted(int(m.group(1)) for n in names if (m := re.fullmatch(r"v(\d+)\.schema\.json", n))))
+
+
+PROTOCOL_VERSIONS: tuple[int, ...] = versions_in(e.name for e in files("acp_proxy").joinpath("schema").iterdir())
+"""The major protocol versions whose schemas ship with the package (the files present)."""
+NEWEST: int = PROTOCOL_VERSIONS[-1]
+"""The newest version we have a schema for: a peer speaking a newer one is checked against it."""
 
 # The two directions a frame travels, as the recording names them. Every module that needs "the
 # other direction" or "who sent it" asks these maps (one definition, not one per module).
@@ -157,9 +170,52 @@ def _as_sets(vocab: Vocabulary) -> dict[str, frozenset[str]]:
 
 
 def load_schema(version: int, *, unstable: bool = False) -> dict[str, Any]:
-    """The decoded official schema of ``version`` (stable, or the draft with ``unstable``)."""
+    """The decoded official schema of ``version`` (stable, or the draft with ``unstable``; the
+    draft with the version's supplement merged in, when one is present)."""
     name = f"v{version}.schema{'.unstable' if unstable else ''}.json"
-    return msgspec.json.decode(files("acp_proxy").joinpath("schema", name).read_bytes())
+    schema: dict[str, Any] = msgspec.json.decode(files("acp_proxy").joinpath("schema", name).read_bytes())
+    if unstable:
+        _merge_supplement(schema, load_supplement(version))
+    return schema
+
+
+def load_supplement(version: int) -> dict[str, Any]:
+    """``v<version>.supplement.json``: variants newer than the published schema file ({} if none)."""
+    path = files("acp_proxy").joinpath("schema", f"v{version}.supplement.json")
+    if not path.is_file():
+        return {}
+    found: dict[str, Any] = msgspec.json.decode(path.read_bytes())
+    return found
+
+
+def _merge_supplement(schema: dict[str, Any], supplement: dict[str, Any]) -> None:
+    """Add the supplement's variants to ``SessionUpdate``, each a member like the official ones
+    (a ``sessionUpdate`` const and its type), before the open "other" branch, which is told to
+    exclude them. A variant the schema already defines is left as the schema has it."""
+    defs: dict[str, Any] = schema.get("$defs", {})
+    update = defs.get("SessionUpdate")
+    if not supplement or not isinstance(update, dict):
+        return
+    members: list[Any] = update.get("oneOf") or update.get("anyOf") or []
+    known = {m.get("properties", {}).get("sessionUpdate", {}).get("const") for m in members}
+    other = next(
+        (m for m in members if "not" in m and "const" not in m.get("properties", {}).get("sessionUpdate", {})), None
+    )
+    for const, type_name in supplement.get("updates", {}).items():
+        if const in known or type_name not in supplement.get("$defs", {}):
+            continue
+        defs.setdefault(type_name, supplement["$defs"][type_name])
+        tag = {
+            "type": "object",
+            "properties": {"sessionUpdate": {"type": "string", "const": const}},
+            "required": ["sessionUpdate"],
+        }
+        member = {**tag, "description": f"{const} (from the supplement)", "allOf": [{"$ref": f"#/$defs/{type_name}"}]}
+        members.insert(members.index(other) if other is not None else len(members), member)
+        if other is not None:
+            excluded = other["not"].get("anyOf")
+            if isinstance(excluded, list):
+                excluded.append(tag)
 
 
 def _derive(schema: dict[str, Any]) -> dict[str, frozenset[str]]:

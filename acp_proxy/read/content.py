@@ -94,6 +94,10 @@ _STATE_VARIANTS = frozenset(
         "current_mode_update",
         "config_option_update",
         "available_commands_update",
+        # Reports with no state a view keeps: the entry is all there is to show of them.
+        "replay_complete",
+        "cursor_update",
+        "prompt_suggestions_update",
     }
 )
 # Session set-up answers carry modes and config options.
@@ -165,6 +169,9 @@ class ContentRules:
             "available_commands_update": self._commands,
             "notice": self._notice,
             "subagent_update": self._subagent,
+            "replay_complete": self._report,
+            "cursor_update": self._report,
+            "prompt_suggestions_update": self._report,
         }
         for variant in MESSAGE_ROLES:
             rules[variant] = self._message_chunk
@@ -637,6 +644,11 @@ class ContentRules:
         conv.state, conv.state_seq = state, at.seq
         conv.stop_reason = _str(update.get("stopReason")) if state == "idle" else None
         # Which prompt turns an idle ends is the protocol state machine's (TurnEnded events).
+        return True
+
+    def _report(self, conv: Conversation, at: _At, update: dict[str, Any], _variant: str) -> bool:
+        # The timeline entry (SessionState) is the whole of it; where a replay ends is the
+        # state machine's (ReplayWindowClosed), not this entry's.
         return True
 
     def _session_info(self, conv: Conversation, at: _At, update: dict[str, Any], _variant: str) -> bool:

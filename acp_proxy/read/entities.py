@@ -419,7 +419,9 @@ E = TypeVar("E", bound=Entity)
 
 @dataclass(kw_only=True, eq=False)
 class PromptTurn:
-    """One ``session/prompt``: what the user sent and how the agent's work on it ended."""
+    """One ``session/prompt``: what the user sent and how the agent's work on it ended; or (v2,
+    ``by`` = ``agent``) foreground work the agent started itself, with no prompt (``seq`` is its
+    ``running`` update, ``prompt`` is empty)."""
 
     index: int
     """1-based, in the order of the session's prompts; ``Entity.turn`` refers to it."""
@@ -456,6 +458,8 @@ class PromptTurn:
     first_output_seq: int | None = None
     chunks: int = 0
     """The agent's streamed pieces counted towards the turn (``protocol.output.CHUNK``)."""
+    by: str = "prompt"
+    """``prompt`` (a ``session/prompt``) or ``agent`` (work the agent started itself)."""
 
     @property
     def first_output_ms(self) -> float | None:
@@ -490,6 +494,9 @@ class Conversation:
     timeline: list[Entity] = field(default_factory=list)
     """Entries in order of first sighting."""
     turns: list[PromptTurn] = field(default_factory=list)
+    hop: int = 0
+    """0: the recorded link's own conversation; n: the one carried n ``proxy/successor``
+    envelopes deep (a proxy chain: what a proxy component and its successor said)."""
     protocol_version: int | None = None
     runs: list[int | str | None] = field(default_factory=list)
     cwd: str | None = None

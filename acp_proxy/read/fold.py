@@ -63,6 +63,7 @@ import msgspec
 
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import output, wire
+from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
 from acp_proxy.protocol.rows import FrameLike, RecordedFrame, run_events
 from acp_proxy.protocol.state import ConnectionState
 from acp_proxy.protocol.vocabulary import A2C, C2A
@@ -168,7 +169,7 @@ def fold_rows(
     ended (an import, a file).
     """
     folder = Folder()
-    relayed = (r for r in rows if r["dir"] in (C2A, A2C) and r.get("kind") != "batch")
+    relayed = [r for r in rows if r["dir"] in (C2A, A2C) and r.get("kind") != "batch"]
     for run, group in itertools.groupby(relayed, key=lambda r: r["run_id"]):
         for row, events, turn in run_events(group, ended=(ended or {}).get(run, True)):
             if row is None:
@@ -190,7 +191,25 @@ def fold_rows(
                 run=run,
             )
             folder.apply(item, message, events, turn)
-    return folder.conversations
+    return _with_inner_hops(folder.conversations, relayed, ended)
+
+
+def _with_inner_hops(
+    conversations: dict[str | None, Conversation], rows: list[Mapping[str, Any]], ended: Mapping[Any, bool] | None
+) -> dict[str | None, Conversation]:
+    """The conversations ``proxy/successor`` envelopes carry, folded as any (a deeper hop the
+    same way), after the link's own: keyed ``<session> @hop<n>``, ``Conversation.hop`` = n."""
+    if not any(r.get("method") == SUCCESSOR for r in rows):
+        return conversations
+    inner: list[Mapping[str, Any]] = []
+    for _run, group in itertools.groupby(rows, key=lambda r: r["run_id"]):
+        unwrapper = Unwrapper()
+        inner += [found for row in group if (found := unwrapper.unwrap(row)) is not None]
+    out = dict(conversations)
+    for conv in fold_rows(inner, ended=ended).values():
+        conv.hop += 1
+        out[f"{conv.session_id or 'connection'} @hop{conv.hop}"] = conv
+    return out
 
 
 def fold_sessions(
@@ -326,6 +345,19 @@ class Folder(ContentRules):
                     self._negotiated[run] = e.version
             elif isinstance(e, ev.VersionInferred):
                 self._inferred.setdefault(run, e.version)
+            elif isinstance(e, ev.TurnStarted) and e.by == "agent" and e.seq is not None:
+                # v2 work the agent started itself: a turn with no prompt, from its running.
+                conv = self._conv(e.session_id, run)
+                turn = PromptTurn(
+                    index=len(conv.turns) + 1,
+                    session_id=e.session_id,
+                    seq=e.seq,
+                    ts_ns=e.ts_ns,
+                    run=run,
+                    by="agent",
+                )
+                conv.turns.append(turn)
+                self._turns[(run, e.seq)] = turn
 
     def _after(self, item: FoldInput, events: tuple[ev.Event, ...]) -> None:
         """Events that change what the frame's content created or found."""

@@ -197,6 +197,8 @@ PERMISSION_V2 = a2c(
 CANCELLED_OUTCOME = c2a(res(0, {"outcome": {"outcome": "cancelled"}}))
 ALLOWED_OUTCOME = c2a(res(0, {"outcome": {"outcome": "selected", "optionId": "allow"}}))
 CANCEL_V2 = c2a(note("session/cancel", {"sessionId": S}))
+# The v2 marker that ends a replay (RFD v2/session-replay-complete; ReplayComplete in the schema).
+REPLAY_DONE = upd({"sessionUpdate": "replay_complete"})
 
 
 # -- one row per rule: (rule id, trace that breaks exactly it, the same trace mended) -------------
@@ -280,20 +282,57 @@ CASES: list[tuple[str, list[Msg], list[Msg]]] = [
     ),
     (
         "replay/notice",
-        [*v2_turn(), c2a(RESUME_V2), user_message(), NOTICE, a2c(res(5, {}))],
-        [*v2_turn(), c2a(RESUME_V2), user_message(), a2c(res(5, {})), NOTICE],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), NOTICE, REPLAY_DONE, a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {})), NOTICE],
+    ),
+    (
+        # The marker states the replay's end: a resume answered without it is the older shape.
+        "replay/complete-missing",
+        [*v2_turn(), c2a(RESUME_V2), user_message(), a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {}))],
+    ),
+    (
+        "replay/complete-missing",
+        # Even an empty replay ends with the marker.
+        [*v2_turn(), c2a(RESUME_V2), a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2), REPLAY_DONE, a2c(res(5, {}))],
+    ),
+    (
+        "replay/complete-unexpected",
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, REPLAY_DONE, a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {}))],
+    ),
+    (
+        "replay/complete-unexpected",
+        [*v2_turn(), c2a(RESUME_V2_NO_REPLAY), REPLAY_DONE, a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2_NO_REPLAY), a2c(res(5, {}))],
+    ),
+    (
+        "replay/complete-unexpected",
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {})), REPLAY_DONE],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {}))],
+    ),
+    (
+        "replay/truncated",
+        [*v2_turn(), c2a(RESUME_V2), user_message(), a2c(err(5))],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(err(5))],
+    ),
+    (
+        "replay/live-update",
+        [*v2_turn(), c2a(RESUME_V2), user_message(), RUNNING, REPLAY_DONE, a2c(res(5, {})), idle()],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, RUNNING, a2c(res(5, {})), idle()],
     ),
     (
         "resume/replay-after-response",
         # v2: the history must come before the answer; a user message after it, before any
         # prompt, is history sent late. (A message id already replayed is history too.)
-        [*v2_turn(), c2a(RESUME_V2), a2c(res(5, {})), user_message()],
-        [*v2_turn(), c2a(RESUME_V2), user_message(), a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2), REPLAY_DONE, a2c(res(5, {})), user_message()],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {}))],
     ),
     (
         "resume/replay-after-response",
-        [*v2_turn(), c2a(RESUME_V2), user_message(), AGENT_MESSAGE, a2c(res(5, {})), AGENT_MESSAGE],
-        [*v2_turn(), c2a(RESUME_V2), user_message(), AGENT_MESSAGE, a2c(res(5, {}))],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), AGENT_MESSAGE, REPLAY_DONE, a2c(res(5, {})), AGENT_MESSAGE],
+        [*v2_turn(), c2a(RESUME_V2), user_message(), AGENT_MESSAGE, REPLAY_DONE, a2c(res(5, {}))],
     ),
     (
         "resume/replayed",
@@ -386,8 +425,13 @@ def test_rule_broken_and_mended(rule_id: str, broken: list[Msg], mended: list[Ms
     assert findings(mended) == []
 
 
+# Rules whose case is a test of its own (the finding's version is not the trace's; batches are
+# recorded as batch lines then elements).
+OWN_TESTS = {"version/newer", "batch/rejected", "batch/ignored"}
+
+
 def test_every_rule_has_a_case() -> None:
-    assert {c[0] for c in CASES} == set(RULES)
+    assert {c[0] for c in CASES} | OWN_TESTS == set(RULES)
 
 
 def test_schema_finding_names_the_json_path() -> None:
@@ -602,9 +646,11 @@ def test_severities_follow_must_and_should() -> None:
         "turn/unfinished",
         "cancel/stop-reason-race",
         "replay/notice",  # "Live-only notice updates ... SHOULD NOT be replayed"
+        "replay/truncated",  # a state the RFD names ("is truncated"), not a MUST of its own
+        "batch/ignored",  # "The receiver SHOULD respond with an array ..."
         "tool/unknown-call",
     }
-    [notice] = findings([*v2_turn(), c2a(RESUME_V2), user_message(), NOTICE, a2c(res(5, {}))])
+    [notice] = findings([*v2_turn(), c2a(RESUME_V2), user_message(), NOTICE, REPLAY_DONE, a2c(res(5, {}))])
     assert (notice.rule_id, notice.severity) == ("replay/notice", "warning")
 
 
@@ -665,3 +711,177 @@ def _pid_run(run_id: int) -> list[dict[str, Any]]:
     import os
 
     return [{"run_id": run_id, "seq": 1, "dir": "a2c", "raw": "x", "kind": "invalid", "fault": str(os.getpid())}]
+
+
+def test_a_replay_cut_by_the_end_of_the_connection_is_truncated() -> None:
+    found = findings([*v2_turn(), c2a(RESUME_V2), user_message()])
+    assert [(f.rule_id, f.seq) for f in found] == [("jsonrpc/unanswered", 11), ("replay/truncated", 11)]
+    # The marker came: the replay was whole, only the answer is missing.
+    found = findings([*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE])
+    assert [f.rule_id for f in found] == ["jsonrpc/unanswered"]
+
+
+def test_a_v2_resume_ended_by_replay_complete_passes_and_updates_after_it_are_live() -> None:
+    trace = [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, RUNNING, a2c(res(5, {})), idle()]
+    assert findings(trace) == []
+    checker = Checker()
+    for rec in records(trace):
+        checker.feed(rec)
+    assert not checker.state.replaying(S)
+
+
+def test_agent_initiated_work_passes_and_is_a_turn() -> None:
+    # v2 prompt lifecycle: foreground work may be agent-initiated; it needs no prompt request
+    # and no user message, and ends with idle like any other.
+    trace = [*v2_start(), RUNNING, AGENT_MESSAGE, upd({"sessionUpdate": "state_update", "state": "unknown"}), idle()]
+    checker = Checker()
+    found = [f for rec in records(trace) for f in checker.feed(rec)] + checker.finish()
+    assert found == []
+    assert checker.turns == {5: ("ended", "end_turn", 8)}
+    # Still foreground work: it must reach idle.
+    [unfinished] = findings([*v2_start(), RUNNING, AGENT_MESSAGE])
+    assert unfinished.rule_id == "turn/unfinished" and unfinished.message.startswith("agent-initiated work")
+
+
+def test_without_the_marker_a_state_snapshot_before_the_answer_is_not_a_live_update() -> None:
+    # The window is only inferred then: the snapshot that follows a replay falls inside it.
+    found = findings([*v2_turn(), c2a(RESUME_V2), user_message(), idle(), a2c(res(5, {}))])
+    assert [f.rule_id for f in found] == ["replay/complete-missing"]
+
+
+def _as_version(trace: list[Msg], version: int) -> list[Msg]:
+    out = []
+    for direction, message in trace:
+        if isinstance(message, dict) and message.get("id") == 0 and "protocolVersion" in str(message):
+            message = json.loads(json.dumps(message))
+            (message.get("params") or message.get("result"))["protocolVersion"] = version
+        out.append((direction, message))
+    return out
+
+
+def test_a_peer_newer_than_our_schemas_is_told_so_once_and_checked_against_the_newest() -> None:
+    trace = _as_version(
+        [*v2_turn(), c2a(RESUME_V2), user_message(), REPLAY_DONE, a2c(res(5, {})), CANCEL_V2],
+        3,
+    )
+    found = findings(trace)
+    assert [(f.rule_id, f.severity, f.seq) for f in found] == [("version/newer", "info", 2)]
+    assert "version 3" in found[0].message and "v2" in found[0].message
+    assert found[0].spec == RULES["version/newer"].spec_for(2)
+    # Checked, not waved through: a broken v2 payload is still found.
+    broken = findings(_as_version(v2_turn(upd({"sessionUpdate": "plan_update"})), 3))
+    assert {f.rule_id for f in broken} == {"version/newer", "schema/update"}
+
+
+def test_the_prompt_responses_message_id_rule_follows_the_negotiated_schema(monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = v2_turn(message_id=None)
+    trace[5] = a2c(res(2, {}))  # an earlier v2 draft's acceptance
+    trace.remove(user_message())
+    required = findings(trace, schema=False)
+    assert [f.rule_id for f in required] == ["prompt/message-id"]
+    # A schema whose PromptResponse does not require the id: {} is that draft's answer.
+    from acp_proxy.checks import schema as schema_module
+
+    monkeypatch.setattr(schema_module.SchemaSet, "prompt_message_id", False, raising=False)
+    for cached in (schema_module.schemas(2, True), schema_module.schemas(2, False)):
+        monkeypatch.setattr(cached, "prompt_message_id", False)
+    assert findings(trace, schema=False) == []
+
+
+def _recorded_findings(trace: list[Msg]) -> list[Finding]:
+    # Batch lines then their elements, as the recorder stores them (batch_seq on each element).
+    from tests.read.test_agreement import record, rows_of
+
+    records, _ = record([(d, m, True) for d, m in trace], ended=True)
+    return list(check(rows_of(records)))
+
+
+BATCH = c2a(
+    [
+        req(7, "session/list", {}),
+        note("session/cancel", {"sessionId": S}),
+        req(8, "session/list", {}),
+    ]
+)
+REFUSED = a2c({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request"}})
+
+
+def test_a_batch_refused_with_one_invalid_request_says_why_the_peers_cannot_talk() -> None:
+    # The Rust SDK 5.x answers any array with a single -32600 (id null).
+    found = _recorded_findings([*v2_start(), BATCH, REFUSED])
+    rejected = [f for f in found if f.rule_id == "batch/rejected"]
+    assert [(f.severity, f.seq) for f in rejected] == [("error", 9)]
+    assert "agent" in rejected[0].message and rejected[0].spec == "v2-draft/transports.mdx#json-rpc-batch-messages"
+    assert {f.rule_id for f in found} == {"batch/rejected", "jsonrpc/unanswered"}
+    # Answered entry by entry (an array of responses): nothing to say.
+    answers = a2c([res(7, {"sessions": []}), res(8, {"sessions": []})])
+    assert _recorded_findings([*v2_start(), BATCH, answers]) == []
+    # An invalid entry's own -32600 inside the response array is not a refusal of the batch.
+    invalid = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "x"}}
+    partial = a2c([res(7, {"sessions": []}), res(8, {"sessions": []}), invalid])
+    assert [f.rule_id for f in _recorded_findings([*v2_start(), BATCH, partial])] == []
+
+
+def test_a_batch_nobody_answers_is_ignored() -> None:
+    found = _recorded_findings([*v2_start(), BATCH])
+    ignored = [f for f in found if f.rule_id == "batch/ignored"]
+    assert [(f.severity, f.seq) for f in ignored] == [("warning", 5)]
+    assert "answered none of the 2 request(s)" in ignored[0].message
+
+
+# -- proxy chains: the recording is the conductor's link to a proxy component ----------------------
+
+
+def successor(message: dict[str, Any], outer_id: int | None = None) -> dict[str, Any]:
+    """``message`` wrapped in a proxy/successor envelope (RFD proxy-chains, "Message reference")."""
+    params = {"method": message["method"], **({"params": message["params"]} if "params" in message else {})}
+    envelope: dict[str, Any] = {"jsonrpc": "2.0", "method": "proxy/successor", "params": params}
+    if outer_id is not None:
+        envelope["id"] = outer_id
+    return envelope
+
+
+def chained(inner: list[Msg]) -> list[Msg]:
+    """The conductor's link to a proxy that forwards ``inner`` (a client<->agent conversation)
+    to its successor: what the proxy sends (inner c2a) goes out a2c in an envelope, what the
+    successor sends (inner a2c) comes in c2a; an inner answer is the envelope's answer."""
+    out: list[Msg] = [
+        c2a(req(0, "proxy/initialize", {"protocolVersion": 2, "info": {"name": "conductor", "version": "1"}})),
+    ]
+    ids: dict[tuple[str, Any], int] = {}
+    for n, (direction, message) in enumerate(inner, start=100):
+        outer = "a2c" if direction == "c2a" else "c2a"
+        if "method" in message:
+            if "id" in message:
+                ids[(direction, message["id"])] = n
+            out.append((outer, successor(message, n if "id" in message else None)))
+        else:
+            answered = ids.pop(("a2c" if direction == "c2a" else "c2a", message["id"]))
+            out.append((outer, {**message, "id": answered}))
+    out.append(a2c(res(0, {"protocolVersion": 2, "info": {"name": "proxy", "version": "1"}})))
+    return out
+
+
+def test_a_proxy_chains_inner_conversation_is_checked_as_its_own_with_the_hop_shown() -> None:
+    assert findings(chained(v2_turn())) == []
+    # The inner agent breaks a rule: the outer link is clean, the finding names the hop.
+    broken = [*v2_start(), prompt2(), accepted(), user_message(), AGENT_MESSAGE, RUNNING, idle()]
+    found = findings(chained(broken))
+    assert [f.rule_id for f in found] == ["turn/running-before-output"]
+    assert found[0].message.startswith("hop 1: ") and found[0].seq == 1 + broken.index(AGENT_MESSAGE) + 1
+    # Envelopes nest: a chain of two proxies.
+    twice = findings(chained(chained(broken)))
+    assert [f.message.split(":")[0] for f in twice] == ["hop 2"]
+    # The inner payloads are validated too.
+    bad = findings(chained([*v2_start(), c2a(req(7, "session/list", {"cursor": 5})), a2c(res(7, {"sessions": []}))]))
+    assert [(f.rule_id, f.message[:6]) for f in bad] == [("schema/params", "hop 1:")]
+
+
+def test_running_before_the_user_message_is_the_prompts_work() -> None:
+    # StateUpdate: "running may precede user-message insertion, for example during a foreground
+    # hook. It is not acknowledgment of insertion."
+    trace = [*v2_start(), prompt2(), RUNNING, accepted(), user_message(), AGENT_MESSAGE, idle()]
+    checker = Checker()
+    found = [f for rec in records(trace) for f in checker.feed(rec)] + checker.finish()
+    assert found == []
+    assert checker.turns == {5: ("ended", "end_turn", 10)}

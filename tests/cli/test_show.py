@@ -242,3 +242,34 @@ def test_a_terminal_exit_and_a_client_terminal_read_as_words() -> None:
     output = shown(frames)
     assert "terminal   t1 (client terminal) make — killed by SIGKILL" in output
     assert "{" not in "".join(lines_of(output, "terminal"))
+
+
+def test_work_the_agent_started_itself_is_a_turn() -> None:
+    frames = [
+        *v2_start(),
+        a2c(upd({"sessionUpdate": "state_update", "state": "running"})),
+        a2c(upd({"sessionUpdate": "agent_message_chunk", "messageId": "a1", "content": text("CI is green")})),
+        a2c(upd({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"})),
+    ]
+    output = shown(frames)
+    assert "── Turn 1 · started by the agent · stop: end_turn" in output
+    assert output.index("── Turn 1") < output.index("CI is green")
+
+
+def test_a_proxy_chains_inner_conversation_is_shown_with_its_hop() -> None:
+    from tests.checks.test_checks import chained
+
+    inner = [
+        *[(d, m) for d, m, _ in v2_start()],
+        ("c2a", req(2, "session/prompt", {"sessionId": S, "prompt": [text("refactor it")]})),
+        ("a2c", res(2, {"messageId": "u1"})),
+        ("a2c", upd({"sessionUpdate": "state_update", "state": "running"})),
+        ("a2c", upd({"sessionUpdate": "agent_message_chunk", "messageId": "a1", "content": text("Done.")})),
+        ("a2c", upd({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"})),
+    ]
+    output = shown([(d, m, True) for d, m in chained(inner)])
+    assert f"Session {S}  hop 1: inside proxy/successor" in output
+    hop = output[output.index("hop 1: inside proxy/successor") :]
+    assert "refactor it" in hop and "Done." in hop and "── Turn 1 · stop: end_turn" in hop
+    # The link itself carries only envelopes: no session of its own.
+    assert output.count(f"Session {S}") == 1

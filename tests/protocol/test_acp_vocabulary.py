@@ -122,3 +122,22 @@ def test_direction_helpers() -> None:
     assert "session/prompt" in v2.requests("c2a") and "session/prompt" not in v2.requests("a2c")
     assert "$/cancel_request" in v2.notifications("c2a") and "$/cancel_request" in v2.notifications("a2c")
     assert "proxy/successor" in v2.requests("a2c") and "proxy/successor" in v2.notifications("c2a")
+
+
+def test_the_supplement_adds_the_variants_newer_than_the_published_schemas() -> None:
+    from acp_proxy.checks.schema import schemas
+    from acp_proxy.protocol import vocabulary as voc
+
+    v1, v2 = voc.vocabulary(1), voc.vocabulary(2)
+    assert {"replay_complete", "cursor_update", "prompt_suggestions_update"} <= v2.updates - v2.stable_updates
+    assert "replay_complete" not in v1.updates and "prompt_suggestions_update" in v1.updates
+    assert v2.classify_update("replay_complete") is None and voc.classify_unknown("cursor_update") is None
+    draft = schemas(2, True)
+    assert draft.first_error(draft.variants["replay_complete"], {"sessionUpdate": "replay_complete"}) is None
+    assert draft.first_error(draft.variants["cursor_update"], {"sessionUpdate": "cursor_update"}) is not None
+    # The open "other" branch of the union no longer takes them.
+    other = voc.load_schema(2, unstable=True)["$defs"]["SessionUpdate"]["anyOf"][-1]
+    excluded = {m["properties"]["sessionUpdate"]["const"] for m in other["not"]["anyOf"]}
+    assert "replay_complete" in excluded
+    # The stable files stay as published.
+    assert "replay_complete" not in str(voc.load_schema(2)["$defs"]["SessionUpdate"])

@@ -460,6 +460,7 @@ def test_events_are_frozen_and_encode_as_json_with_their_name() -> None:
         "index": 1,
         "protocol_version": 2,
         "rpc_id": "2",
+        "by": "prompt",
     }
     try:
         event.seq = 4  # type: ignore[misc]
@@ -661,3 +662,55 @@ def test_a_recorded_run_gives_every_row_with_its_events_then_the_end() -> None:
     assert isinstance(unanswered, ev.Unanswered) and isinstance(unfinished, ev.TurnEnded)
     assert unfinished.ts_ns == 30
     assert [m.row for m in rw.run_events(rows, ended=False)] == rows
+
+
+def test_replay_complete_closes_the_oldest_resume_window_and_the_answer_only_restores() -> None:
+    conn = Conn()
+    start(conn, 2)
+    replay = {"sessionId": S, "cwd": "/w", "replayFrom": {"type": "start"}}
+    conn.c2a(req(3, "session/resume", replay))
+    conn.c2a(req(4, "session/resume", replay))
+    assert isinstance(conn.a2c(chunk())[0], ev.UpdateReplayed)
+    (closed,) = conn.a2c(upd({"sessionUpdate": "replay_complete"}))
+    assert isinstance(closed, ev.ReplayWindowClosed)
+    assert (closed.by, closed.request_seq, closed.ok) == ("marker", 5, True)
+    assert conn.state.replaying(S)  # the second resume's window is still open
+    assert kinds(conn.a2c(res(3, {}))) == ["ResponsePaired", "SessionRestored"]
+    assert conn.state.replaying(S)
+    conn.a2c(upd({"sessionUpdate": "replay_complete"}))
+    assert not conn.state.replaying(S)
+    # Updates after the marker and before the answer are live: the marker states the end.
+    assert conn.a2c(chunk()) is NO_EVENTS
+    assert kinds(conn.a2c(res(4, {}))) == ["ResponsePaired", "SessionRestored"]
+
+
+def test_without_replay_complete_the_answer_closes_the_window_and_says_so() -> None:
+    conn = Conn()
+    start(conn, 2)
+    conn.c2a(req(3, "session/resume", {"sessionId": S, "cwd": "/w", "replayFrom": {"type": "start"}}))
+    closed = conn.a2c(res(3, {}))[1]
+    assert isinstance(closed, ev.ReplayWindowClosed) and closed.by == "response"
+    # A marker outside any window changes nothing.
+    assert conn.a2c(upd({"sessionUpdate": "replay_complete"})) is NO_EVENTS or not conn.state.replaying()
+
+
+def test_v2_work_the_agent_starts_without_a_prompt_is_a_turn() -> None:
+    conn = Conn()
+    start(conn, 2)
+    _reported, started = conn.a2c(state("running"))
+    assert isinstance(started, ev.TurnStarted)
+    assert (started.by, started.prompt_seq, started.index, started.rpc_id) == ("agent", 5, 1, None)
+    (first,) = conn.a2c(chunk())
+    assert isinstance(first, ev.TurnOutput) and first.prompt_seq == 5
+    # unknown: activity cannot be determined now; the work is not over.
+    assert kinds(conn.a2c(state("unknown"))) == ["StateReported"]
+    assert conn.state.open_turn(S) == 5
+    ended = conn.a2c(state("idle", "end_turn"))[-1]
+    assert isinstance(ended, ev.TurnEnded) and (ended.prompt_seq, ended.by, ended.status) == (5, "idle", "ended")
+    # A prompt's running is the prompt's, not a turn of the agent's own.
+    conn.c2a(req(2, "session/prompt", {"sessionId": S, "prompt": []}))
+    assert kinds(conn.a2c(state("running"))) == ["StateReported"]
+    # v1 knows no agent-initiated work.
+    v1 = Conn()
+    start(v1, 1)
+    assert not v1.of(ev.TurnStarted) and not any(isinstance(e, ev.TurnStarted) for e in v1.a2c(state("running")))

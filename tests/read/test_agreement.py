@@ -2,9 +2,10 @@
 
 Hypothesis writes conversations of both protocol versions — queued prompts, cancels,
 ``$/cancel_request``, history replays (v1 ``session/load``, v2 ``session/resume`` with and without
-``replayFrom``), idle with and without a stop reason, plans, tool calls, permission requests,
-agent work without a prompt, prompts the proxy answered with an injected error, batches, unknown
-variants and methods, errors, answers the proxy withheld, stray answers, lines that are not JSON —
+``replayFrom``, ended by ``replay_complete`` or by the answer), idle with and without a stop
+reason, plans, tool calls, permission requests, agent work without a prompt (a turn too),
+prompts the proxy answered with an injected error, batches, unknown variants and methods, errors,
+answers the proxy withheld, stray answers, lines that are not JSON —
 and records each as the recorder does (``wire.decode`` into ``FrameRecord``s, batch lines then
 their elements, the tracker annotating each). Then every view is built from what was recorded,
 each by its own code: the tracker's row changes (in memory, and through the recorder's
@@ -164,7 +165,11 @@ def _step(draw: Any, s: Script) -> None:
                     "future_thing",
                     "session_info_update",
                 ]
-                + (["tool_call", "plan"] if s.version == 1 else ["agent_message", "compaction_update"])
+                + (
+                    ["tool_call", "plan"]
+                    if s.version == 1
+                    else ["agent_message", "compaction_update", "replay_complete"]
+                )
             )
         )
         body: dict[str, Any] = {"sessionUpdate": variant, "messageId": "a1", "toolCallId": "t1", "content": _text("x")}

@@ -1735,3 +1735,15 @@ def test_fixture_permission_refused_with_method_not_found() -> None:
     turn = conv.turns[0]
     assert (turn.stop_reason, turn.error, turn.end_seq) == (None, method_not_found, 13)
     assert conv.state == "idle"
+
+
+def test_work_the_agent_starts_itself_is_a_turn_of_the_conversation() -> None:
+    state = {"sessionUpdate": "state_update", "state": "running"}
+    conv = run(
+        upd(state),
+        am("a1", [txt("a background task finished")]),
+        upd({"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}),
+    )
+    [turn] = conv.turns
+    assert (turn.by, turn.seq, turn.prompt, turn.status, turn.end_seq) == ("agent", 1, [], "ended", 3)
+    assert turn.first_output_seq == 2

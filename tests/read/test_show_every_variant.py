@@ -75,6 +75,13 @@ UPDATES: dict[str, tuple[dict[str, Any], str]] = {
         "[~] Do",
     ),
     "plan_removed": ({"planId": "p9"}, "plan       p9 removed"),
+    # Newer than the published schema files (acp_proxy/schema/v2.supplement.json).
+    "replay_complete": ({}, "replay     complete: the history replay ends here"),
+    "cursor_update": ({"cursorId": "cur1", "anchor": {"messageId": "m1"}}, 'cursor     cur1 at {"messageId":"m1"}'),
+    "prompt_suggestions_update": (
+        {"suggestions": [{"prompt": [text("Run the tests")]}]},
+        "suggest    Run the tests",
+    ),
     "session_info_update": ({"title": "Fix the tests"}, "info       title “Fix the tests”"),
     "state_update": ({"state": "idle", "stopReason": "end_turn"}, "state      idle (end_turn)"),
     "subagent_update": ({"sessionId": "child", "title": "Helper"}, "subagent   child Helper"),
@@ -160,7 +167,7 @@ def test_every_update_variant_is_rendered_deliberately(version: int, variant: st
 PARAMS: dict[str, dict[str, Any]] = {
     "initialize": {"protocolVersion": 1, "clientInfo": {"name": "editor", "version": "1"}},
     "proxy/initialize": {"protocolVersion": 1, "clientInfo": {"name": "conductor", "version": "2"}},
-    "proxy/successor": {"method": "_vendor/thing", "params": {}},
+    "proxy/successor": {"method": "$/cancel_request", "params": {"requestId": 99}},
     "authenticate": {"methodId": "oauth"},
     "session/prompt": {"sessionId": S, "prompt": [text("go")]},
     "session/request_permission": {"sessionId": S, "toolCall": {"toolCallId": "c1"}, "options": []},

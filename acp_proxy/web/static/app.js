@@ -190,7 +190,7 @@ function conversationView(convs) {
   if (!convs.length) return [el("p", { class: "dim", text: "No conversation recorded." })];
   const out = [];
   for (const c of convs) {
-    const bits = [c.title ? `“${c.title}”` : "", c.cwd ? `cwd ${c.cwd}` : "", c.protocol_version ? `protocol ${c.protocol_version}` : "",
+    const bits = [c.hop ? `hop ${c.hop}: inside proxy/successor` : "", c.title ? `“${c.title}”` : "", c.cwd ? `cwd ${c.cwd}` : "", c.protocol_version ? `protocol ${c.protocol_version}` : "",
       c.runs && c.runs.length ? `runs ${c.runs.join(", ")}` : ""].filter(Boolean);
     out.push(el("div", { class: "conv-head" }, c.session_id ? `Session ${c.session_id}` : "Outside any session", " ",
       el("span", { class: "dim", text: bits.join(" · ") })));
@@ -202,6 +202,7 @@ function conversationView(convs) {
         const t = turns.get(current);
         const head = current ? [`Turn ${current}`] : ["before the first prompt"];
         if (t) {
+          if (t.by === "agent") head.push("started by the agent");
           if (t.stop_reason) head.push(`stop: ${t.stop_reason}`);
           else if (t.error) head.push("error");
           else if (t.end_seq == null) head.push("unfinished");
