@@ -27,7 +27,6 @@ from acp_proxy.protocol.vocabulary import OTHER
 
 SUCCESSOR = "proxy/successor"
 
-_decoder = msgspec.json.Decoder()
 
 
 def _text(line: Any) -> str | None:
@@ -63,7 +62,7 @@ class Unwrapper:
         if text is None:
             return None
         try:
-            outer = _decoder.decode(text)
+            outer = wire.decode_value(text)  # depth-bounded, like every decode above the wire
         except msgspec.DecodeError:
             return None
         if not isinstance(outer, dict):

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from acp_proxy.checks.rules import Checker, check
 from acp_proxy.cli import transcript
-from acp_proxy.mcp.server import Tools
+from acp_proxy.mcp.tools import Tools
 from acp_proxy.otel import spans
 from acp_proxy.protocol import rows as rw
 from acp_proxy.protocol import wire
@@ -560,8 +560,8 @@ def test_the_database_doors_tell_the_same_turns(conversation: tuple[list[tuple[s
         page = model.conversation(read, "run", str(RUN), Redactor(), parts=("summary", "conversation", "charts"))
         read.conn.close()
         tools = Tools(path, Redactor())
-        stats = json.loads(tools.stats(str(RUN)))
-        diffed = json.loads(tools.diff(str(RUN), str(RUN)))
+        stats = tools.stats(str(RUN)).model_dump(mode="json")
+        diffed = tools.diff(str(RUN), str(RUN)).model_dump(mode="json")
     # The inspector's conversations are show's.
     inspected, permissions, inspected_turns = conversation_facts(page["conversations"])
     assert inspected == table and permissions == permissions_per_turn(changes)
@@ -574,9 +574,10 @@ def test_the_database_doors_tell_the_same_turns(conversation: tuple[list[tuple[s
     assert bars == sorted(status for status, _, _ in table.values() if status in ("running", "unfinished"))
     # stats (and the MCP stats tool): the turns table through its view; turns known by their start.
     started = {timeline.iso(seq * MS): seq for seq in table}
-    metrics = {started[t["started"]]: (t["status"], t["chunks"], t["to_first_output_ms"]) for t in stats["turns"]}
+    stats_turns = stats["turns"]["items"]
+    metrics = {started[t["started"]]: (t["status"], t["chunks"], t["to_first_output_ms"]) for t in stats_turns}
     assert metrics == table
     # The MCP diff tool: every turn's outcome and first output.
-    turns = sorted(((t["left"]["outcome"], t["left"]["first_output_ms"]) for t in diffed["turns"]), key=repr)
+    turns = sorted(((t["left"]["outcome"], t["left"]["first_output_ms"]) for t in diffed["turns"]["items"]), key=repr)
     assert not diffed["differ"]
     assert turns == sorted(((status, first) for status, _, first in table.values()), key=repr)

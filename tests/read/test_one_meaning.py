@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from acp_proxy.cli import transcript
-from acp_proxy.mcp.server import Tools
+from acp_proxy.mcp.tools import Tools
 from acp_proxy.otel import spans
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.frames import FrameRecord
@@ -121,9 +121,9 @@ def record(tmp: Path, frames: list[tuple[str, Any, bool, int]], *, ended: bool) 
         turns_table=turns_table,
         shown=shown,
         page=page,
-        mcp_stats=json.loads(tools.stats(str(RUN))),
-        mcp_show=tools.show(str(RUN)),
-        mcp_diff=json.loads(tools.diff(str(RUN), str(RUN))),
+        mcp_stats=tools.stats(str(RUN)).model_dump(mode="json"),
+        mcp_show=tools.show(str(RUN)).text,
+        mcp_diff=tools.diff(str(RUN), str(RUN)).model_dump(mode="json"),
         diffed=diffed,
         spans=built,
     )
@@ -169,8 +169,8 @@ def test_a_queued_prompts_predecessors_answer_stays_in_its_turn(tmp_path: Path) 
     (one, two) = doors.diffed
     assert (one["left"]["agent"], two["left"]["agent"]) == ("A!", "")
     assert (one["left"]["first_output_ms"], two["left"]["first_output_ms"]) == (40.0, None)
-    assert [(t["left"]["agent"]) for t in doors.mcp_diff["turns"]] == ["A!", ""]
-    assert [t["chunks"] for t in doors.mcp_stats["turns"]] == [1, 0]
+    assert [(t["left"]["agent"]) for t in doors.mcp_diff["turns"]["items"]] == ["A!", ""]
+    assert [t["chunks"] for t in doors.mcp_stats["turns"]["items"]] == [1, 0]
     # The OpenTelemetry span of turn 1 (ended by the idle) has its time to first chunk.
     (span,) = turn_spans(doors)
     assert span.attributes["acp.prompt.seq"] == 5
@@ -203,7 +203,7 @@ def test_first_output_is_the_plan_in_every_view(tmp_path: Path) -> None:
     doors = record(tmp_path, frames, ended=True)
     (turn,) = doors.turns_table
     assert turn["first_output_ns"] - turn["start_ns"] == 100 * MS  # stats said 301 ms
-    assert [t["to_first_output_ms"] for t in doors.mcp_stats["turns"]] == [100.0]
+    assert [t["to_first_output_ms"] for t in doors.mcp_stats["turns"]["items"]] == [100.0]
     (one,) = doors.diffed
     assert one["left"]["first_output_ms"] == 100.0  # diff said 200 ms (the permission request)
     (mark,) = [m for m in doors.page["waterfall"] if m["kind"] == "first output"]
@@ -248,6 +248,6 @@ def test_a_prompt_answered_by_an_injected_error_stays_in_the_conversation(tmp_pa
     assert prompt["seq"] == 5 and prompt["turn"] == 1
     errors = [e for e in page_conv["timeline"] if e["entity"] == "error"]
     assert [(e["seq"], e["turn"], e["message"]) for e in errors] == [(6, 1, "injected")]
-    assert [t["left"]["outcome"] for t in doors.mcp_diff["turns"]] == ["error"]
+    assert [t["left"]["outcome"] for t in doors.mcp_diff["turns"]["items"]] == ["error"]
     (span,) = turn_spans(doors)
     assert span.attributes["acp.turn.status"] == "error"

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from acp_proxy.cli.commands import cli
-from acp_proxy.mcp.server import Tools
+from acp_proxy.mcp.tools import Tools
 from acp_proxy.otel.spans import build
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.redact import Redactor
@@ -170,8 +170,8 @@ def test_the_inspector_mcp_and_otlp_read_a_deep_recording(deep_recording: tuple[
         read.conn.close()
     assert len(rows) == 9 and page["conversations"] and page["timeline"] and all(f["json"] for f in frames) and compared
     tools = Tools(db, Redactor())
-    assert "hello" in tools.show("1")
-    assert json.loads(tools.diff("1", "2"))
-    assert len(json.loads(tools.frames("run:1", limit=100))) == len(rows)
+    assert "hello" in tools.show("1").text
+    assert tools.diff("1", "2").model_dump(mode="json")
+    assert tools.frames("run:1", limit=100).total == len(rows)
     spans, _ = build(rows, content=True)
     assert spans
