@@ -20,6 +20,8 @@ Must not know: click, rich, HTTP, MCP; how a door renders a frame. Never writes.
 
 from __future__ import annotations
 
+import itertools
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -136,18 +138,20 @@ class Selection:
             args += [after[0], after[0], after[1]]
         return " and ".join(clauses), args
 
-    def rows(self, after: Cursor | None = None, limit: int | None = None) -> Iterator[dict[str, Any]]:
-        """The selected frames after ``after``, in relay order, masked; at most ``limit``."""
+    def rows(self, after: Cursor | None = None, limit: int | None = None, offset: int = 0) -> Iterator[dict[str, Any]]:
+        """The selected frames after ``after``, in relay order, masked; at most ``limit``, the
+        first ``offset`` of them skipped (by SQLite when the SQL alone selects)."""
         if limit == 0:
             return
         if self.in_python:
-            yield from self._matched(after, limit)
+            end = None if limit is None else offset + limit
+            yield from itertools.islice(self._matched(after, end), offset, None)
             return
         where, args = self._where(after)
         sql = f"select * from frames where {where} order by frames.run_id, frames.seq"
-        if limit is not None:
-            sql += " limit ?"
-            args = [*args, limit]
+        if limit is not None or offset:
+            sql += " limit ? offset ?"
+            args = [*args, -1 if limit is None else limit, offset]
         for row in queries.iter_rows(self.db, sql, args):
             yield self.redactor.frame_row(row) if self.redactor is not None else row
 
@@ -197,7 +201,7 @@ class Selection:
 
     def page(self, after: Cursor | None = None, limit: int = 50, offset: int = 0) -> FramePage:
         """``limit`` frames after ``after`` (``offset`` more skipped), with the selection's total."""
-        taken = list(self.rows(after, offset + limit + 1))[offset:]
+        taken = list(self.rows(after, limit + 1, offset))
         more = len(taken) > limit
         taken = taken[:limit]
         cursor = (taken[-1]["run_id"], taken[-1]["seq"]) if taken else after
@@ -224,6 +228,43 @@ def _has_findings(expr: filter_tree.Expr) -> bool:
     if isinstance(expr, filter_tree.Not):
         return _has_findings(expr.item)
     return isinstance(expr, filter_tree.HasFinding)
+
+
+class Primed:
+    """One ``Redactor`` that has read a recording's frames in relay order up to a place, kept
+    between requests: what an earlier frame taught it (a credential's value, masked by name) is
+    masked where a later frame repeats it, whatever page is asked for, and each frame is read
+    once (a million-frame run takes seconds to read; a live page asks again every second).
+
+    Reading further ahead than a page needs only masks more, never less. Thread-safe: Datasette
+    answers on several threads."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self.redactor = redactor
+        self._upto: dict[int, int] = {}  # run id -> the last seq read
+        self._lock = threading.Lock()
+
+    def upto(self, db: Any, run_id: int, seq: int) -> Redactor:
+        """The redactor, having read every frame of ``run_id`` before ``seq``."""
+        with self._lock:
+            done = self._upto.get(run_id, 0)
+            if seq - 1 > done and self.redactor.enabled:
+                earlier = "select seq, raw from frames where run_id = ? and seq > ? and seq < ? and raw is not null"
+                for _, raw in db.execute(earlier, [run_id, done, seq]):
+                    self.redactor.raw(raw)
+                self._upto[run_id] = seq - 1
+            return self.redactor
+
+    def masked(self, db: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` (unmasked frames, in relay order) masked, each after all that came before."""
+        out = []
+        for row in rows:
+            redactor = self.upto(db, row["run_id"], row["seq"])
+            with self._lock:
+                out.append(redactor.frame_row(row) if redactor.enabled else row)
+                if self._upto.get(row["run_id"], 0) < row["seq"]:
+                    self._upto[row["run_id"]] = row["seq"]
+        return out
 
 
 def frame(db: Any, run_id: int, seq: int, redactor: Redactor | None = None) -> dict[str, Any] | None:

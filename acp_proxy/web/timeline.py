@@ -84,6 +84,43 @@ def chunk_key(row: dict[str, Any]) -> str | None:
     )
 
 
+_QUIET_KEYS = frozenset(("jsonrpc", "sessionId", "sessionUpdate", "_meta"))
+
+
+def snippet(row: dict[str, Any], message: Any, text: str) -> str:
+    """What a frame says, in a line: the text it carries (a chunk's, a prompt's, a tool call's
+    title, an error's message), else its payload as compact JSON without the envelope
+    (``jsonrpc``, ``id``, ``method``, ``sessionId`` are in their own columns)."""
+    if not isinstance(message, dict):
+        return _cut(text)
+    body: Any = None
+    if "error" in message:
+        body = message["error"]
+    elif "result" in message:
+        body = message["result"]
+    else:
+        body = message.get("params")
+        if isinstance(body, dict) and isinstance(body.get("update"), dict):
+            body = body["update"]
+    if isinstance(body, dict):
+        for key in ("content", "prompt"):
+            said = fd.text_of(body.get(key)) if body.get(key) is not None else ""
+            if said:
+                return _cut(said)
+        for key in ("message", "title", "stopReason"):
+            if isinstance(body.get(key), str) and body[key]:
+                return _cut(body[key])
+        body = {k: v for k, v in body.items() if k not in _QUIET_KEYS}
+    if body is None or body == {}:
+        return ""
+    return _cut(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
 def timeline_row(
     row: dict[str, Any], faults: Sequence[dict[str, Any]] = (), findings: Sequence[dict[str, Any]] = ()
 ) -> dict[str, Any]:
@@ -117,6 +154,7 @@ def timeline_row(
         "faults": [{k: f.get(k) for k in ("action", "detail", "rule")} for f in faults],
         "findings": [{k: f.get(k) for k in ("severity", "rule", "message", "spec")} for f in findings],
         "preview": text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…",
+        "snippet": snippet(row, message, text),
         "chunk_key": chunk_key(row),
         "text": None,
     }
