@@ -17,6 +17,7 @@ from acp_proxy.record.importers import Record, write_run
 from acp_proxy.web import model
 from tests.web_support import app, get_json, synthetic_db
 
+SID = "s1"
 PASSWORD = "correct-Horse-battery-9"  # no shape of its own: masked where it is named, then learnt
 
 
@@ -38,7 +39,7 @@ def long_run(db: Path, chunks: int, quote_every: int = 0) -> int:
         Record("a2c", 2_000, _f({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1}})),
         Record("c2a", 3_000, _f({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/"}})),
         Record("a2c", 4_000, _f({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s1"}})),
-        Record("c2a", 5_000, _f({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": "s"}})),
+        Record("c2a", 5_000, _f({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": SID}})),
     ]
     for i in range(chunks):
         said = f"the password is {PASSWORD} " if quote_every and i % quote_every == quote_every - 1 else f"w{i} "
