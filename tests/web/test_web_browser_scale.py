@@ -10,6 +10,9 @@ million-frame test is marked ``slow`` (``-m "not slow"`` leaves it out).
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from typing import Any
 import pytest
 
 from acp_proxy.record.importers import Record, write_run
+from tests.conftest import start_proxy, watchdog
 from tests.web.test_web_browser import Server, browser, open_page  # noqa: F401 (browser: a fixture)
 from tests.web.test_web_pages import _chunk, _f, long_run
 
@@ -216,4 +220,75 @@ def test_long_text_is_collapsed_with_a_reveal(browser: Any, tmp_path: Path) -> N
         page.wait_for_function("document.getElementById('detail-raw').textContent.includes('the end')")
         page.close()
     finally:
+        server.stop()
+
+
+STREAMING_AGENT = """
+import sys, time
+def chunk(text):
+    return ('{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":'
+            '{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"%s"}}}}\\n' % text).encode()
+rate, seconds = int(sys.argv[1]), float(sys.argv[2])
+start, sent = time.monotonic(), 0
+while sent < rate * seconds:
+    due = int((time.monotonic() - start) * rate) + 1  # paced: `rate` frames a second, in small batches
+    sys.stdout.buffer.write(b"".join(chunk(f"w{n}") for n in range(sent, min(due, int(rate * seconds)))))
+    sys.stdout.buffer.flush()
+    sent = max(sent, min(due, int(rate * seconds)))
+    time.sleep(0.005)  # pacing the stream, not waiting for anything
+sys.stdout.buffer.write(chunk("the last word"))
+sys.stdout.buffer.flush()
+sys.stdin.buffer.read()  # then quiet, alive, until the client hangs up
+"""
+
+
+def test_a_run_streaming_2000_frames_a_second_shows_its_last_frame_soon_after(
+    browser: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "live.db"
+    agent = tmp_path / "stream.py"
+    agent.write_text(STREAMING_AGENT)
+    long_run(db, 1)  # the database exists before the ui opens it
+    server = Server(db)
+    proxy = start_proxy(["run", "--db", str(db), "--", sys.executable, str(agent), "2000", "4"])
+    timer = watchdog(proxy, 120)
+    seen: dict[bytes, float] = {}
+    done = threading.Event()
+
+    def drain() -> None:
+        # The client's side of the pipe, read as fast as it comes (a full pipe would slow the
+        # agent): when each awaited line came through the proxy.
+        assert proxy.stdout is not None
+        tail = b""
+        while chunk := proxy.stdout.read1(1 << 16):
+            tail = (tail + chunk)[-200:]
+            for needle in (b'"text":"w1"', b"the last word"):
+                if needle in tail and needle not in seen:
+                    seen[needle] = time.monotonic()
+            if b"the last word" in seen:
+                done.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        assert proxy.stdin is not None
+        page = open_page(browser, server, "/")
+        page.locator('#runs tr[data-run="2"]').wait_for()  # streaming: run 2 is being recorded
+        page.goto(server.base + "/runs/2")
+        page.locator("#live").wait_for(state="visible")
+        assert done.wait(60), "the agent wrote its last frame"
+        written = seen[b"the last word"]
+        page.locator("#timeline tbody tr[data-frame]").get_by_text("the last word").wait_for(timeout=30_000)
+        shown_after = time.monotonic() - written
+        print(f"the last frame showed {shown_after:.2f} s after the agent wrote it")
+        assert shown_after <= 3.0, f"the last frame showed {shown_after:.2f} s after the agent wrote it"
+        assert page.locator("#timeline tbody tr[data-frame]").count() < 300, "a virtual list by then"
+        assert page.js_errors == []
+        page.close()
+        proxy.stdin.close()
+        assert proxy.wait(timeout=60) == 0
+    finally:
+        timer.cancel()
+        proxy.kill()
         server.stop()

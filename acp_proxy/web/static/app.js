@@ -697,6 +697,7 @@ function virtualTimeline(base, filterText, onCount) {
       return currentId;
     },
     current() { return currentId; },
+    end() { scroll.scrollTop = scroll.scrollHeight; draw(true); },
     selected() { draw(true); },
     stop() { dead = true; table.classList.remove("virtual"); scroll.classList.remove("virtual"); },
     get total() { return total; },
@@ -755,16 +756,20 @@ function initConversation() {
       document.getElementById("latency").classList.add("hidden");
     }
   };
-  const startVirtual = async () => {
+  const startVirtual = async (toEnd) => {
     if (virtual) virtual.stop();
     const mine = ++generation;
     tbody.replaceChildren();
-    const v = virtualTimeline(base, input.value.trim(), (n) => {
-      document.getElementById("frame-count").textContent = `(${n.toLocaleString()} of ${framesTotal.toLocaleString()})`;
+    const filtered = input.value.trim();
+    const v = virtualTimeline(base, filtered, (n) => {
+      framesTotal = Math.max(framesTotal, n);
+      document.getElementById("frame-count").textContent = filtered
+        ? `(${n.toLocaleString()} of ${framesTotal.toLocaleString()})` : `(${n.toLocaleString()} frames)`;
     });
     virtual = v;
     const data = await v.start();
     if (mine !== generation) return;
+    if (toEnd) v.end();
     showError(data || {});
     document.getElementById("timeline-more").classList.add("hidden");
   };
@@ -782,7 +787,8 @@ function initConversation() {
     showRest(head);
     const wanted = location.hash.match(/^#frame=(\d+:\d+)$/);
     if (framesTotal > VIRTUAL_AT) {
-      await startVirtual();
+      // A run being recorded, followed live, opens at its newest frames; any other at its first.
+      await startVirtual(head.live && document.getElementById("follow").checked);
       if (folded) api(query({ parts: "conversation,charts" })).then((data) => { if (data.ok) showRest(data); });
     } else {
       const data = await api(query({}));
@@ -792,19 +798,29 @@ function initConversation() {
     }
     if (wanted) selectFrame(wanted[1], true);
   };
+  // The conversation is folded again from the whole run when frames come: at most one fold
+  // under way, and the next not before five times the last one took (a run that streams fast
+  // must not keep the server folding); the latency table and summary are SQL, cheap.
+  let foldCost = 0;
+  let nextFold = 0;
   const refreshRest = () => {
-    clearTimeout(refreshTimer);
+    if (refreshTimer) return;
+    const wait = Math.max(250, nextFold - performance.now());
     refreshTimer = setTimeout(async () => {
+      const started = performance.now();
       const data = await api(`${base}.json?parts=${folded ? "summary,conversation,charts,latency" : "summary,latency"}`);
+      foldCost = performance.now() - started;
+      nextFold = performance.now() + 5 * foldCost;
+      refreshTimer = null;
       if (data.ok) { folded = data.folded; framesTotal = data.frames_total; showRest(data); }
-    }, 250);
+    }, wait);
   };
   document.getElementById("filter-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     const params = new URLSearchParams(location.search);
     if (input.value.trim()) params.set("filter", input.value.trim()); else params.delete("filter");
     history.replaceState(null, "", `${location.pathname}${params.size ? "?" + params : ""}`);
-    if (virtual) { await startVirtual(); return; }
+    if (virtual) { await startVirtual(false); return; }
     const mine = ++generation;
     const data = await api(query({ parts: "timeline" }));
     if (data.ok && mine === generation) showTimeline(data, false);
@@ -851,6 +867,11 @@ function initConversation() {
     if ((data.timeline || []).length) {
       showTimeline(data, true);
       refreshRest();
+      // A live run that outgrows a whole table goes on as a virtual list, at its end.
+      if (tbody.querySelectorAll("tr[data-frame]").length > VIRTUAL_AT) {
+        framesTotal = data.frames_total;
+        await startVirtual(true);
+      }
     } else if (data.runs) {
       document.getElementById("summary-body").replaceChildren(...summaryView(data));
     }
