@@ -249,19 +249,15 @@ def frames_page(
     if redactor.enabled and selections.reads_masked(expr):
         # The filter reads masked text: the selection masks every frame in relay order itself.
         selection = selections.Selection(db, expr, redactor, ref)
-        page = selection.page(cursor, limit, offset)
+        page = selection.window(cursor, limit, offset)
         rows = page.frames
     else:
         selection = selections.Selection(db, expr, None, ref)
-        page = selection.page(cursor, limit, offset)
+        page = selection.window(cursor, limit, offset)
         rows = primed.masked(db, page.frames)
     total = page.total
     if cursor is None:
-        last = selection.last()
-        out["last"] = f"{last[0]}:{last[1]}" if last else None
-    else:
-        where, args = selection._where(cursor)
-        total = int(db.execute(f"select count(*) from frames where {where}", args).fetchone()[0])
+        out["last"] = f"{page.last[0]}:{page.last[1]}" if page.last else None
     faults, findings = _annotations(db, run_ids, redactor)
     out["rows"] = [
         timeline.timeline_row(r, faults.get((r["run_id"], r["seq"]), ()), findings.get((r["run_id"], r["seq"]), ()))
