@@ -222,15 +222,15 @@ class Selection:
             cursor = (taken[-1]["run_id"], taken[-1]["seq"]) if taken else after
             last = self.last() if after is None else None
             return FramePage(taken, total, more, cursor, self.redactor is not None, last)
-        taken: list[dict[str, Any]] = []
-        total, last = 0, None
+        shown: list[dict[str, Any]] = []
+        count, final = 0, None
         for row in self.rows(after):
-            if offset <= total < offset + limit:
-                taken.append(row)
-            total += 1
-            last = (row["run_id"], row["seq"])
-        cursor = (taken[-1]["run_id"], taken[-1]["seq"]) if taken else after
-        return FramePage(taken, total, total > offset + limit, cursor, masked=True, last=last)
+            if offset <= count < offset + limit:
+                shown.append(row)
+            count += 1
+            final = (row["run_id"], row["seq"])
+        place = (shown[-1]["run_id"], shown[-1]["seq"]) if shown else after
+        return FramePage(shown, count, count > offset + limit, place, masked=True, last=final)
 
     def _record(self, row: dict[str, Any]) -> Any:
         findings: list[tuple[str, str]] = []
