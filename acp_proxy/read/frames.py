@@ -209,6 +209,24 @@ class Selection:
         cursor = (taken[-1]["run_id"], taken[-1]["seq"]) if taken else after
         return FramePage(taken, self.total(), more, cursor, masked=self.redactor is not None)
 
+    def position(self, place: Cursor) -> int | None:
+        """How many frames of the selection come before ``place`` (its index in the
+        selection), None when the selection does not hold it."""
+        if self.in_python:
+            for index, row in enumerate(self.rows()):
+                if (row["run_id"], row["seq"]) == place:
+                    return index
+            return None
+        where, args = self._where(None)
+        held = self.db.execute(
+            f"select 1 from frames where {where} and frames.run_id = ? and frames.seq = ?", [*args, *place]
+        ).fetchone()
+        if held is None:
+            return None
+        before = "(frames.run_id < ? or (frames.run_id = ? and frames.seq < ?))"
+        sql = f"select count(*) from frames where {where} and {before}"
+        return int(self.db.execute(sql, [*args, place[0], place[0], place[1]]).fetchone()[0])
+
     def window(self, after: Cursor | None = None, limit: int = 50, offset: int = 0) -> FramePage:
         """``page``, with ``last`` filled in and ``total`` counting the frames after ``after``
         (all of them without it). In one pass over the frames when the filter is matched in

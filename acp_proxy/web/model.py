@@ -225,6 +225,7 @@ def frames_page(
     offset: int = 0,
     after: str | None = None,
     limit: int = PAGE_LIMIT,
+    at: str | None = None,
 ) -> dict[str, Any]:
     """One page of a run's or a session's frames, for the virtual timeline: ``limit`` frames of
     the selection from ``offset`` (or, with ``after``, a ``RUN:SEQ`` cursor, the frames recorded
@@ -232,7 +233,9 @@ def frames_page(
     costs the page: the selection is counted and paged by SQLite, nothing is folded.
 
     ``total`` is the selection's size (with ``after``: how many follow the cursor); ``last``
-    (without ``after``) the place of its last frame: the cursor a live page asks after."""
+    (without ``after``) the place of its last frame: the cursor a live page asks after; with
+    ``at`` (``RUN:SEQ``), ``position`` is that frame's index in the selection (None: not in it),
+    so that a page can scroll to a frame it was asked to show."""
     ref = resolve(db, kind, ident)
     run_ids = queries.run_ids_of(db, ref)
     redactor = primed.redactor
@@ -258,6 +261,9 @@ def frames_page(
     total = page.total
     if cursor is None:
         out["last"] = f"{page.last[0]}:{page.last[1]}" if page.last else None
+    wanted = parse_cursor(at)
+    if wanted is not None:
+        out["position"] = selection.position(wanted)
     faults, findings = _annotations(db, run_ids, redactor)
     out["rows"] = [
         timeline.timeline_row(r, faults.get((r["run_id"], r["seq"]), ()), findings.get((r["run_id"], r["seq"]), ()))

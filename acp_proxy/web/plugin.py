@@ -214,6 +214,7 @@ async def frames_view(datasette: Any, request: Any) -> Response:
         "offset": _int(request.args.get("offset"), 0),
         "after": request.args.get("after"),
         "limit": _int(request.args.get("limit"), model.PAGE_LIMIT),
+        "at": request.args.get("at"),
     }
     try:
         data = await _read(datasette, lambda conn: model.frames_page(conn, kind, ident, primed, **kwargs))

@@ -292,3 +292,21 @@ def test_a_run_streaming_2000_frames_a_second_shows_its_last_frame_soon_after(
         timer.cancel()
         proxy.kill()
         server.stop()
+
+
+def test_a_link_to_a_frame_deep_in_a_long_run_shows_it_in_the_list_and_beside_it(
+    browser: Any,  # noqa: F811
+    long_server: tuple[Server, Path],
+) -> None:
+    server, _ = long_server
+    page = open_page(browser, server, "/runs/1/frames/2700")  # redirects to /runs/1#frame=1:2700
+    row = page.locator('#timeline tbody tr[data-frame="1:2700"]')
+    row.wait_for()
+    page.wait_for_function("document.getElementById('detail-title').textContent.startsWith('Frame 1:2700 ')")
+    assert "selected" in (row.get_attribute("class") or "")
+    listed = page.locator("#timeline-scroll").bounding_box()
+    shown = row.bounding_box()
+    assert listed is not None and shown is not None
+    assert listed["y"] <= shown["y"] <= listed["y"] + listed["height"], "scrolled into the list's view"
+    assert page.js_errors == []
+    page.close()

@@ -141,3 +141,14 @@ def test_every_run_is_reachable_a_page_at_a_time(tmp_path: Path) -> None:
             break
         before = page["runs"][-1]["id"]
     assert ids == [7, 6, 5, 4, 3, 2, 1]
+
+
+def test_a_frame_s_position_in_the_selection_is_told(long_db: Path) -> None:
+    ds = app(long_db)
+    assert get_json(ds, "/runs/1/frames.json?limit=0&at=1:700")["position"] == 699
+    assert get_json(ds, "/runs/1/frames.json?limit=0&at=1:99999")["position"] is None
+    # In a selection: its index among the frames the filter keeps.
+    naming = [1] + [6 + i for i in range(1200) if i % 100 == 99]
+    at = f"1:{naming[4]}"
+    assert get_json(ds, f"/runs/1/frames.json?limit=0&filter=text:password&at={at}")["position"] == 4
+    assert get_json(ds, "/runs/1/frames.json?limit=0&filter=kind:request&at=1:700")["position"] is None

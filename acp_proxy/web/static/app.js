@@ -473,7 +473,7 @@ async function selectFrame(id, scroll) {
     if (scroll) tr.scrollIntoView({ block: "nearest" });
   }
   selected = id;
-  if (virtual) virtual.selected(id);
+  if (virtual) { if (scroll) virtual.reveal(id); else virtual.selected(id); }
   history.replaceState(null, "", `${location.pathname}${location.search}#frame=${id}`);
   const data = await api(`/runs/${run}/frames/${seq}.json`);
   const detail = document.getElementById("detail");
@@ -698,6 +698,15 @@ function virtualTimeline(base, filterText, onCount) {
     },
     current() { return currentId; },
     end() { scroll.scrollTop = scroll.scrollHeight; draw(true); },
+    // Bring a frame into view (a link to it, a click in the conversation): its index is asked for.
+    async reveal(id) {
+      const data = await api(url({ limit: 0, at: id }));
+      if (dead || !data.ok || data.position === null || data.position === undefined) return;
+      current = data.position;
+      currentId = id;
+      scroll.scrollTop = Math.max(0, current * ROW_H - scroll.clientHeight / 2);
+      draw(true);
+    },
     selected() { draw(true); },
     stop() { dead = true; table.classList.remove("virtual"); scroll.classList.remove("virtual"); },
     get total() { return total; },
