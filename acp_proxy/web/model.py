@@ -22,7 +22,7 @@ from typing import Any
 
 from acp_proxy.protocol import filters
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.read import compare, latency, queries
+from acp_proxy.read import compare, latency, listing, queries
 from acp_proxy.read import conversation as folding
 from acp_proxy.read import diff as df
 from acp_proxy.read import faults as notes
@@ -113,21 +113,15 @@ def session_summary(row: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
 def index(db: Any, redactor: Redactor, limit: int = 100, before: int | None = None) -> dict[str, Any]:
     """The front page: runs and sessions, newest first; ``limit`` runs older than run ``before``
     (None: the newest), so that every run can be reached a page at a time."""
-    rows = queries.rows(
-        db,
-        """select r.*, (select count(*) from faults f where f.run_id = r.id) as faults_applied,
-                  (select count(*) from findings x where x.run_id = r.id) as findings
-           from runs r where r.id < ? order by r.id desc limit ?""",
-        [before if before is not None else 2**62, limit + 1],
-    )
-    runs = [run_summary(r, redactor) for r in rows[:limit]]
-    counted = db.execute("select count(*), sum(status = 'running') from runs").fetchone()
+    rows, more = listing.runs_before(db, before, limit)
+    runs = [run_summary(r, redactor) for r in rows]
+    total, running = listing.run_counts(db)
     return {
         "runs": runs,
-        "more_runs": len(rows) > limit,
-        "runs_total": counted[0],
+        "more_runs": more,
+        "runs_total": total,
+        "running": running,
         "sessions": [session_summary(s, redactor) for s in queries.sessions(db, limit=limit)],
-        "running": counted[1] or 0,
         "redacted": redactor.enabled,
     }
 
