@@ -56,3 +56,28 @@ def latency_table(db: Any, run_ids: list[int] | None) -> list[dict[str, Any]]:
     cursor = db.execute(sql, params)
     names = [d[0] for d in cursor.description]
     return [dict(zip(names, row, strict=True)) for row in cursor]
+
+
+def samples(db: Any, run_ids: list[int] | None, limit: int = 5000) -> list[dict[str, Any]]:
+    """One sample per answered request, in relay order — ``method``, ``dir`` (the request's),
+    ``latency_ms``, ``error`` — at most the ``limit`` latest: what a chart of the spread draws,
+    read by SQL (no fold), bounded whatever the run's length."""
+    if run_ids is None:
+        scope, params = "1", []
+    else:
+        scope, params = f"run_id in ({','.join('?' * len(run_ids)) or 'null'})", list(run_ids)
+    sql = f"""
+        select * from (
+            select run_id, seq, coalesce(method, '?') as method,
+                   case dir when 'a2c' then 'c2a' when 'c2a' then 'a2c' else dir end as dir,
+                   round(latency_ns / 1e6, 3) as latency_ms, kind = 'error' as error
+            from frames
+            where {scope} and request_seq is not null and latency_ns is not null
+              and kind in ('response', 'error')
+            order by run_id desc, seq desc limit ?
+        ) order by run_id, seq
+    """
+    return [
+        {"method": method, "dir": direction, "latency_ms": ms, "error": bool(error)}
+        for _, _, method, direction, ms, error in db.execute(sql, [*params, limit])
+    ]

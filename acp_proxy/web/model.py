@@ -191,6 +191,8 @@ def conversation(
     out["folded"] = out["frames_total"] <= FOLD_LIMIT
     if "latency" in parts:
         out["latency_table"] = latency.latency_table(db, run_ids)
+    if "charts" in parts:
+        out["latency"] = latency.samples(db, run_ids)
     if not out["folded"]:
         parts -= {"conversation", "charts"}
     if "conversation" in parts or "charts" in parts:
@@ -203,7 +205,6 @@ def conversation(
         if "charts" in parts:
             ts_of = {(r["run_id"], r["seq"]): r["ts_ns"] for r in folded.frames}
             out["waterfall"] = timeline.waterfall(convs, ts_of)
-            out["latency"] = timeline.latency_samples(folded.frames)
     if "timeline" in parts:
         out.update(_timeline(db, ref, run_ids, redactor, filter_text, parse_cursor(after), limit))
     return out

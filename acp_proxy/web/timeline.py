@@ -3,7 +3,7 @@
 Owns: one timeline row per frame (direction lane, what it is, its latency, flags, the faults and
 findings on it, a short preview), collapsing consecutive chunks of one message into one row that
 holds them, the per-turn waterfall (acceptance, first output, tool calls, permission waits, end)
-and the per-method latency samples the charts draw.
+(the latency samples the charts draw are SQL: ``read.latency``).
 
 Must not know: SQL, HTTP, Datasette, HTML. Rows in (already redacted), plain dicts out.
 """
@@ -15,7 +15,6 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from acp_proxy.protocol.vocabulary import OTHER
 from acp_proxy.read import fold as fd
 
 PREVIEW_CHARS = 160
@@ -217,23 +216,6 @@ def chunks_item(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- pictures -----------------------------------------------------------------------------------
-
-
-def latency_samples(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One sample per answered request: method, the request's direction, latency in ms."""
-    out = []
-    for row in rows:
-        if row.get("latency_ns") is None or row.get("kind") not in ("response", "error"):
-            continue
-        out.append(
-            {
-                "method": row.get("method") or "?",
-                "dir": OTHER.get(row["dir"], row["dir"]),
-                "latency_ms": round(row["latency_ns"] / 1e6, 3),
-                "error": row["kind"] == "error",
-            }
-        )
-    return out
 
 
 def waterfall(conversations: Iterable[fd.Conversation], ts_of: dict[tuple[Any, int], int]) -> list[dict[str, Any]]:

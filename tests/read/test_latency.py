@@ -48,3 +48,22 @@ def test_the_sql_table_is_the_python_percentiles(tmp_path: Path, seed: int, answ
     for scope in ([1], [2], [1, 2], None):
         assert latency.latency_table(db, scope) == queries.latency_stats(db, scope), scope
     assert latency.latency_table(db, []) == []
+
+
+def test_samples_are_the_answered_requests_named_by_the_request_direction(tmp_path: Path) -> None:
+    db_path = tmp_path / "rec.db"
+    recording(db_path, 7, 60)
+    db = store.open_for_reading(db_path)
+    expected = [
+        {
+            "method": row["method"] or "?",
+            "dir": {"a2c": "c2a", "c2a": "a2c"}[row["dir"]],
+            "latency_ms": round(row["latency_ns"] / 1e6, 3),
+            "error": row["kind"] == "error",
+        }
+        for row in queries.rows(db, "select * from frames order by run_id, seq")
+        if row["kind"] in ("response", "error") and row["latency_ns"] is not None
+    ]
+    assert len(expected) == 61 and any(s["error"] for s in expected) and {s["dir"] for s in expected} == {"c2a", "a2c"}
+    assert latency.samples(db, [1]) == expected
+    assert latency.samples(db, [1], limit=10) == expected[-10:], "the latest, in relay order"

@@ -90,6 +90,11 @@ def test_a_million_frame_run_shows_its_first_frames_in_a_second_and_stays_small(
         print(f"{nodes} DOM nodes, {heap_mb:.1f} MB of JS heap, the server {server_mb:.0f} MB")
         assert nodes <= 20_000 and heap_mb <= 150 and server_mb <= 300
         assert page.locator("#timeline tbody tr[data-frame]").count() < 200
+        # Not folded: said so; the latency table and its chart come from SQL.
+        assert "too many to fold" in page.locator("#conversation").inner_text()
+        methods = page.locator("#latency-table tbody tr").evaluate_all("rows => rows.map(r => r.dataset.method)")
+        assert methods == ["initialize", "session/new", "session/prompt"]
+        page.locator("#latency svg").first.wait_for()
         page.close()
     finally:
         server.stop()
@@ -112,6 +117,8 @@ def test_a_frame_deep_in_a_long_run_opens_beside_it_and_keys_move(
     assert box is not None and viewport is not None
     assert 0 <= box["y"] < viewport["height"] and box["x"] > row.bounding_box()["x"], "beside the row, in view"
     assert "w2504" in page.locator("#detail-raw").inner_text()
+    prompt = page.locator('#latency-table tr[data-method="session/prompt"]')
+    assert prompt.locator("td").nth(2).inner_text() == "1", "answered once"
     # Keys: / is the filter; j/k move the cursor row, Enter opens it.
     page.keyboard.press("/")
     assert page.evaluate("document.activeElement.id") == "filter"

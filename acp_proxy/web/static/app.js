@@ -755,14 +755,13 @@ function initConversation() {
     if (data.runs) document.getElementById("summary-body").replaceChildren(...summaryView(data));
     if (data.latency_table) latencyTable(data.latency_table);
     if (data.conversations) document.getElementById("conversation").replaceChildren(...conversationView(data.conversations));
-    if (data.waterfall) charts(data);
+    if (data.waterfall || data.latency) charts({ waterfall: data.waterfall || [], latency: data.latency || [] });
     if (data.folded === false) {
       const n = data.frames_total.toLocaleString();
       document.getElementById("conversation").replaceChildren(el("p", { class: "dim",
         text: `${n} frames: too many to fold into a conversation on each view. The frames are all here, a page at a time; ` +
           `\`acp-proxy show\` prints the whole conversation.` }));
       document.getElementById("waterfall").textContent = "Not drawn for a run this long.";
-      document.getElementById("latency").classList.add("hidden");
     }
   };
   const startVirtual = async (toEnd) => {
@@ -798,7 +797,9 @@ function initConversation() {
     if (framesTotal > VIRTUAL_AT) {
       // A run being recorded, followed live, opens at its newest frames; any other at its first.
       await startVirtual(head.live && document.getElementById("follow").checked);
-      if (folded) api(query({ parts: "conversation,charts" })).then((data) => { if (data.ok) showRest(data); });
+      // The conversation and the turn waterfall are folded from the whole run (left out above
+      // FOLD_LIMIT frames); the latency samples are SQL.
+      api(query({ parts: "conversation,charts" })).then((data) => { if (data.ok) showRest(data); });
     } else {
       const data = await api(query({}));
       if (!data.ok) return;
@@ -817,7 +818,7 @@ function initConversation() {
     const wait = Math.max(250, nextFold - performance.now());
     refreshTimer = setTimeout(async () => {
       const started = performance.now();
-      const data = await api(`${base}.json?parts=${folded ? "summary,conversation,charts,latency" : "summary,latency"}`);
+      const data = await api(`${base}.json?parts=${folded ? "summary,conversation,charts,latency" : "summary,charts,latency"}`);
       foldCost = performance.now() - started;
       nextFold = performance.now() + 5 * foldCost;
       refreshTimer = null;
