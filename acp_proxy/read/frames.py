@@ -1,8 +1,12 @@
 """Frame selections: the frames a filter picks, masked first, a page at a time.
 
 Owns: selecting frames by the filter language within a scope (every run, one run, or the
-frames that concern one session), in relay order, keyset-paged by ``(run_id, seq)`` with a
-total; and masking every frame with the one ``Redactor`` *before* the filter looks at it. A
+frames that concern one session), in relay order, keyset-paged by ``(run_id, seq)`` or by
+offset (``window``: a page, its count and the last place in one pass; ``position``: a frame's
+index), with a total; masking every frame with the one ``Redactor`` *before* the filter looks
+at it; and ``Primed``, a redactor kept between requests that has read a run's frames in relay
+order, so that a page deep in a long run is masked as in relay order without reading the run
+again on each request. A
 ``text:``, ``note:`` or ``error:TEXT`` term therefore matches the masked frame, the one the
 caller is shown: a filter cannot be used as an oracle that says whether a secret starts with
 ``ghp_A`` (a match on the unmasked frame, followed by the masked frame, was one).

@@ -1,11 +1,13 @@
 """Everything the inspector's pages show, as plain dicts: the one adapter between a recording
 and the web.
 
-Owns: what each page (and its JSON twin) holds — the runs and sessions list; a run's or a
-session's folded conversation, frame timeline (filtered, followed live from a cursor), waterfall
-and latency samples; one frame in detail (verbatim, decoded, with its schema marks); a diff of
-two recordings — and applying redaction to all of it before anything leaves this module. Frames
-are redacted before they are folded, so the conversation can only hold what the frames show.
+Owns: what each page (and its JSON twin) holds — the runs and sessions list (runs a page at a
+time); a run's or a session's folded conversation (left out above ``FOLD_LIMIT`` frames), frame
+timeline (filtered, followed live from a cursor), waterfall, latency table and samples (SQL); a
+page of its frames for the virtual list (by offset, or what follows a cursor, with the
+count); one frame in detail (verbatim, decoded, with its schema marks); a diff of two
+recordings — and applying redaction to all of it before anything leaves this module. Frames are
+redacted before they are folded, so the conversation can only hold what the frames show.
 
 Must not know: HTTP, Datasette, HTML, click; SQL. Every answer is the read layer's
 (``acp_proxy/read/``: the frame selection, masked before its filter; the conversation, folded
