@@ -216,6 +216,7 @@ def frames_page(
     db: Any,
     kind: str,
     ident: str,
+    redactor: Redactor,
     primed: selections.Primed,
     *,
     filter_text: str | None = None,
@@ -229,13 +230,13 @@ def frames_page(
     after it: what is new for a live page), flat, each masked after every frame before it. It
     costs the page: the selection is counted and paged by SQLite, nothing is folded.
 
-    ``total`` is the selection's size (with ``after``: how many follow the cursor); ``last``
-    (without ``after``) the place of its last frame: the cursor a live page asks after; with
-    ``at`` (``RUN:SEQ``), ``position`` is that frame's index in the selection (None: not in it),
-    so that a page can scroll to a frame it was asked to show."""
+    ``redactor`` is this request's (annotations, a filter on masked text); ``primed`` the
+    server's, which masks the frames of a page. ``total`` is the selection's size (with
+    ``after``: how many follow the cursor); ``last`` (without ``after``) the place of its last
+    frame: the cursor a live page asks after; with ``at`` (``RUN:SEQ``), ``position`` is that
+    frame's index in the selection (None: not in it), so that a page can scroll to it."""
     ref = resolve(db, kind, ident)
     run_ids = queries.run_ids_of(db, ref)
-    redactor = primed.redactor
     out: dict[str, Any] = {"filter": filter_text or "", "filter_error": None, "offset": offset}
     runs = queries.runs_by_id(db, run_ids, counted=False)
     out["live"] = any(r.get("status") == "running" for r in runs)
@@ -247,7 +248,8 @@ def frames_page(
     limit = max(0, min(int(limit), MAX_PAGE))
     cursor = parse_cursor(after)
     if redactor.enabled and selections.reads_masked(expr):
-        # The filter reads masked text: the selection masks every frame in relay order itself.
+        # The filter reads masked text: the selection masks every frame in relay order itself,
+        # with this request's own redactor (the primed one is shared between threads).
         selection = selections.Selection(db, expr, redactor, ref)
         page = selection.window(cursor, limit, offset)
         rows = page.frames
@@ -334,13 +336,13 @@ def _annotations(
 # -- one frame ----------------------------------------------------------------------------------
 
 
-def frame(db: Any, run_id: int, seq: int, primed: selections.Primed) -> dict[str, Any]:
-    """One frame: verbatim (redacted), decoded, and the JSON tree's schema marks."""
+def frame(db: Any, run_id: int, seq: int, redactor: Redactor, primed: selections.Primed) -> dict[str, Any]:
+    """One frame: verbatim (masked by ``primed``, which has read the run up to it), decoded, and
+    the JSON tree's schema marks; its faults and findings masked by ``redactor``."""
     found = selections.frame(db, run_id, seq, None)
     if found is None:
         raise NotFound(f"no frame {run_id}:{seq}")
     row = primed.masked(db, [found])[0]
-    redactor = primed.redactor
     run = queries.run_row(db, run_id)
     version = (run["protocol_version"],) if run else None
     decoded = timeline._decoded(row)

@@ -208,7 +208,7 @@ async def frames_view(datasette: Any, request: Any) -> Response:
     """``/runs/ID/frames.json`` and ``/sessions/ID/frames.json``: a page of the virtual timeline."""
     kind = "run" if "run_id" in request.url_vars else "session"
     ident = request.url_vars["run_id"] if kind == "run" else _unquote(request.url_vars["session"])
-    primed = primed_for(datasette)
+    redactor, primed = redactor_for(datasette), primed_for(datasette)
     kwargs: dict[str, Any] = {
         "filter_text": request.args.get("filter"),
         "offset": _int(request.args.get("offset"), 0),
@@ -217,7 +217,7 @@ async def frames_view(datasette: Any, request: Any) -> Response:
         "at": request.args.get("at"),
     }
     try:
-        data = await _read(datasette, lambda conn: model.frames_page(conn, kind, ident, primed, **kwargs))
+        data = await _read(datasette, lambda conn: model.frames_page(conn, kind, ident, redactor, primed, **kwargs))
     except model.NotFound as exc:
         return _error(str(exc), True)
     return _json({"ok": True, **data})
@@ -228,9 +228,9 @@ async def frame_view(datasette: Any, request: Any) -> Response:
     run_id, seq = int(request.url_vars["run_id"]), int(request.url_vars["seq"])
     if not as_json:
         return Response.redirect(f"/runs/{run_id}#frame={run_id}:{seq}")
-    primed = primed_for(datasette)
+    redactor, primed = redactor_for(datasette), primed_for(datasette)
     try:
-        data = await _read(datasette, lambda conn: model.frame(conn, run_id, seq, primed))
+        data = await _read(datasette, lambda conn: model.frame(conn, run_id, seq, redactor, primed))
     except model.NotFound as exc:
         return _error(str(exc), True)
     return _json({"ok": True, **data})
