@@ -112,18 +112,32 @@ def session_summary(row: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
     }
 
 
-def index(db: Any, redactor: Redactor, limit: int = 100, before: int | None = None) -> dict[str, Any]:
+def index(
+    db: Any,
+    redactor: Redactor,
+    limit: int = 100,
+    before: int | None = None,
+    sessions_before: str | None = None,
+) -> dict[str, Any]:
     """The front page: runs and sessions, newest first; ``limit`` runs older than run ``before``
-    (None: the newest), so that every run can be reached a page at a time."""
+    and sessions seen before ``sessions_before`` (a session's ``key``; None: the newest), so
+    that every run and every session can be reached a page at a time."""
     rows, more = listing.runs_before(db, before, limit)
     runs = [run_summary(r, redactor) for r in rows]
     total, running = listing.run_counts(db)
+    key = parse_cursor(sessions_before)
+    found, more_sessions = listing.sessions_before(db, key, limit)
+    sessions = [
+        {**session_summary(s, redactor), "row": s["row_id"], "key": f"{s['last_seen_ns'] or 0}:{s['row_id']}"}
+        for s in found
+    ]
     return {
         "runs": runs,
         "more_runs": more,
         "runs_total": total,
         "running": running,
-        "sessions": [session_summary(s, redactor) for s in queries.sessions(db, limit=limit)],
+        "sessions": sessions,
+        "more_sessions": more_sessions,
         "redacted": redactor.enabled,
     }
 

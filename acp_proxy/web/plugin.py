@@ -168,7 +168,10 @@ async def index_view(datasette: Any, request: Any) -> Response:
     before = _int(request.args.get("before"), 0) or None
     limit = max(1, min(_int(request.args.get("limit"), 100), 1000))
     try:
-        data = await _read(datasette, lambda conn: model.index(conn, redactor, limit=limit, before=before))
+        older = request.args.get("sessions_before")
+        data = await _read(
+            datasette, lambda conn: model.index(conn, redactor, limit=limit, before=before, sessions_before=older)
+        )
     except model.NotFound as exc:
         return _error(str(exc), True)
     return _json({"ok": True, **data})

@@ -10,6 +10,7 @@ million-frame test is marked ``slow`` (``-m "not slow"`` leaves it out).
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 import threading
 import time
@@ -177,6 +178,7 @@ def test_the_index_is_updated_in_place_and_every_run_is_reachable(
         row = page.locator('#runs tr[data-run="103"]')
         row.wait_for()
         assert page.locator("#runs tbody tr").count() == 100
+        assert page.locator("#sessions tbody tr").count() == 100
         checkbox = row.locator("input[type=checkbox]")
         checkbox.focus()
         row.evaluate("tr => { tr.__kept = true; }")
@@ -190,6 +192,12 @@ def test_the_index_is_updated_in_place_and_every_run_is_reachable(
         page.locator('#runs tr[data-run="1"]').wait_for()
         assert page.locator("#runs-older").is_hidden()
         assert page.locator("#runs tbody tr").count() == 104
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            sessions = conn.execute("select count(*) from sessions").fetchone()[0]
+        assert sessions > 100
+        page.click("#sessions-older")
+        page.wait_for_function(f"document.querySelectorAll('#sessions tbody tr').length === {sessions}")
+        assert page.locator("#sessions-older").is_hidden()
         assert page.js_errors == []
         page.close()
     finally:

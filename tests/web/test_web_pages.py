@@ -6,6 +6,7 @@ Datasette's own test client, on recordings made by the real recorder."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,18 @@ def test_every_run_is_reachable_a_page_at_a_time(tmp_path: Path) -> None:
             break
         before = page["runs"][-1]["id"]
     assert ids == [7, 6, 5, 4, 3, 2, 1]
+    # Sessions too: the latest seen first, a page at a time after the last one listed.
+    every = get_json(ds, "/.json?limit=100")["sessions"]
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        assert len(every) == conn.execute("select count(*) from sessions").fetchone()[0] > 3
+    names, after = [], None
+    while True:
+        page = get_json(ds, "/.json?limit=3" + (f"&sessions_before={after}" if after else ""))
+        names += [s["key"] for s in page["sessions"]]
+        if not page["more_sessions"]:
+            break
+        after = page["sessions"][-1]["key"]
+    assert names == [s["key"] for s in every]
 
 
 def test_a_frame_s_position_in_the_selection_is_told(long_db: Path) -> None:

@@ -161,16 +161,18 @@ function initIndex() {
       if (oldest === null || r.id < oldest) oldest = r.id;
     }
   };
-  const mergeSessions = (sessions) => {
+  const mergeSessions = (sessions, paging) => {
     sessions.forEach((s, i) => {
-      let tr = sessionRows.get(s.session_id);
+      let tr = sessionRows.get(s.row); // a session id can be recorded more than once
       if (!tr) {
         tr = el("tr", { dataset: { session: s.session_id } },
           el("td", {}, el("a", { class: "mono", href: `/sessions/${encodeURIComponent(s.session_id)}`, text: s.session_id })),
           el("td"), el("td", { class: "mono" }), el("td"), el("td"), el("td"));
-        sessionRows.set(s.session_id, tr);
+        sessionRows.set(s.row, tr);
       }
-      if (sessionsBody.children[i] !== tr) sessionsBody.insertBefore(tr, sessionsBody.children[i] || null);
+      if (paging) { if (!tr.parentNode) sessionsBody.append(tr); }
+      else if (sessionsBody.children[i] !== tr) sessionsBody.insertBefore(tr, sessionsBody.children[i] || null);
+      tr.dataset.key = s.key; // its place in the list: "older sessions" asks after the last one
       const c = tr.children;
       set(c[1], s.title || "");
       set(c[2], s.cwd || "");
@@ -183,18 +185,22 @@ function initIndex() {
   const render = (data, paging) => {
     if (!data.ok) return;
     setLive(data.running > 0);
-    mergeRuns(data.runs);
-    if (paging || runRows.size <= data.runs.length) older.classList.toggle("hidden", !data.more_runs);
+    if (paging !== "sessions") mergeRuns(data.runs);
+    if (paging === "runs" || runRows.size <= data.runs.length) older.classList.toggle("hidden", !data.more_runs);
     document.getElementById("runs-empty").classList.toggle("hidden", runRows.size > 0);
     document.getElementById("runs-count").textContent =
       `(${runRows.size} of ${data.runs_total} shown${data.running ? `, ${data.running} recording` : ""})`;
-    if (!paging) {
-      mergeSessions(data.sessions);
-      document.getElementById("sessions-empty").classList.toggle("hidden", data.sessions.length > 0);
+    if (paging !== "runs") {
+      mergeSessions(data.sessions, paging === "sessions");
+      if (paging === "sessions" || sessionRows.size <= data.sessions.length) olderSessions.classList.toggle("hidden", !data.more_sessions);
+      document.getElementById("sessions-empty").classList.toggle("hidden", sessionRows.size > 0);
     }
   };
-  older.addEventListener("click", async () => render(await api(`/.json?before=${oldest}`), true));
-  const load = async () => render(await api("/.json"), false);
+  const olderSessions = document.getElementById("sessions-older");
+  older.addEventListener("click", async () => render(await api(`/.json?before=${oldest}`), "runs"));
+  olderSessions.addEventListener("click", async () =>
+    render(await api(`/.json?sessions_before=${encodeURIComponent(sessionsBody.lastElementChild.dataset.key)}`), "sessions"));
+  const load = async () => render(await api("/.json"), null);
   load();
   poll(load);
 }
