@@ -6,10 +6,10 @@ offset (``window``: a page, its count and the last place in one pass; ``position
 index), with a total; masking every frame with the one ``Redactor`` *before* the filter looks
 at it; and ``Primed``, a redactor kept between requests that has read a run's frames in relay
 order, so that a page deep in a long run is masked as in relay order without reading the run
-again on each request. A
-``text:``, ``note:`` or ``error:TEXT`` term therefore matches the masked frame, the one the
-caller is shown: a filter cannot be used as an oracle that says whether a secret starts with
-``ghp_A`` (a match on the unmasked frame, followed by the masked frame, was one).
+again on each request. A ``text:``, ``note:`` or ``error:TEXT`` term therefore matches the
+masked frame, the one the caller is shown: a filter cannot be used as an oracle that says
+whether a secret starts with ``ghp_A`` (a match on the unmasked frame, followed by the masked
+frame, was one).
 
 How: with masking off, or a filter that reads no maskable column, the SQL alone selects. A
 filter that reads one (``text:``, ``note:``, ``error:TEXT``) is matched in Python
