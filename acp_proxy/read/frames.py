@@ -1,11 +1,15 @@
 """Frame selections: the frames a filter picks, masked first, a page at a time.
 
 Owns: selecting frames by the filter language within a scope (every run, one run, or the
-frames that concern one session), in relay order, keyset-paged by ``(run_id, seq)`` with a
-total; and masking every frame with the one ``Redactor`` *before* the filter looks at it. A
-``text:``, ``note:`` or ``error:TEXT`` term therefore matches the masked frame, the one the
-caller is shown: a filter cannot be used as an oracle that says whether a secret starts with
-``ghp_A`` (a match on the unmasked frame, followed by the masked frame, was one).
+frames that concern one session), in relay order, keyset-paged by ``(run_id, seq)`` or by
+offset (``window``: a page, its count and the last place in one pass; ``position``: a frame's
+index), with a total; masking every frame with the one ``Redactor`` *before* the filter looks
+at it; and ``Primed``, a redactor kept between requests that has read a run's frames in relay
+order, so that a page deep in a long run is masked as in relay order without reading the run
+again on each request. A ``text:``, ``note:`` or ``error:TEXT`` term therefore matches the
+masked frame, the one the caller is shown: a filter cannot be used as an oracle that says
+whether a secret starts with ``ghp_A`` (a match on the unmasked frame, followed by the masked
+frame, was one).
 
 How: with masking off, or a filter that reads no maskable column, the SQL alone selects. A
 filter that reads one (``text:``, ``note:``, ``error:TEXT``) is matched in Python
@@ -20,6 +24,8 @@ Must not know: click, rich, HTTP, MCP; how a door renders a frame. Never writes.
 
 from __future__ import annotations
 
+import itertools
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -44,6 +50,8 @@ class FramePage:
     more: bool
     cursor: Cursor | None
     masked: bool = False
+    last: Cursor | None = None
+    """The place of the selection's last frame (``window`` fills it in)."""
 
 
 def parse_cursor(text: str | None) -> Cursor | None:
@@ -136,18 +144,20 @@ class Selection:
             args += [after[0], after[0], after[1]]
         return " and ".join(clauses), args
 
-    def rows(self, after: Cursor | None = None, limit: int | None = None) -> Iterator[dict[str, Any]]:
-        """The selected frames after ``after``, in relay order, masked; at most ``limit``."""
+    def rows(self, after: Cursor | None = None, limit: int | None = None, offset: int = 0) -> Iterator[dict[str, Any]]:
+        """The selected frames after ``after``, in relay order, masked; at most ``limit``, the
+        first ``offset`` of them skipped (by SQLite when the SQL alone selects)."""
         if limit == 0:
             return
         if self.in_python:
-            yield from self._matched(after, limit)
+            end = None if limit is None else offset + limit
+            yield from itertools.islice(self._matched(after, end), offset, None)
             return
         where, args = self._where(after)
         sql = f"select * from frames where {where} order by frames.run_id, frames.seq"
-        if limit is not None:
-            sql += " limit ?"
-            args = [*args, limit]
+        if limit is not None or offset:
+            sql += " limit ? offset ?"
+            args = [*args, -1 if limit is None else limit, offset]
         for row in queries.iter_rows(self.db, sql, args):
             yield self.redactor.frame_row(row) if self.redactor is not None else row
 
@@ -197,11 +207,52 @@ class Selection:
 
     def page(self, after: Cursor | None = None, limit: int = 50, offset: int = 0) -> FramePage:
         """``limit`` frames after ``after`` (``offset`` more skipped), with the selection's total."""
-        taken = list(self.rows(after, offset + limit + 1))[offset:]
+        taken = list(self.rows(after, limit + 1, offset))
         more = len(taken) > limit
         taken = taken[:limit]
         cursor = (taken[-1]["run_id"], taken[-1]["seq"]) if taken else after
         return FramePage(taken, self.total(), more, cursor, masked=self.redactor is not None)
+
+    def position(self, place: Cursor) -> int | None:
+        """How many frames of the selection come before ``place`` (its index in the
+        selection), None when the selection does not hold it."""
+        if self.in_python:
+            for index, row in enumerate(self.rows()):
+                if (row["run_id"], row["seq"]) == place:
+                    return index
+            return None
+        where, args = self._where(None)
+        held = self.db.execute(
+            f"select 1 from frames where {where} and frames.run_id = ? and frames.seq = ?", [*args, *place]
+        ).fetchone()
+        if held is None:
+            return None
+        before = "(frames.run_id < ? or (frames.run_id = ? and frames.seq < ?))"
+        sql = f"select count(*) from frames where {where} and {before}"
+        return int(self.db.execute(sql, [*args, place[0], place[0], place[1]]).fetchone()[0])
+
+    def window(self, after: Cursor | None = None, limit: int = 50, offset: int = 0) -> FramePage:
+        """``page``, with ``last`` filled in and ``total`` counting the frames after ``after``
+        (all of them without it). In one pass over the frames when the filter is matched in
+        Python (each pass masks every frame of the runs: three would cost three times)."""
+        if not self.in_python:
+            taken = list(self.rows(after, limit + 1, offset))
+            more = len(taken) > limit
+            taken = taken[:limit]
+            where, args = self._where(after)
+            total = int(self.db.execute(f"select count(*) from frames where {where}", args).fetchone()[0])
+            cursor = (taken[-1]["run_id"], taken[-1]["seq"]) if taken else after
+            last = self.last() if after is None else None
+            return FramePage(taken, total, more, cursor, self.redactor is not None, last)
+        shown: list[dict[str, Any]] = []
+        count, final = 0, None
+        for row in self.rows(after):
+            if offset <= count < offset + limit:
+                shown.append(row)
+            count += 1
+            final = (row["run_id"], row["seq"])
+        place = (shown[-1]["run_id"], shown[-1]["seq"]) if shown else after
+        return FramePage(shown, count, count > offset + limit, place, masked=True, last=final)
 
     def _record(self, row: dict[str, Any]) -> Any:
         findings: list[tuple[str, str]] = []
@@ -215,6 +266,8 @@ class Selection:
         return SimpleNamespace(**row, findings=findings)
 
 
+_BATCH = 2000
+
 _AFTER = "(frames.run_id > ? or (frames.run_id = ? and frames.seq > ?))"
 
 
@@ -224,6 +277,50 @@ def _has_findings(expr: filter_tree.Expr) -> bool:
     if isinstance(expr, filter_tree.Not):
         return _has_findings(expr.item)
     return isinstance(expr, filter_tree.HasFinding)
+
+
+class Primed:
+    """One ``Redactor`` that has read a recording's frames in relay order up to a place, kept
+    between requests: what an earlier frame taught it (a credential's value, masked by name) is
+    masked where a later frame repeats it, whatever page is asked for, and each frame is read
+    once (a million-frame run takes seconds to read; a live page asks again every second).
+
+    Reading further ahead than a page needs only masks more, never less. Thread-safe: Datasette
+    answers on several threads."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self.redactor = redactor
+        self._upto: dict[int, int] = {}  # run id -> the last seq read
+        self._lock = threading.Lock()
+
+    def upto(self, db: Any, run_id: int, seq: int) -> Redactor:
+        """The redactor, having read every frame of ``run_id`` before ``seq``."""
+        with self._lock:
+            done = self._upto.get(run_id, 0)
+            if seq - 1 > done and self.redactor.enabled:
+                earlier = "select raw from frames where run_id = ? and seq > ? and seq < ? and raw is not null"
+                cursor = db.execute(earlier, [run_id, done, seq])
+                while batch := [raw for (raw,) in cursor.fetchmany(_BATCH)]:
+                    # Most frames teach nothing: a batch in which no rule, name or shape can
+                    # match anywhere (told from the batch's text joined, by the same substring
+                    # tests that tell one line) is skipped whole; a hit reads it line by line.
+                    if self.redactor._plainly_clean("\0".join(batch)):
+                        continue
+                    for raw in batch:
+                        self.redactor.raw(raw)
+                self._upto[run_id] = seq - 1
+            return self.redactor
+
+    def masked(self, db: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` (unmasked frames, in relay order) masked, each after all that came before."""
+        out = []
+        for row in rows:
+            redactor = self.upto(db, row["run_id"], row["seq"])
+            with self._lock:
+                out.append(redactor.frame_row(row) if redactor.enabled else row)
+                if self._upto.get(row["run_id"], 0) < row["seq"]:
+                    self._upto[row["run_id"]] = row["seq"]
+        return out
 
 
 def frame(db: Any, run_id: int, seq: int, redactor: Redactor | None = None) -> dict[str, Any] | None:

@@ -1,11 +1,13 @@
 """Everything the inspector's pages show, as plain dicts: the one adapter between a recording
 and the web.
 
-Owns: what each page (and its JSON twin) holds — the runs and sessions list; a run's or a
-session's folded conversation, frame timeline (filtered, followed live from a cursor), waterfall
-and latency samples; one frame in detail (verbatim, decoded, with its schema marks); a diff of
-two recordings — and applying redaction to all of it before anything leaves this module. Frames
-are redacted before they are folded, so the conversation can only hold what the frames show.
+Owns: what each page (and its JSON twin) holds — the runs and sessions list (runs a page at a
+time); a run's or a session's folded conversation (left out above ``FOLD_LIMIT`` frames), frame
+timeline (filtered, followed live from a cursor), waterfall, latency table and samples (SQL); a
+page of its frames for the virtual list (by offset, or what follows a cursor, with the
+count); one frame in detail (verbatim, decoded, with its schema marks); a diff of two
+recordings — and applying redaction to all of it before anything leaves this module. Frames are
+redacted before they are folded, so the conversation can only hold what the frames show.
 
 Must not know: HTTP, Datasette, HTML, click; SQL. Every answer is the read layer's
 (``acp_proxy/read/``: the frame selection, masked before its filter; the conversation, folded
@@ -21,7 +23,7 @@ from typing import Any
 
 from acp_proxy.protocol import filters, wire
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.read import compare, queries
+from acp_proxy.read import compare, latency, listing, queries
 from acp_proxy.read import conversation as folding
 from acp_proxy.read import diff as df
 from acp_proxy.read import faults as notes
@@ -31,6 +33,12 @@ from acp_proxy.web import known, timeline
 
 DEFAULT_LIMIT = 2000
 MAX_LIMIT = 20000
+PAGE_LIMIT = 200  # frames per page of the virtual timeline
+MAX_PAGE = 1000
+FOLD_LIMIT = 20_000
+"""Above this many frames a page does not fold the conversation (nor draw the turn waterfall)
+on each view: that costs the whole run, in time and memory (seconds and hundreds of MB for a
+few hundred thousand chunks). The frames, the summary and the latency table cost a page."""
 
 RUN_JSON_FIELDS = ("argv", "options", "client_info", "agent_info", "client_capabilities", "agent_capabilities")
 
@@ -103,13 +111,32 @@ def session_summary(row: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
     }
 
 
-def index(db: Any, redactor: Redactor, limit: int = 100) -> dict[str, Any]:
-    """The front page: runs and sessions, newest first."""
-    runs = [run_summary(r, redactor) for r in queries.runs(db, limit=limit)]
+def index(
+    db: Any,
+    redactor: Redactor,
+    limit: int = 100,
+    before: int | None = None,
+    sessions_before: str | None = None,
+) -> dict[str, Any]:
+    """The front page: runs and sessions, newest first; ``limit`` runs older than run ``before``
+    and sessions seen before ``sessions_before`` (a session's ``key``; None: the newest), so
+    that every run and every session can be reached a page at a time."""
+    rows, more = listing.runs_before(db, before, limit)
+    runs = [run_summary(r, redactor) for r in rows]
+    total, running = listing.run_counts(db)
+    key = parse_cursor(sessions_before)
+    found, more_sessions = listing.sessions_before(db, key, limit)
+    sessions = [
+        {**session_summary(s, redactor), "row": s["row_id"], "key": f"{s['last_seen_ns'] or 0}:{s['row_id']}"}
+        for s in found
+    ]
     return {
         "runs": runs,
-        "sessions": [session_summary(s, redactor) for s in queries.sessions(db, limit=limit)],
-        "running": sum(1 for r in runs if r["status"] == "running"),
+        "more_runs": more,
+        "runs_total": total,
+        "running": running,
+        "sessions": sessions,
+        "more_sessions": more_sessions,
         "redacted": redactor.enabled,
     }
 
@@ -149,13 +176,15 @@ def conversation(
     filter_text: str | None = None,
     after: str | None = None,
     limit: int = DEFAULT_LIMIT,
-    parts: Iterable[str] = ("summary", "conversation", "timeline", "charts"),
+    parts: Iterable[str] = ("summary", "conversation", "timeline", "charts", "latency"),
 ) -> dict[str, Any]:
     """A run's or a session's page: what ``show`` rebuilds beside the frame timeline.
 
     ``filter_text`` (the filter language) narrows the timeline only; ``after`` (a ``RUN:SEQ``
     cursor) keeps the timeline to frames recorded after it, for live follow; ``parts`` picks
-    which sections to compute (``summary``, ``conversation``, ``timeline``, ``charts``).
+    which sections to compute (``summary``, ``conversation``, ``timeline``, ``charts``,
+    ``latency``: the per-method table, by SQL). Above ``FOLD_LIMIT`` frames the conversation
+    and the charts are left out (``folded`` is false): the page pages through the frames.
     """
     parts = set(parts)
     ref = resolve(db, kind, ident)
@@ -174,6 +203,13 @@ def conversation(
     out["live"] = any(r["status"] == "running" for r in runs)
     if "summary" in parts:
         out["runs"] = runs
+    out["folded"] = out["frames_total"] <= FOLD_LIMIT
+    if "latency" in parts:
+        out["latency_table"] = latency.latency_table(db, run_ids)
+    if "charts" in parts:
+        out["latency"] = latency.samples(db, run_ids)
+    if not out["folded"]:
+        parts -= {"conversation", "charts"}
     if "conversation" in parts or "charts" in parts:
         # The fold needs every frame (with the runs' end state, as show has it); the timeline and
         # live polls below read only what they show.
@@ -184,9 +220,70 @@ def conversation(
         if "charts" in parts:
             ts_of = {(r["run_id"], r["seq"]): r["ts_ns"] for r in folded.frames}
             out["waterfall"] = timeline.waterfall(convs, ts_of)
-            out["latency"] = timeline.latency_samples(folded.frames)
     if "timeline" in parts:
         out.update(_timeline(db, ref, run_ids, redactor, filter_text, parse_cursor(after), limit))
+    return out
+
+
+def frames_page(
+    db: Any,
+    kind: str,
+    ident: str,
+    redactor: Redactor,
+    primed: selections.Primed,
+    *,
+    filter_text: str | None = None,
+    offset: int = 0,
+    after: str | None = None,
+    limit: int = PAGE_LIMIT,
+    at: str | None = None,
+) -> dict[str, Any]:
+    """One page of a run's or a session's frames, for the virtual timeline: ``limit`` frames of
+    the selection from ``offset`` (or, with ``after``, a ``RUN:SEQ`` cursor, the frames recorded
+    after it: what is new for a live page), flat, each masked after every frame before it. It
+    costs the page: the selection is counted and paged by SQLite, nothing is folded.
+
+    ``redactor`` is this request's (annotations, a filter on masked text); ``primed`` the
+    server's, which masks the frames of a page. ``total`` is the selection's size (with
+    ``after``: how many follow the cursor); ``last`` (without ``after``) the place of its last
+    frame: the cursor a live page asks after; with ``at`` (``RUN:SEQ``), ``position`` is that
+    frame's index in the selection (None: not in it), so that a page can scroll to it."""
+    ref = resolve(db, kind, ident)
+    run_ids = queries.run_ids_of(db, ref)
+    out: dict[str, Any] = {"filter": filter_text or "", "filter_error": None, "offset": offset}
+    runs = queries.runs_by_id(db, run_ids, counted=False)
+    out["live"] = any(r.get("status") == "running" for r in runs)
+    try:
+        expr = selections.parse(db, filter_text)
+    except filters.FilterError as exc:
+        out.update(filter_error=_one_line(exc), rows=[], total=0, more=False, cursor=after)
+        return out
+    limit = max(0, min(int(limit), MAX_PAGE))
+    cursor = parse_cursor(after)
+    if redactor.enabled and selections.reads_masked(expr):
+        # The filter reads masked text: the selection masks every frame in relay order itself,
+        # with this request's own redactor (the primed one is shared between threads).
+        selection = selections.Selection(db, expr, redactor, ref)
+        page = selection.window(cursor, limit, offset)
+        rows = page.frames
+    else:
+        selection = selections.Selection(db, expr, None, ref)
+        page = selection.window(cursor, limit, offset)
+        rows = primed.masked(db, page.frames)
+    total = page.total
+    if cursor is None:
+        out["last"] = f"{page.last[0]}:{page.last[1]}" if page.last else None
+    wanted = parse_cursor(at)
+    if wanted is not None:
+        out["position"] = selection.position(wanted)
+    faults, findings = _annotations(db, run_ids, redactor)
+    out["rows"] = [
+        timeline.timeline_row(r, faults.get((r["run_id"], r["seq"]), ()), findings.get((r["run_id"], r["seq"]), ()))
+        for r in rows
+    ]
+    out["total"] = total
+    out["more"] = page.more
+    out["cursor"] = f"{page.cursor[0]}:{page.cursor[1]}" if page.cursor else None
     return out
 
 
@@ -252,12 +349,13 @@ def _annotations(
 # -- one frame ----------------------------------------------------------------------------------
 
 
-def frame(db: Any, run_id: int, seq: int, redactor: Redactor) -> dict[str, Any]:
-    """One frame: verbatim (redacted), decoded, and the JSON tree's schema marks."""
-    found = selections.frame(db, run_id, seq, redactor)
+def frame(db: Any, run_id: int, seq: int, redactor: Redactor, primed: selections.Primed) -> dict[str, Any]:
+    """One frame: verbatim (masked by ``primed``, which has read the run up to it), decoded, and
+    the JSON tree's schema marks; its faults and findings masked by ``redactor``."""
+    found = selections.frame(db, run_id, seq, None)
     if found is None:
         raise NotFound(f"no frame {run_id}:{seq}")
-    row = found
+    row = primed.masked(db, [found])[0]
     run = queries.run_row(db, run_id)
     version = (run["protocol_version"],) if run else None
     decoded = timeline._decoded(row)

@@ -1,7 +1,8 @@
 """The Datasette plugin: the inspector's routes, its lock, and Datasette's table descriptions.
 
 Owns: Datasette's hooks — ``register_routes`` (``/`` runs and sessions, ``/runs/ID``,
-``/sessions/ID``, ``/runs/ID/frames/SEQ``, ``/diff/A/B``, each with a ``.json`` twin, and the
+``/sessions/ID``, ``/runs/ID/frames/SEQ``, a page of frames (``/runs/ID/frames.json``,
+``/sessions/ID/frames.json``), ``/diff/A/B``, each with a ``.json`` twin, and the
 page assets under ``/-/acp-proxy/``), ``asgi_wrapper`` (the token and Host checks of
 ``acp-proxy ui``; under plain ``datasette``, redaction of Datasette's own JSON and CSV),
 ``render_cell`` (plain ``datasette``: redaction of its HTML cells), ``prepare_connection``
@@ -33,6 +34,7 @@ from datasette import hookimpl
 from datasette.utils.asgi import Response, asgi_static
 
 from acp_proxy.protocol.redact import Redactor
+from acp_proxy.read import frames as selections
 from acp_proxy.store.database import SqlRefused
 from acp_proxy.web import guard as guard_mod
 from acp_proxy.web import masking, model
@@ -94,6 +96,19 @@ def recording_name(datasette: Any) -> str | None:
     return None
 
 
+def primed_for(datasette: Any) -> selections.Primed:
+    """The server's one ``Primed`` redactor for its settings: what it learnt reading frames in
+    relay order is kept between requests (a page or a frame of a long run reads the frames
+    before it once, not on every request)."""
+    redactor = redactor_for(datasette)
+    key = (tuple(r.text for r in redactor.rules), redactor.enabled)
+    cache = datasette.__dict__.setdefault("_acp_proxy_primed", {})
+    if key not in cache:
+        cache[key] = selections.Primed(redactor)
+    primed: selections.Primed = cache[key]
+    return primed
+
+
 async def _read(datasette: Any, fn: Any) -> Any:
     name = recording_name(datasette)
     if name is None:
@@ -150,8 +165,13 @@ async def index_view(datasette: Any, request: Any) -> Response:
     redactor = redactor_for(datasette)
     if not as_json:
         return _page("index.html", title="Runs and sessions", **_common(datasette, redactor))
+    before = _int(request.args.get("before"), 0) or None
+    limit = max(1, min(_int(request.args.get("limit"), 100), 1000))
     try:
-        data = await _read(datasette, lambda conn: model.index(conn, redactor))
+        older = request.args.get("sessions_before")
+        data = await _read(
+            datasette, lambda conn: model.index(conn, redactor, limit=limit, before=before, sessions_before=older)
+        )
     except model.NotFound as exc:
         return _error(str(exc), True)
     return _json({"ok": True, **data})
@@ -187,14 +207,33 @@ async def conversation_view(datasette: Any, request: Any) -> Response:
     return _json({"ok": True, **data})
 
 
+async def frames_view(datasette: Any, request: Any) -> Response:
+    """``/runs/ID/frames.json`` and ``/sessions/ID/frames.json``: a page of the virtual timeline."""
+    kind = "run" if "run_id" in request.url_vars else "session"
+    ident = request.url_vars["run_id"] if kind == "run" else _unquote(request.url_vars["session"])
+    redactor, primed = redactor_for(datasette), primed_for(datasette)
+    kwargs: dict[str, Any] = {
+        "filter_text": request.args.get("filter"),
+        "offset": _int(request.args.get("offset"), 0),
+        "after": request.args.get("after"),
+        "limit": _int(request.args.get("limit"), model.PAGE_LIMIT),
+        "at": request.args.get("at"),
+    }
+    try:
+        data = await _read(datasette, lambda conn: model.frames_page(conn, kind, ident, redactor, primed, **kwargs))
+    except model.NotFound as exc:
+        return _error(str(exc), True)
+    return _json({"ok": True, **data})
+
+
 async def frame_view(datasette: Any, request: Any) -> Response:
     as_json = bool(request.url_vars.get("as_json"))
     run_id, seq = int(request.url_vars["run_id"]), int(request.url_vars["seq"])
     if not as_json:
         return Response.redirect(f"/runs/{run_id}#frame={run_id}:{seq}")
-    redactor = redactor_for(datasette)
+    redactor, primed = redactor_for(datasette), primed_for(datasette)
     try:
-        data = await _read(datasette, lambda conn: model.frame(conn, run_id, seq, redactor))
+        data = await _read(datasette, lambda conn: model.frame(conn, run_id, seq, redactor, primed))
     except model.NotFound as exc:
         return _error(str(exc), True)
     return _json({"ok": True, **data})
@@ -234,6 +273,8 @@ def register_routes(datasette: Any) -> list[tuple[str, Any]]:
     return [
         (r"^/" + _JSON, index_view),
         (r"^/runs/(?P<run_id>[0-9]{1,18})/frames/(?P<seq>[0-9]{1,18})" + _JSON, frame_view),
+        (r"^/runs/(?P<run_id>[0-9]{1,18})/frames\.json$", frames_view),
+        (r"^/sessions/(?P<session>[^/]+?)/frames\.json$", frames_view),
         (r"^/runs/(?P<run_id>[0-9]{1,18})" + _JSON, conversation_view),
         (r"^/sessions/(?P<session>[^/]+?)" + _JSON, conversation_view),
         (r"^/diff/(?P<left>[^/]+)/(?P<right>[^/]+?)" + _JSON, diff_view),

@@ -3,7 +3,7 @@
 Owns: one timeline row per frame (direction lane, what it is, its latency, flags, the faults and
 findings on it, a short preview), collapsing consecutive chunks of one message into one row that
 holds them, the per-turn waterfall (acceptance, first output, tool calls, permission waits, end)
-and the per-method latency samples the charts draw.
+(the latency samples the charts draw are SQL: ``read.latency``).
 
 Must not know: SQL, HTTP, Datasette, HTML. Rows in (already redacted), plain dicts out.
 """
@@ -11,11 +11,11 @@ Must not know: SQL, HTTP, Datasette, HTML. Rows in (already redacted), plain dic
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from acp_proxy.protocol import wire
-from acp_proxy.protocol.vocabulary import OTHER
 from acp_proxy.read import fold as fd
 
 PREVIEW_CHARS = 160
@@ -84,6 +84,43 @@ def chunk_key(row: dict[str, Any]) -> str | None:
     )
 
 
+_QUIET_KEYS = frozenset(("jsonrpc", "sessionId", "sessionUpdate", "_meta"))
+
+
+def snippet(row: dict[str, Any], message: Any, text: str) -> str:
+    """What a frame says, in a line: the text it carries (a chunk's, a prompt's, a tool call's
+    title, an error's message), else its payload as compact JSON without the envelope
+    (``jsonrpc``, ``id``, ``method``, ``sessionId`` are in their own columns)."""
+    if not isinstance(message, dict):
+        return _cut(text)
+    body: Any = None
+    if "error" in message:
+        body = message["error"]
+    elif "result" in message:
+        body = message["result"]
+    else:
+        body = message.get("params")
+        if isinstance(body, dict) and isinstance(body.get("update"), dict):
+            body = body["update"]
+    if isinstance(body, dict):
+        for key in ("content", "prompt"):
+            said = fd.text_of(body.get(key)) if body.get(key) is not None else ""
+            if said:
+                return _cut(said)
+        for key in ("message", "title", "stopReason"):
+            if isinstance(body.get(key), str) and body[key]:
+                return _cut(body[key])
+        body = {k: v for k, v in body.items() if k not in _QUIET_KEYS}
+    if body is None or body == {}:
+        return ""
+    return _cut(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
 def timeline_row(
     row: dict[str, Any], faults: Sequence[dict[str, Any]] = (), findings: Sequence[dict[str, Any]] = ()
 ) -> dict[str, Any]:
@@ -117,6 +154,7 @@ def timeline_row(
         "faults": [{k: f.get(k) for k in ("action", "detail", "rule")} for f in faults],
         "findings": [{k: f.get(k) for k in ("severity", "rule", "message", "spec")} for f in findings],
         "preview": text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…",
+        "snippet": snippet(row, message, text),
         "chunk_key": chunk_key(row),
         "text": None,
     }
@@ -179,23 +217,6 @@ def chunks_item(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- pictures -----------------------------------------------------------------------------------
-
-
-def latency_samples(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One sample per answered request: method, the request's direction, latency in ms."""
-    out = []
-    for row in rows:
-        if row.get("latency_ns") is None or row.get("kind") not in ("response", "error"):
-            continue
-        out.append(
-            {
-                "method": row.get("method") or "?",
-                "dir": OTHER.get(row["dir"], row["dir"]),
-                "latency_ms": round(row["latency_ns"] / 1e6, 3),
-                "error": row["kind"] == "error",
-            }
-        )
-    return out
 
 
 def waterfall(conversations: Iterable[fd.Conversation], ts_of: dict[tuple[Any, int], int]) -> list[dict[str, Any]]:

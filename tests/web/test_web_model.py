@@ -94,18 +94,6 @@ def test_timeline_row_flags_latency_error_and_time() -> None:
     assert row["ts"] == "2023-11-14T22:13:20.000Z"
 
 
-def test_latency_samples_name_the_request_direction() -> None:
-    rows = [
-        frame_row(2, dir="a2c", kind="response", method="initialize", latency_ns=1_000_000),
-        frame_row(4, dir="c2a", kind="error", method="session/request_permission", latency_ns=3_000_000),
-        frame_row(5, dir="a2c", kind="notification", method="session/update"),
-    ]
-    assert timeline.latency_samples(rows) == [
-        {"method": "initialize", "dir": "c2a", "latency_ms": 1.0, "error": False},
-        {"method": "session/request_permission", "dir": "a2c", "latency_ms": 3.0, "error": True},
-    ]
-
-
 # -- schema marks -------------------------------------------------------------------------------
 
 

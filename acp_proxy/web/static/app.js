@@ -21,11 +21,46 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// The connection badge: a page whose server has stopped says so instead of going stale.
+function connected(ok, why) {
+  const badgeNode = document.getElementById("connection");
+  if (!badgeNode) return;
+  badgeNode.classList.toggle("hidden", ok);
+  badgeNode.textContent = ok ? "" : `server unreachable${why ? ": " + why : ""} — showing what was last received`;
+  document.body.dataset.connection = ok ? "ok" : "lost";
+}
+
 async function api(url) {
-  const response = await fetch(url, { credentials: "same-origin", headers: { accept: "application/json" } });
+  let response;
+  try {
+    response = await fetch(url, { credentials: "same-origin", headers: { accept: "application/json" } });
+  } catch (err) {
+    connected(false, "no answer");
+    return { ok: false, error: "the acp-proxy ui server does not answer", offline: true };
+  }
+  connected(response.status < 500, `HTTP ${response.status}`);
   const data = await response.json().catch(() => ({ ok: false, error: `HTTP ${response.status}` }));
   if (!response.ok && data.ok !== false) data.ok = false;
   return data;
+}
+
+// Long text is shown collapsed, with a button that reveals the rest.
+const COLLAPSE_AT = 2000;
+function collapsible(tag, text, cls) {
+  text = text || "";
+  const node = el(tag, { class: cls || "" });
+  if (text.length <= COLLAPSE_AT) { node.textContent = text; return node; }
+  node.textContent = text.slice(0, COLLAPSE_AT) + "…";
+  node.classList.add("collapsed");
+  const more = el("button", { type: "button", class: "reveal", text: `show all ${text.length.toLocaleString()} characters` });
+  more.addEventListener("click", (event) => {
+    event.stopPropagation();
+    node.textContent = text;
+    node.classList.remove("collapsed");
+    more.remove();
+  });
+  const wrap = el("div", { class: "collapsible" }, node, more);
+  return wrap;
 }
 
 function badge(text, cls) {
@@ -75,42 +110,97 @@ function poll(fn) {
 function initIndex() {
   const ticked = new Set();
   const diffLink = document.getElementById("diff-link");
+  const runsBody = document.querySelector("#runs tbody");
+  const sessionsBody = document.querySelector("#sessions tbody");
+  const runRows = new Map(); // run id -> its row: rows are updated in place, never rebuilt
+  const sessionRows = new Map();
+  let oldest = null; // the oldest run listed: "older runs" asks for those before it
   const updateDiff = () => {
     const ids = [...ticked].sort((a, b) => a - b);
     diffLink.classList.toggle("disabled", ids.length !== 2);
     diffLink.href = ids.length === 2 ? `/diff/${ids[0]}/${ids[1]}` : "#";
   };
-  const render = (data) => {
-    if (!data.ok) return;
-    setLive(data.running > 0);
-    const runs = document.querySelector("#runs tbody");
-    runs.replaceChildren(...data.runs.map((r) => el("tr", { dataset: { run: r.id } },
-      el("td", {}, el("input", { type: "checkbox", checked: ticked.has(r.id), "aria-label": `compare run ${r.id}`,
+  // A cell's content changes only when its text does: selection and focus stay where they are.
+  const set = (td, text, build) => {
+    const value = String(text ?? "");
+    if (td.dataset.value === value) return;
+    td.dataset.value = value;
+    if (build) td.replaceChildren(build()); else td.textContent = value;
+  };
+  const runCells = (tr, r) => {
+    const c = tr.children;
+    set(c[2], when(r.started));
+    set(c[3], r.status, () => badge(r.status, r.status));
+    set(c[4], [r.agent, r.client].filter(Boolean).join(" ⇄ "));
+    set(c[5], short((r.argv || []).join(" "), 90));
+    set(c[6], r.frames ?? "");
+    set(c[7], r.faults || "");
+    set(c[8], r.findings || "");
+    set(c[9], r.exit);
+  };
+  const runRow = (r) => {
+    const tr = el("tr", { dataset: { run: r.id } },
+      el("td", {}, el("input", { type: "checkbox", "aria-label": `compare run ${r.id}`,
         onchange: (e) => { e.target.checked ? ticked.add(r.id) : ticked.delete(r.id); updateDiff(); } })),
       el("td", {}, el("a", { href: `/runs/${r.id}`, text: `run ${r.id}` })),
-      el("td", { text: when(r.started) }),
-      el("td", {}, badge(r.status, r.status)),
-      el("td", { text: [r.agent, r.client].filter(Boolean).join(" ⇄ ") }),
-      el("td", { class: "mono", text: short((r.argv || []).join(" "), 90) }),
-      el("td", { text: r.frames ?? "" }),
-      el("td", { text: r.faults || "" }),
-      el("td", { text: r.findings || "" }),
-      el("td", { text: r.exit }),
-    )));
-    document.getElementById("runs-empty").classList.toggle("hidden", data.runs.length > 0);
-    document.getElementById("runs-count").textContent = `(${data.runs.length}${data.running ? `, ${data.running} recording` : ""})`;
-    const sessions = document.querySelector("#sessions tbody");
-    sessions.replaceChildren(...data.sessions.map((s) => el("tr", {},
-      el("td", {}, el("a", { class: "mono", href: `/sessions/${encodeURIComponent(s.session_id)}`, text: s.session_id })),
-      el("td", { text: s.title || "" }),
-      el("td", { class: "mono", text: s.cwd || "" }),
-      el("td", {}, ...s.runs.map((id) => el("a", { href: `/runs/${id}`, text: `${id} ` }))),
-      el("td", { text: s.turns }),
-      el("td", { text: when(s.last_seen) }),
-    )));
-    document.getElementById("sessions-empty").classList.toggle("hidden", data.sessions.length > 0);
+      el("td"), el("td"), el("td"), el("td", { class: "mono" }), el("td"), el("td"), el("td"), el("td"));
+    runRows.set(r.id, tr);
+    return tr;
   };
-  const load = async () => render(await api("/.json"));
+  const mergeRuns = (runs) => {
+    for (const r of runs) { // newest first
+      let tr = runRows.get(r.id);
+      if (!tr) {
+        tr = runRow(r);
+        // Its place: before the first listed run older than it.
+        const next = [...runRows.entries()].filter(([id]) => id < r.id).sort((a, b) => b[0] - a[0])[0];
+        if (next && next[1] !== tr && next[1].parentNode === runsBody) runsBody.insertBefore(tr, next[1]);
+        else runsBody.append(tr);
+      }
+      runCells(tr, r);
+      if (oldest === null || r.id < oldest) oldest = r.id;
+    }
+  };
+  const mergeSessions = (sessions, paging) => {
+    sessions.forEach((s, i) => {
+      let tr = sessionRows.get(s.row); // a session id can be recorded more than once
+      if (!tr) {
+        tr = el("tr", { dataset: { session: s.session_id } },
+          el("td", {}, el("a", { class: "mono", href: `/sessions/${encodeURIComponent(s.session_id)}`, text: s.session_id })),
+          el("td"), el("td", { class: "mono" }), el("td"), el("td"), el("td"));
+        sessionRows.set(s.row, tr);
+      }
+      if (paging) { if (!tr.parentNode) sessionsBody.append(tr); }
+      else if (sessionsBody.children[i] !== tr) sessionsBody.insertBefore(tr, sessionsBody.children[i] || null);
+      tr.dataset.key = s.key; // its place in the list: "older sessions" asks after the last one
+      const c = tr.children;
+      set(c[1], s.title || "");
+      set(c[2], s.cwd || "");
+      set(c[3], s.runs.join(","), () => el("span", {}, ...s.runs.map((id) => el("a", { href: `/runs/${id}`, text: `${id} ` }))));
+      set(c[4], s.turns);
+      set(c[5], when(s.last_seen));
+    });
+  };
+  const older = document.getElementById("runs-older");
+  const render = (data, paging) => {
+    if (!data.ok) return;
+    setLive(data.running > 0);
+    if (paging !== "sessions") mergeRuns(data.runs);
+    if (paging === "runs" || runRows.size <= data.runs.length) older.classList.toggle("hidden", !data.more_runs);
+    document.getElementById("runs-empty").classList.toggle("hidden", runRows.size > 0);
+    document.getElementById("runs-count").textContent =
+      `(${runRows.size} of ${data.runs_total} shown${data.running ? `, ${data.running} recording` : ""})`;
+    if (paging !== "runs") {
+      mergeSessions(data.sessions, paging === "sessions");
+      if (paging === "sessions" || sessionRows.size <= data.sessions.length) olderSessions.classList.toggle("hidden", !data.more_sessions);
+      document.getElementById("sessions-empty").classList.toggle("hidden", sessionRows.size > 0);
+    }
+  };
+  const olderSessions = document.getElementById("sessions-older");
+  older.addEventListener("click", async () => render(await api(`/.json?before=${oldest}`), "runs"));
+  olderSessions.addEventListener("click", async () =>
+    render(await api(`/.json?sessions_before=${encodeURIComponent(sessionsBody.lastElementChild.dataset.key)}`), "sessions"));
+  const load = async () => render(await api("/.json"), null);
   load();
   poll(load);
 }
@@ -138,13 +228,13 @@ function entityView(e) {
   const json = (value) => JSON.stringify(value);
   if (kind === "message") {
     label = e.role === "session" ? "message" : e.role;
-    body.append(e.text || "");
+    body.append(collapsible("span", e.text || ""));
   } else if (kind === "tool_call") {
     body.append(el("b", { text: e.title || e.name || e.tool_call_id }), " ",
       badge(e.status || "pending", e.status === "failed" ? "crashed" : "flag"),
       e.tool_kind ? sub(`kind ${e.tool_kind} · ${e.tool_call_id}`) : sub(e.tool_call_id));
     for (const loc of e.locations || []) body.append(sub(`at ${loc.path || loc}${loc.line != null ? ":" + loc.line : ""}`));
-    if (e.text) body.append(e.text.includes("\n@@") || e.text.startsWith("---") ? diffBlock(e.text) : el("pre", { text: short(e.text, 4000) }));
+    if (e.text) body.append(e.text.includes("\n@@") || e.text.startsWith("---") ? diffBlock(e.text) : collapsible("pre", e.text));
     if (e.placeholder) body.append(sub("(never announced)"));
   } else if (kind === "permission") {
     const options = (e.options || []).map((o) => o.optionId || o.name).join(", ");
@@ -163,7 +253,7 @@ function entityView(e) {
   } else if (kind === "terminal") {
     body.append(el("span", { class: "mono", text: `${e.terminal_id} ${e.command || ""} ${(e.args || []).join(" ")}` }),
       " — ", e.exit_status ? `exit ${json(e.exit_status)}` : "running");
-    if (e.text) body.append(el("pre", { text: short(e.text, 4000) }));
+    if (e.text) body.append(collapsible("pre", e.text));
   } else if (kind === "compaction") {
     body.append(`${e.compaction_id} — ${e.status || ""}`);
   } else if (kind === "notice") {
@@ -241,6 +331,7 @@ function marksCell(item) {
 
 let multiRun = false;
 let selected = null;
+let virtual = null; // the virtual timeline, on a selection too long to draw whole
 
 function frameRow(row, extraClass) {
   const what = row.update_kind ? `${row.method} · ${row.update_kind}` : row.method || row.kind;
@@ -254,7 +345,7 @@ function frameRow(row, extraClass) {
     el("td", { class: "mono", text: row.rpc_id ?? "" }),
     el("td", { text: ms(row.latency_ms) }),
     marksCell(row),
-    el("td", { class: "preview", text: row.text != null ? row.text : row.preview, title: row.preview }),
+    el("td", { class: "preview", text: row.text != null ? row.text : (row.snippet ?? row.preview), title: row.preview }),
   );
   return tr;
 }
@@ -386,9 +477,10 @@ async function selectFrame(id, scroll) {
   for (const old of tbody.querySelectorAll("tr.selected")) old.classList.remove("selected");
   if (tr) {
     tr.classList.add("selected");
-    if (scroll) tr.scrollIntoView({ block: "center" });
+    if (scroll) tr.scrollIntoView({ block: "nearest" });
   }
   selected = id;
+  if (virtual) { if (scroll) virtual.reveal(id); else virtual.selected(id); }
   history.replaceState(null, "", `${location.pathname}${location.search}#frame=${id}`);
   const data = await api(`/runs/${run}/frames/${seq}.json`);
   const detail = document.getElementById("detail");
@@ -406,7 +498,13 @@ async function selectFrame(id, scroll) {
   if (data.decode_error) notes.append(el("p", { class: "error", text: data.decode_error }));
   for (const f of row.faults) notes.append(el("p", {}, badge(`fault: ${f.action}`, "fault"), ` ${f.detail || ""} — rule: ${f.rule}`));
   for (const f of row.findings) notes.append(el("p", {}, badge(f.severity, `finding-${f.severity}`), ` ${f.rule}: ${f.message}`));
-  document.getElementById("detail-raw").textContent = data.raw ?? "";
+  const raw = data.raw ?? "";
+  const rawNode = document.getElementById("detail-raw");
+  const reveal = document.getElementById("detail-reveal");
+  rawNode.textContent = raw.length > COLLAPSE_AT ? raw.slice(0, COLLAPSE_AT) + "…" : raw;
+  reveal.classList.toggle("hidden", raw.length <= COLLAPSE_AT);
+  reveal.textContent = `show all ${raw.length.toLocaleString()} characters`;
+  reveal.onclick = () => { rawNode.textContent = raw; reveal.classList.add("hidden"); };
   const tree = document.getElementById("detail-tree");
   tree.replaceChildren(data.json === null || data.json === undefined ? el("p", { class: "dim", text: "not JSON" }) : treeView(data.json, data.marks));
 }
@@ -480,6 +578,157 @@ function charts(data) {
   });
 }
 
+// A selection longer than this is shown as a virtual list: only the rows in view are in the
+// page, fetched a page at a time from /runs/ID/frames.json; shorter ones are drawn whole, with
+// chunks of one message collapsed into one row.
+const VIRTUAL_AT = 1000;
+const ROW_H = 26; // px: every row of the virtual list is one line high
+const PAGE = 200;
+const OVERSCAN = 15;
+const KEEP_PAGES = 16; // pages kept in memory; the others are dropped and fetched again if needed
+
+function virtualTimeline(base, filterText, onCount) {
+  const scroll = document.getElementById("timeline-scroll");
+  const table = document.getElementById("timeline");
+  const tbody = table.querySelector("tbody");
+  const pages = new Map(); // page number -> rows (an array, the tail page possibly short)
+  const pending = new Set();
+  let total = 0;
+  let cursor = null;
+  let current = -1; // the index of the highlighted row (j/k)
+  let currentId = null;
+  let drawn = "";
+  let dead = false;
+  table.classList.add("virtual");
+  scroll.classList.add("virtual");
+  const url = (params) => {
+    const q = new URLSearchParams(params);
+    if (filterText) q.set("filter", filterText);
+    return `${base}/frames.json?${q}`;
+  };
+  const rowAt = (i) => { const p = pages.get(Math.floor(i / PAGE)); return p ? p[i % PAGE] : undefined; };
+  const fetchPage = async (p) => {
+    if (pending.has(p)) return;
+    pending.add(p);
+    try {
+      const data = await api(url({ offset: p * PAGE, limit: PAGE }));
+      if (dead || !data.ok) return;
+      pages.set(p, data.rows);
+      // Far pages go: memory holds what is near the view, whatever the run's length.
+      if (pages.size > KEEP_PAGES) {
+        const here = Math.floor(scroll.scrollTop / ROW_H / PAGE);
+        const far = [...pages.keys()].sort((a, b) => Math.abs(b - here) - Math.abs(a - here));
+        for (const q of far.slice(0, pages.size - KEEP_PAGES)) pages.delete(q);
+      }
+      draw(true);
+    } finally { pending.delete(p); }
+  };
+  const spacer = (height) => el("tr", { class: "spacer", "aria-hidden": "true" }, el("td", { colspan: 9, style: `height:${height}px;padding:0;border:0` }));
+  const draw = (force) => {
+    const view = Math.ceil(scroll.clientHeight / ROW_H) + 1;
+    const first = Math.max(0, Math.floor(scroll.scrollTop / ROW_H) - OVERSCAN);
+    const last = Math.min(total, first + view + 2 * OVERSCAN);
+    const key = `${first}:${last}:${total}`;
+    if (!force && key === drawn) return;
+    drawn = key;
+    const rows = [spacer(first * ROW_H)];
+    const wanted = new Set();
+    for (let i = first; i < last; i++) {
+      const r = rowAt(i);
+      if (r === undefined) {
+        wanted.add(Math.floor(i / PAGE));
+        rows.push(el("tr", { class: "loading", dataset: { index: i } }, el("td", { colspan: 9, class: "dim", text: "…" })));
+        continue;
+      }
+      const tr = frameRow(r, "");
+      tr.dataset.index = i;
+      if (r.id === selected) tr.classList.add("selected");
+      if (i === current) tr.classList.add("current");
+      rows.push(tr);
+    }
+    rows.push(spacer(Math.max(0, total - last) * ROW_H));
+    tbody.replaceChildren(...rows);
+    for (const p of wanted) fetchPage(p);
+  };
+  let scheduled = false;
+  scroll.addEventListener("scroll", () => {
+    if (scheduled) return;
+    scheduled = true;
+    requestAnimationFrame(() => { scheduled = false; draw(false); });
+  });
+  const atBottom = () => scroll.scrollTop + scroll.clientHeight >= scroll.scrollHeight - 2 * ROW_H;
+  return {
+    async start() {
+      const data = await api(url({ offset: 0, limit: PAGE }));
+      if (!data.ok) return data;
+      if (data.filter_error) return data;
+      total = data.total;
+      cursor = data.last;
+      pages.set(0, data.rows);
+      onCount(total);
+      draw(true);
+      return data;
+    },
+    // Live: only the frames recorded after the page's cursor are asked for.
+    async news() {
+      if (!cursor && total) return;
+      const follow = atBottom() && total > 0;
+      const data = await api(url({ after: cursor || "0:0", limit: PAGE }));
+      if (dead || !data.ok || !data.total) return data;
+      for (const [k, r] of data.rows.entries()) {
+        const i = total + k;
+        const p = Math.floor(i / PAGE);
+        if (!pages.has(p) && i % PAGE === 0) pages.set(p, []);
+        const page = pages.get(p);
+        if (page && page.length === i % PAGE) { page.push(r); r.fresh = true; }
+      }
+      total += data.total;
+      // The frames not sent yet (more than a page) are fetched by offset when they come into view.
+      if (data.rows.length === data.total) cursor = data.cursor;
+      else { cursor = null; const tail = await api(url({ offset: Math.max(0, total - 1), limit: 1 })); if (tail.ok && tail.rows.length) cursor = tail.rows[0].id; }
+      onCount(total);
+      if (follow) scroll.scrollTop = scroll.scrollHeight;
+      draw(true);
+      if (follow) scroll.scrollTop = total * ROW_H;
+      return data;
+    },
+    move(step) {
+      if (!total) return null;
+      current = Math.max(0, Math.min(total - 1, (current < 0 ? Math.floor(scroll.scrollTop / ROW_H) - (step > 0 ? 1 : 0) : current) + step));
+      const top = current * ROW_H;
+      if (top < scroll.scrollTop) scroll.scrollTop = top;
+      else if (top + 2 * ROW_H > scroll.scrollTop + scroll.clientHeight) scroll.scrollTop = top + 2 * ROW_H - scroll.clientHeight;
+      const r = rowAt(current);
+      currentId = r ? r.id : null;
+      draw(true);
+      return currentId;
+    },
+    current() { return currentId; },
+    end() { scroll.scrollTop = scroll.scrollHeight; draw(true); },
+    // Bring a frame into view (a link to it, a click in the conversation): its index is asked for.
+    async reveal(id) {
+      const data = await api(url({ limit: 0, at: id }));
+      if (dead || !data.ok || data.position === null || data.position === undefined) return;
+      current = data.position;
+      currentId = id;
+      scroll.scrollTop = Math.max(0, current * ROW_H - scroll.clientHeight / 2);
+      draw(true);
+    },
+    selected() { draw(true); },
+    stop() { dead = true; table.classList.remove("virtual"); scroll.classList.remove("virtual"); },
+    get total() { return total; },
+  };
+}
+
+function latencyTable(rows) {
+  const tbody = document.querySelector("#latency-table tbody");
+  if (!tbody) return;
+  tbody.replaceChildren(...(rows || []).map((r) => el("tr", { dataset: { method: r.method } },
+    el("td", { class: "mono", text: r.method }), el("td", { text: r.dir }), el("td", { text: r.count }),
+    el("td", { text: r.errors || "" }), el("td", { text: ms(r.p50_ms) }), el("td", { text: ms(r.p95_ms) }),
+    el("td", { text: ms(r.p99_ms) }), el("td", { text: ms(r.max_ms) }))));
+}
+
 function initConversation() {
   const body = document.body;
   const base = body.dataset.kind === "run" ? `/runs/${body.dataset.ident}` : `/sessions/${encodeURIComponent(body.dataset.ident)}`;
@@ -488,15 +737,20 @@ function initConversation() {
   let cursor = null;
   let refreshTimer = null;
   let generation = 0; // a new filter starts a new timeline: answers to older polls are dropped
+  let folded = true;
+  let framesTotal = 0;
   const query = (extra) => {
     const params = new URLSearchParams(extra);
     if (input.value.trim()) params.set("filter", input.value.trim());
     return `${base}.json?${params}`;
   };
-  const showTimeline = (data, append) => {
+  const showError = (data) => {
     const error = document.getElementById("filter-error");
     error.classList.toggle("hidden", !data.filter_error);
     error.textContent = data.filter_error ? `bad filter: ${data.filter_error}` : "";
+  };
+  const showTimeline = (data, append) => {
+    showError(data);
     if (!append) { tbody.replaceChildren(); tbody._lastGroup = null; }
     appendTimeline(tbody, data.timeline || [], append);
     if (data.cursor) cursor = data.cursor;
@@ -506,46 +760,135 @@ function initConversation() {
   };
   const showRest = (data) => {
     if (data.runs) document.getElementById("summary-body").replaceChildren(...summaryView(data));
+    if (data.latency_table) latencyTable(data.latency_table);
     if (data.conversations) document.getElementById("conversation").replaceChildren(...conversationView(data.conversations));
-    if (data.waterfall) charts(data);
+    if (data.waterfall || data.latency) charts({ waterfall: data.waterfall || [], latency: data.latency || [] });
+    if (data.folded === false) {
+      const n = data.frames_total.toLocaleString();
+      document.getElementById("conversation").replaceChildren(el("p", { class: "dim",
+        text: `${n} frames: too many to fold into a conversation on each view. The frames are all here, a page at a time; ` +
+          `\`acp-proxy show\` prints the whole conversation.` }));
+      document.getElementById("waterfall").textContent = "Not drawn for a run this long.";
+    }
+  };
+  const startVirtual = async (toEnd) => {
+    if (virtual) virtual.stop();
+    const mine = ++generation;
+    tbody.replaceChildren();
+    const filtered = input.value.trim();
+    const v = virtualTimeline(base, filtered, (n) => {
+      framesTotal = Math.max(framesTotal, n);
+      document.getElementById("frame-count").textContent = filtered
+        ? `(${n.toLocaleString()} of ${framesTotal.toLocaleString()})` : `(${n.toLocaleString()} frames)`;
+    });
+    virtual = v;
+    const data = await v.start();
+    if (mine !== generation) return;
+    if (toEnd) v.end();
+    showError(data || {});
+    document.getElementById("timeline-more").classList.add("hidden");
   };
   const load = async () => {
-    const data = await api(query({}));
-    if (!data.ok) {
-      document.getElementById("conversation").replaceChildren(el("p", { class: "error", text: data.error }));
+    // The cheap parts first: they say how long the selection is, and so how to show it.
+    const head = await api(query({ parts: "summary,latency" }));
+    if (!head.ok) {
+      document.getElementById("conversation").replaceChildren(el("p", { class: "error", text: head.error }));
       return;
     }
-    multiRun = (data.run_ids || []).length > 1;
-    setLive(data.live);
-    showRest(data);
-    showTimeline(data, false);
+    multiRun = (head.run_ids || []).length > 1;
+    framesTotal = head.frames_total;
+    folded = head.folded;
+    setLive(head.live);
+    showRest(head);
     const wanted = location.hash.match(/^#frame=(\d+:\d+)$/);
+    if (framesTotal > VIRTUAL_AT) {
+      // A run being recorded, followed live, opens at its newest frames; any other at its first.
+      await startVirtual(head.live && document.getElementById("follow").checked);
+      // The conversation and the turn waterfall are folded from the whole run (left out above
+      // FOLD_LIMIT frames); the latency samples are SQL.
+      api(query({ parts: "conversation,charts" })).then((data) => { if (data.ok) showRest(data); });
+    } else {
+      const data = await api(query({}));
+      if (!data.ok) return;
+      showRest(data);
+      showTimeline(data, false);
+    }
     if (wanted) selectFrame(wanted[1], true);
   };
+  // The conversation is folded again from the whole run when frames come: at most one fold
+  // under way, and the next not before five times the last one took (a run that streams fast
+  // must not keep the server folding); the latency table and summary are SQL, cheap.
+  let foldCost = 0;
+  let nextFold = 0;
   const refreshRest = () => {
-    clearTimeout(refreshTimer);
+    if (refreshTimer) return;
+    const wait = Math.max(250, nextFold - performance.now());
     refreshTimer = setTimeout(async () => {
-      const data = await api(`${base}.json?parts=summary,conversation,charts`);
-      if (data.ok) showRest(data);
-    }, 250);
+      const started = performance.now();
+      const data = await api(`${base}.json?parts=${folded ? "summary,conversation,charts,latency" : "summary,charts,latency"}`);
+      foldCost = performance.now() - started;
+      nextFold = performance.now() + 5 * foldCost;
+      refreshTimer = null;
+      if (data.ok) { folded = data.folded; framesTotal = data.frames_total; showRest(data); }
+    }, wait);
   };
   document.getElementById("filter-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     const params = new URLSearchParams(location.search);
     if (input.value.trim()) params.set("filter", input.value.trim()); else params.delete("filter");
     history.replaceState(null, "", `${location.pathname}${params.size ? "?" + params : ""}`);
+    if (virtual) { await startVirtual(false); return; }
     const mine = ++generation;
     const data = await api(query({ parts: "timeline" }));
     if (data.ok && mine === generation) showTimeline(data, false);
   });
+  // Keys: j/k move through the frames, Enter opens the one under the cursor, / the filter.
+  const tableMove = (step) => {
+    const rows = [...tbody.querySelectorAll("tr[data-frame]")].filter((r) => !r.classList.contains("hidden"));
+    if (!rows.length) return null;
+    const at = rows.findIndex((r) => r.classList.contains("current"));
+    const next = rows[Math.max(0, Math.min(rows.length - 1, at < 0 ? (step > 0 ? 0 : rows.length - 1) : at + step))];
+    for (const r of rows) r.classList.remove("current");
+    next.classList.add("current");
+    next.scrollIntoView({ block: "nearest" });
+    return next.dataset.frame;
+  };
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const typing = event.target.closest && event.target.closest("input, textarea, select");
+    if (typing) { if (event.key === "Escape") event.target.blur(); return; }
+    if (event.key === "/") { event.preventDefault(); input.focus(); input.select(); return; }
+    if (event.key === "j" || event.key === "k") {
+      event.preventDefault();
+      const step = event.key === "j" ? 1 : -1;
+      if (virtual) virtual.move(step); else tableMove(step);
+      return;
+    }
+    if (event.key === "Enter") {
+      const id = virtual ? virtual.current() : (tbody.querySelector("tr.current") || {}).dataset?.frame;
+      if (id) { event.preventDefault(); selectFrame(id, false); }
+    }
+  });
   load().then(() => poll(async () => {
     const mine = generation;
+    if (virtual) {
+      const data = await virtual.news();
+      if (!data || !data.ok || mine !== generation) return;
+      setLive(data.live);
+      if (data.total) refreshRest();
+      return;
+    }
     const data = await api(query({ parts: "summary,timeline", after: cursor || "0:0" }));
     if (!data.ok || mine !== generation) return;
     setLive(data.live);
     if ((data.timeline || []).length) {
       showTimeline(data, true);
       refreshRest();
+      // A live run that outgrows a whole table goes on as a virtual list, at its end.
+      if (tbody.querySelectorAll("tr[data-frame]").length > VIRTUAL_AT) {
+        framesTotal = data.frames_total;
+        await startVirtual(true);
+      }
     } else if (data.runs) {
       document.getElementById("summary-body").replaceChildren(...summaryView(data));
     }

@@ -1,0 +1,83 @@
+"""Per-method latency, computed by SQLite: count, errors, p50, p95, p99 and max per method and
+direction, for a run, a session's runs or every run.
+
+Owns: the SQL of the latency table the inspector shows on every page and poll. The answered
+requests are found through ``idx_frames_request`` (responses carry ``request_seq``) and ranked
+by a window function, so a page of a run with a million frames costs its responses, not its
+frames, and nothing is folded. Percentiles are nearest-rank, as ``queries.percentile`` has
+them: the value at rank ``max(1, ceil(p * n))``.
+
+Must not know: click, rich, HTTP, MCP, how a door draws the table. Never writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PERCENTILES = (("p50_ms", 0.50), ("p95_ms", 0.95), ("p99_ms", 0.99))
+
+
+def _rank(fraction: float) -> str:
+    # ceil() is optional in SQLite builds: an integer part plus one when there is a remainder.
+    # The product is a double in SQLite as in Python, so both round the same way.
+    product = f"({fraction!r} * n)"
+    return f"max(1, cast({product} as integer) + ({product} > cast({product} as integer)))"
+
+
+def latency_table(db: Any, run_ids: list[int] | None) -> list[dict[str, Any]]:
+    """One row per (method, direction of the request): ``count``, ``errors`` and ``p50_ms``,
+    ``p95_ms``, ``p99_ms``, ``max_ms`` in milliseconds; ordered by method then direction."""
+    if run_ids is None:
+        scope, params = "1", []
+    else:
+        scope, params = f"run_id in ({','.join('?' * len(run_ids)) or 'null'})", list(run_ids)
+    picks = ",\n".join(
+        f"max(case when rn = {_rank(fraction)} then latency_ns end) / 1e6 as {name}" for name, fraction in PERCENTILES
+    )
+    sql = f"""
+        with answered as (
+            select coalesce(method, '?') as method,
+                   -- the request travelled the other way: name the pair by the request's direction
+                   case dir when 'a2c' then 'c2a' when 'c2a' then 'a2c' else dir end as dir,
+                   kind, latency_ns
+            from frames
+            where {scope} and request_seq is not null and latency_ns is not null
+              and kind in ('response', 'error')
+        ), ranked as (
+            select *, row_number() over (partition by method, dir order by latency_ns) as rn,
+                   count(*) over (partition by method, dir) as n
+            from answered
+        )
+        select method, dir, max(n) as count, sum(kind = 'error') as errors,
+               {picks},
+               max(latency_ns) / 1e6 as max_ms
+        from ranked group by method, dir order by method, dir
+    """
+    cursor = db.execute(sql, params)
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor]
+
+
+def samples(db: Any, run_ids: list[int] | None, limit: int = 5000) -> list[dict[str, Any]]:
+    """One sample per answered request, in relay order — ``method``, ``dir`` (the request's),
+    ``latency_ms``, ``error`` — at most the ``limit`` latest: what a chart of the spread draws,
+    read by SQL (no fold), bounded whatever the run's length."""
+    if run_ids is None:
+        scope, params = "1", []
+    else:
+        scope, params = f"run_id in ({','.join('?' * len(run_ids)) or 'null'})", list(run_ids)
+    sql = f"""
+        select * from (
+            select run_id, seq, coalesce(method, '?') as method,
+                   case dir when 'a2c' then 'c2a' when 'c2a' then 'a2c' else dir end as dir,
+                   round(latency_ns / 1e6, 3) as latency_ms, kind = 'error' as error
+            from frames
+            where {scope} and request_seq is not null and latency_ns is not null
+              and kind in ('response', 'error')
+            order by run_id desc, seq desc limit ?
+        ) order by run_id, seq
+    """
+    return [
+        {"method": method, "dir": direction, "latency_ms": ms, "error": bool(error)}
+        for _, _, method, direction, ms, error in db.execute(sql, [*params, limit])
+    ]
