@@ -170,7 +170,7 @@ def run(
 
     otlp_to = otel.live_endpoints(otlp, otlp_content, no_record)  # a mistake: one line, exit 2
     if stderr_file is not None:
-        _redirect_stderr(stderr_file)
+        _redirect_stderr(stderr_file, db)
     from acp_proxy.relay import stdio as relay  # imported here: query commands need neither trio nor processes
 
     options = relay.RunOptions(
@@ -196,11 +196,13 @@ def run(
     relay.run_and_exit(options)
 
 
-def _redirect_stderr(path: Path) -> None:
+def _redirect_stderr(path: Path, db: Path | None) -> None:
     """Point fd 2 (inherited by the agent and the recorder) at ``path``, appending."""
+    from acp_proxy.cli import outputs
     from acp_proxy.store import database as store
 
     store.refuse_special_file(path, "a file for --stderr-file")
+    outputs.refuse_database(path, db, "the --stderr-file")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as exc:
