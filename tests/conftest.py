@@ -124,3 +124,17 @@ def watchdog(proc: subprocess.Popen[bytes], timeout: float) -> threading.Timer:
 def python_agent(code: str) -> list[str]:
     """An agent command that runs a snippet of Python (for lifecycle tests)."""
     return [sys.executable, "-c", code]
+
+
+def wait_recorded(db: Path, timeout: float = 60) -> None:
+    """Until every run's journal beside ``db`` is recorded (a recorder removes its journal once
+    its last transaction is committed): the proxy exits with its agent, its recorder may finish
+    after it (a deadline, polling another process's progress)."""
+    import time
+
+    journals = Path(f"{db}.journal")
+    deadline = time.monotonic() + timeout
+    while journals.is_dir() and any(path.suffix == ".journal" for path in journals.iterdir()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the runs in {db} were not recorded within {timeout}s")
+        time.sleep(0.05)
