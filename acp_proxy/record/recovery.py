@@ -39,6 +39,19 @@ def open_for_writing(path: Path, limit_bytes: int | None = None) -> sqlite_utils
     return db
 
 
+def runs_being_recorded(path: Path) -> int:
+    """How many runs into ``path`` are still being recorded: journals left once the dead ones
+    were recovered (their proxy or recorder holds the lock; a proxy exits with its agent and its
+    recorder may finish after it). A directory listing."""
+    from acp_proxy.store.dbfile import JOURNAL_SUFFIX
+
+    try:
+        names = os.listdir(f"{path}.journal")
+    except OSError:
+        return 0
+    return sum(1 for name in names if name.endswith(JOURNAL_SUFFIX))
+
+
 def recover_dead_runs(path: Path) -> int:
     """Record the journals of runs into ``path`` whose processes are all gone (and mark those
     runs ``crashed``); how many were recovered. Cheap when there are none: a ``stat``, a directory
