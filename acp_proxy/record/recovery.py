@@ -87,6 +87,7 @@ def recover_journal(db_path: Path, journal_path: Path, fd: int) -> None:
             os.unlink(journal_path)
         except OSError:
             pass
+        jr.remove_empty_dir(journal_path.parent)
         return
     session.recover()
 
