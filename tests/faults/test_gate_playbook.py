@@ -14,6 +14,8 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from acp_proxy.faults import plan as fl
 from acp_proxy.faults.gate import ClosePipe, Forward, Gate, Note, Pause, Send, Signal, Step
 from acp_proxy.protocol.framing import Line
@@ -449,3 +451,13 @@ def test_a_fault_and_stripping_together_strip_first() -> None:
     stripped = Note("a2c", line(NOTICE), {"forwarded": 0, "note": "stripped: notice inside replay window"})
     g = Gate(strip_replayed_notices=True, plan=fl.FaultPlan.build([rule], seed=7), clock=Clock())
     assert Playbook(g) >> Chunk("c2a", LOAD) << Forward("c2a", LOAD) >> Chunk("a2c", NOTICE) << stripped
+
+
+@pytest.mark.parametrize("rule", ["split=3", "duplicate", "corrupt", "delay=1ms", "split=2 if kind:notification"])
+def test_a_fault_on_an_unterminated_last_line_adds_no_newline(rule: str) -> None:
+    # The agent's last line had no newline: whatever a fault writes in its place has none either.
+    last = CHUNK[:-1]
+    g = gate(rule if " if " in rule else f"{rule} if dir:a2c")
+    steps = [*g.chunk("a2c", CHUNK + last), *g.end("a2c")]
+    written = b"".join(s.data for s in steps if isinstance(s, (Send, Forward)))
+    assert not written.endswith(b"\n"), written[-40:]
