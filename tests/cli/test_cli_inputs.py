@@ -474,3 +474,40 @@ def test_a_failed_export_leaves_the_target_as_it_was_and_nothing_else(
     fresh = tmp_path / "fresh.jsonl"
     refused("export", "last", "--db", str(victim), "-o", str(fresh))
     assert not fresh.exists()  # no 0-byte (or partial) file left behind
+
+
+# -- every accepted input means something (issue 31, item 7) -----------------------------------
+
+
+@pytest.mark.spawns
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["--fault", "inject="], {}, "inject needs a payload"),
+        (["--fault", "inject=''"], {}, "inject needs a payload"),
+        (["--fault", "drop if finding:schema/*"], {}, "a fault rule cannot select on finding"),
+        (["--fault", "drop if method:x or -finding"], {}, "a fault rule cannot select on finding"),
+        (["--fault", "drop if fault:dorp"], {}, "not 'dorp'; did you mean drop?"),
+        (["--fault", "drop if seq:20..10"], {}, "the range '20..10' is reversed; did you mean seq:10..20?"),
+        ([], {"ACP_PROXY_FAULTS": "seed=1; drop if seq:1; seed=2"}, "seed= is given twice"),
+    ],
+)
+def test_fault_rules_that_could_never_mean_anything_are_refused(
+    args: list[str], env: dict[str, str], expected: str
+) -> None:
+    said = refused_in_a_process("run", "--no-record", *args, "--", "true", env=proxy_env(**env))
+    assert expected in said
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["frames", "latency:5s..1s"], "reversed; did you mean latency:1s..5s?"),
+        (["frames", "fault:nosuch"], "fault takes an action"),
+        (["replay", "1", "--timing", "0x"], "did you mean fast?"),
+        (["replay", "1", "--timing", "0"], "did you mean fast?"),
+    ],
+)
+def test_query_inputs_that_select_nothing_in_silence_are_refused(victim: Path, args: list[str], expected: str) -> None:
+    said = refused(args[0], "--db", str(victim), *args[1:])
+    assert expected in said
