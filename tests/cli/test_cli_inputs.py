@@ -511,3 +511,10 @@ def test_fault_rules_that_could_never_mean_anything_are_refused(
 def test_query_inputs_that_select_nothing_in_silence_are_refused(victim: Path, args: list[str], expected: str) -> None:
     said = refused(args[0], "--db", str(victim), *args[1:])
     assert expected in said
+
+
+def test_show_turn_past_the_last_turn_is_an_error(victim: Path) -> None:
+    said = refused("show", "1", "--turn", "5", "--db", str(victim))
+    assert "--turn 5: run 1 has 1 prompt turn (--turn 1..1)" in said
+    shown = CliRunner().invoke(cli, ["show", "1", "--turn", "1", "--db", str(victim)])
+    assert shown.exit_code == 0 and "hello world" in shown.stdout, shown.output
