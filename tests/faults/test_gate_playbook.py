@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -461,3 +462,21 @@ def test_a_fault_on_an_unterminated_last_line_adds_no_newline(rule: str) -> None
     steps = [*g.chunk("a2c", CHUNK + last), *g.end("a2c")]
     written = b"".join(s.data for s in steps if isinstance(s, (Send, Forward)))
     assert not written.endswith(b"\n"), written[-40:]
+
+
+def test_the_example_file_splits_the_second_permission_request_as_it_says() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "faults.toml"
+    g = Gate(strip_replayed_notices=False, plan=fl.FaultPlan.build((), example), clock=Clock())
+    permission = {"sessionId": S, "toolCall": {"toolCallId": "t"}, "options": []}
+    traffic = [
+        ("a2c", req(1, "session/request_permission", permission)),
+        ("c2a", res(1, {"outcome": {"outcome": "cancelled"}})),
+        ("a2c", req(2, "session/request_permission", permission)),
+        ("c2a", res(2, {"outcome": {"outcome": "cancelled"}})),
+    ]
+    split = []
+    for direction, data in traffic:
+        steps = g.chunk(direction, data)
+        if any(isinstance(step, Pause) for step in steps):
+            split.append(data)
+    assert split == [traffic[2][1]]
