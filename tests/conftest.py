@@ -68,8 +68,9 @@ def run_proxy(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run `acp-proxy ARGS` to completion; every run is bounded by ``timeout``."""
-    return subprocess.run(
+    """Run `acp-proxy ARGS` to completion; every run is bounded by ``timeout``. A ``run`` that
+    records: until its recorder is done too (it may outlive the proxy)."""
+    done = subprocess.run(
         [*PROXY, *args],
         input=input,
         capture_output=True,
@@ -77,6 +78,10 @@ def run_proxy(
         env=env or proxy_env(),
         cwd=cwd,
     )
+    db = recorded_db(args)
+    if db is not None:
+        wait_recorded(db if cwd is None else cwd / db, timeout)
+    return done
 
 
 def start_proxy(args: Sequence[str], *, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -126,15 +131,41 @@ def python_agent(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
-def wait_recorded(db: Path, timeout: float = 60) -> None:
-    """Until every run's journal beside ``db`` is recorded (a recorder removes its journal once
-    its last transaction is committed): the proxy exits with its agent, its recorder may finish
-    after it (a deadline, polling another process's progress)."""
+def wait_recorded(db: Path | str, timeout: float = 60) -> None:
+    """Until no run's journal beside ``db`` has a live recorder (a recorder removes its journal
+    once its last transaction is committed, and holds its lock till then): the proxy exits with
+    its agent, its recorder may finish after it. A journal nobody holds (a killed run's, left for
+    the next command to recover) is not waited for. A deadline, polling another process."""
+    import fcntl
     import time
 
     journals = Path(f"{db}.journal")
     deadline = time.monotonic() + timeout
-    while journals.is_dir() and any(path.suffix == ".journal" for path in journals.iterdir()):
+
+    def held(path: Path) -> bool:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return False  # recorded and removed meanwhile
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # lets go of the probe's lock, if it got it
+        return False
+
+    while journals.is_dir() and any(held(p) for p in journals.iterdir() if p.suffix == ".journal"):
         if time.monotonic() > deadline:
             raise AssertionError(f"the runs in {db} were not recorded within {timeout}s")
         time.sleep(0.05)
+
+
+def recorded_db(args: Sequence[str]) -> str | None:
+    """The database an ``acp-proxy run`` command line records into, if it names one."""
+    words = list(args)
+    end = words.index("--") if "--" in words else len(words)
+    if "run" not in words[:end] or "--db" not in words[:end]:
+        return None
+    at = words.index("--db")
+    return words[at + 1] if at + 1 < end else None

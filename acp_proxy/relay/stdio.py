@@ -281,6 +281,10 @@ class Recording:
 
         deadline = time.monotonic() + max(self.options.grace, RECORDER_FINISH_MIN)
         self.journal.end()
+        if self.recorder is not None:
+            # The conversation is over: out of the idle class now. On a busy machine an idle-class
+            # recorder might not run at all before the proxy exits, not even to take its lock.
+            supervise.run_normal((self.recorder.pid,))
         returncode: int | None = None
         try:
             if self.recorder is not None:

@@ -490,6 +490,7 @@ def test_a_failed_export_leaves_the_target_as_it_was_and_nothing_else(
         (["--fault", "drop if fault:dorp"], {}, "not 'dorp'; did you mean drop?"),
         (["--fault", "drop if seq:20..10"], {}, "the range '20..10' is reversed; did you mean seq:10..20?"),
         ([], {"ACP_PROXY_FAULTS": "seed=1; drop if seq:1; seed=2"}, "seed= is given twice"),
+        (["--seed", "1", "--seed", "2"], {}, "--seed is given twice"),
     ],
 )
 def test_fault_rules_that_could_never_mean_anything_are_refused(
