@@ -132,33 +132,11 @@ def python_agent(code: str) -> list[str]:
 
 
 def wait_recorded(db: Path | str, timeout: float = 60) -> None:
-    """Until no run's journal beside ``db`` has a live recorder (a recorder removes its journal
-    once its last transaction is committed, and holds its lock till then): the proxy exits with
-    its agent, its recorder may finish after it. A journal nobody holds (a killed run's, left for
-    the next command to recover) is not waited for. A deadline, polling another process."""
-    import fcntl
-    import time
+    """Until no run into ``db`` has a live recorder: the proxy exits with its agent, its recorder
+    may finish after it (a journal nobody holds, a killed run's, is not waited for)."""
+    from acp_proxy.record.recovery import wait_recorded as wait
 
-    journals = Path(f"{db}.journal")
-    deadline = time.monotonic() + timeout
-
-    def held(path: Path) -> bool:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            return False  # recorded and removed meanwhile
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)  # lets go of the probe's lock, if it got it
-        return False
-
-    while journals.is_dir() and any(held(p) for p in journals.iterdir() if p.suffix == ".journal"):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the runs in {db} were not recorded within {timeout}s")
-        time.sleep(0.05)
+    assert wait(Path(db), timeout), f"the runs in {db} were not recorded within {timeout}s"
 
 
 def recorded_db(args: Sequence[str]) -> str | None:
