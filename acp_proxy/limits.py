@@ -20,3 +20,6 @@ MAX_RECORD_BYTES = 1_000_000_000
 
 MAX_DB_LIMIT = 2**48
 """run --db-limit: SQLite's largest database is 281 TB."""
+
+EXPORT_FORMAT = 1
+"""The newest ``acp_proxy_export`` header format: what ``export`` writes, the most ``import`` reads."""

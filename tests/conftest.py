@@ -71,8 +71,9 @@ def run_proxy(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run `acp-proxy ARGS` to completion; every run is bounded by ``timeout``."""
-    return subprocess.run(
+    """Run `acp-proxy ARGS` to completion; every run is bounded by ``timeout``. A ``run`` that
+    records: until its recorder is done too (it may outlive the proxy)."""
+    done = subprocess.run(
         [*PROXY, *args],
         input=input,
         capture_output=True,
@@ -80,6 +81,10 @@ def run_proxy(
         env=env or proxy_env(),
         cwd=cwd,
     )
+    db = recorded_db(args)
+    if db is not None:
+        wait_recorded(db if cwd is None else cwd / db, timeout)
+    return done
 
 
 def start_proxy(args: Sequence[str], *, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -127,3 +132,21 @@ def watchdog(proc: subprocess.Popen[bytes], timeout: float) -> threading.Timer:
 def python_agent(code: str) -> list[str]:
     """An agent command that runs a snippet of Python (for lifecycle tests)."""
     return [sys.executable, "-c", code]
+
+
+def wait_recorded(db: Path | str, timeout: float = 60) -> None:
+    """Until no run into ``db`` has a live recorder: the proxy exits with its agent, its recorder
+    may finish after it (a journal nobody holds, a killed run's, is not waited for)."""
+    from acp_proxy.record.recovery import wait_recorded as wait
+
+    assert wait(Path(db), timeout), f"the runs in {db} were not recorded within {timeout}s"
+
+
+def recorded_db(args: Sequence[str]) -> str | None:
+    """The database an ``acp-proxy run`` command line records into, if it names one."""
+    words = list(args)
+    end = words.index("--") if "--" in words else len(words)
+    if "run" not in words[:end] or "--db" not in words[:end]:
+        return None
+    at = words.index("--db")
+    return words[at + 1] if at + 1 < end else None

@@ -64,7 +64,7 @@ def run_client(
     The client itself gives up after ``timeout`` seconds (and says so on stderr); the process is
     killed if it is still running ``SHUTDOWN_MARGIN_S`` later (``subprocess.TimeoutExpired``).
     """
-    return subprocess.run(
+    done = subprocess.run(
         client_argv(agent, *client_args, timeout=timeout),
         capture_output=True,
         text=True,
@@ -72,6 +72,12 @@ def run_client(
         env=env if env is not None else peer_env(),
         cwd=cwd,
     )
+    from tests.conftest import recorded_db, wait_recorded
+
+    db = recorded_db(agent)  # behind a recording proxy: its recorder may outlive it
+    if db is not None:
+        wait_recorded(db if cwd is None else cwd / db, timeout)
+    return done
 
 
 def transcript(result: subprocess.CompletedProcess[str]) -> list[str]:

@@ -6,8 +6,6 @@ Owns: the command's options, help and output file. Must not know: SQL or export 
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 
 import click
@@ -23,7 +21,6 @@ from acp_proxy.cli.support import (
     TEXT,
     say,
 )
-from acp_proxy.errors import UsageError
 
 # -- export ----------------------------------------------------------------------------------
 
@@ -53,7 +50,12 @@ from acp_proxy.errors import UsageError
     "--output",
     type=FilePath(dir_okay=False),
     default=None,
-    help="Write here (created 0600) instead of stdout.",
+    help="Write here (0600, whole or not at all) instead of stdout; never over a database.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With -o: replace an existing file that is not an acp-proxy export (never a database).",
 )
 @redact_options
 @click.argument("ref", type=TEXT)
@@ -63,6 +65,7 @@ def export(
     endpoint: str | None,
     otlp_content: bool,
     output: Path | None,
+    force: bool,
     redact_rules: tuple[str, ...],
     no_redact: bool,
     ref: str,
@@ -99,6 +102,14 @@ def export(
 
         say(otel.export(resolve_db(db_path), ref, endpoint, otlp_content, redactor))
         return
+    if force and output is None:
+        raise click.UsageError("--force goes with -o (stdout replaces nothing)")
+    if output is not None:  # before anything is read: a refused target costs nothing
+        from acp_proxy.cli import outputs
+        from acp_proxy.store import database as store
+
+        store.refuse_special_file(output, "a file to export to (leave out -o to write to stdout)")
+        outputs.check_export_target(output, resolve_db(db_path), force=force)
     db = open_db(db_path)
     resolved, label, run_ids = runs_of(db, ref)
     header = {
@@ -115,24 +126,7 @@ def export(
                 out.data(line + b"\n")
         say(exports.warning(redactor))
         return
-    from acp_proxy.store import database as store
-
-    store.refuse_special_file(output, "a file to export to (leave out -o to write to stdout)")
-    try:
-        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    except OSError as exc:
-        raise UsageError(f"cannot write {output}: {(exc.strerror or str(exc)).lower()}") from None
-    os.fchmod(fd, 0o600)
-    written = 0
-    try:
-        with os.fdopen(fd, "wb") as out_file:
-            for line in lines:
-                out_file.write(line + b"\n")
-                written += 1
-    except OSError as exc:  # a full disk: one line, and no partial file left to be mistaken
-        with contextlib.suppress(OSError):
-            os.unlink(output)
-        raise UsageError(f"cannot write {output}: {(exc.strerror or str(exc)).lower()} (nothing was kept)") from None
+    written = outputs.write_whole(output, lines)
     say(f"wrote {written} lines to {output} ({exports.warning(redactor)})")
 
 

@@ -67,9 +67,18 @@ def cli() -> None:
 
 
 def open_db(db_path: Path | None) -> Any:
+    """The database, read-only, dead runs recorded first; runs still being recorded are said
+    (their recorder may outlive its proxy: what it committed is shown, more is coming)."""
+    from acp_proxy.cli.support import say
     from acp_proxy.record import recovery
 
-    return recovery.open_for_reading(resolve_db(db_path))
+    path = resolve_db(db_path)
+    db = recovery.open_for_reading(path)
+    live = recovery.runs_being_recorded(path)
+    if live:
+        runs = "1 run is" if live == 1 else f"{live} runs are"
+        say(f"{runs} still being recorded: what is committed so far is shown")
+    return db
 
 
 def resolve_ref(db: Any, text: str) -> Any:

@@ -81,8 +81,9 @@ from acp_proxy.limits import GRACE_MAX_S, MAX_DB_LIMIT, MAX_RECORD_BYTES, SEED_R
 )
 @click.option(
     "--seed",
+    "seeds",
     type=Number(int, *SEED_RANGE),
-    default=None,
+    multiple=True,  # to see a second one: click would let the last win in silence
     help="Seed for probabilistic faults, a 64-bit integer (recorded on the run).",
 )
 @click.option(
@@ -136,7 +137,7 @@ def run(
     strip_replayed_notices: bool,
     fault_rules: tuple[str, ...],
     faults_file: Path | None,
-    seed: int | None,
+    seeds: tuple[int, ...],
     live_check: str | None,
     stderr_file: Path | None,
     otlp: str | None,
@@ -166,12 +167,14 @@ def run(
 
         Redactor(redact)  # a bad rule: one line, exit 2
     db = None if no_record else resolve_db(db_path)
-    plan = build_fault_plan(fault_rules, faults_file, seed)
+    if len(seeds) > 1:
+        raise click.UsageError("--seed is given twice; keep one")
+    plan = build_fault_plan(fault_rules, faults_file, seeds[0] if seeds else None)
     from acp_proxy.otel import command as otel
 
     otlp_to = otel.live_endpoints(otlp, otlp_content, no_record)  # a mistake: one line, exit 2
     if stderr_file is not None:
-        _redirect_stderr(stderr_file)
+        _redirect_stderr(stderr_file, db)
     from acp_proxy.relay import stdio as relay  # imported here: query commands need neither trio nor processes
 
     options = relay.RunOptions(
@@ -197,11 +200,13 @@ def run(
     relay.run_and_exit(options)
 
 
-def _redirect_stderr(path: Path) -> None:
+def _redirect_stderr(path: Path, db: Path | None) -> None:
     """Point fd 2 (inherited by the agent and the recorder) at ``path``, appending."""
+    from acp_proxy.cli import outputs
     from acp_proxy.store import database as store
 
     store.refuse_special_file(path, "a file for --stderr-file")
+    outputs.refuse_database(path, db, "the --stderr-file")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as exc:

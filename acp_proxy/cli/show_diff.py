@@ -30,6 +30,7 @@ from acp_proxy.cli.support import (
     output_options,
     say,
 )
+from acp_proxy.errors import UsageError
 
 # -- show ------------------------------------------------------------------------------------
 
@@ -63,14 +64,20 @@ def show(db_path: Path | None, output: Output, as_raw: bool, turn: int | None, r
 
     db = open_db(db_path)
     resolved = resolve_ref(db, ref)
+    folded = None if as_raw else conversation.conversations(db, resolved)
+    if turn is not None and folded is not None:
+        last = max((t.index for c in folded.conversations for t in c.turns), default=0)
+        if turn > last:  # an empty answer would look like an empty turn
+            held = "no prompt turn" if not last else "1 prompt turn" if last == 1 else f"{last} prompt turns"
+            what = f"session {ref}" if resolved.is_session else f"run {resolved.run_id}"
+            raise UsageError(f"--turn {turn}: {what} has {held}" + (f" (--turn 1..{last})" if last else ""))
     with views.output(page=output.page) as out:
-        if as_raw:
+        if folded is None:
             found = queries.frames_of(db, resolved)
             if emit(out, output, (frame_object(f) for f in found)):
                 return
             frame_lines(out, db, found, verbose=False)
             return
-        folded = conversation.conversations(db, resolved)
         if emit(out, output, (conversation.conversation_json(c) for c in folded.conversations)):
             return
         con = out.console()

@@ -181,6 +181,7 @@ class Gate:
         state = self.directions[direction]
         self.seq += 1
         rec = FrameRecord(0, self.seq, ts_ns, direction, line.data, wire.decode(line.data))
+        rec.terminated = int(line.terminated)  # what a fault writes keeps the line's end as it was
         events = self.tracker.observe(rec)
         self.tracker.drain()
         actions = self.plan.decide(rec) if self.plan is not None else []

@@ -137,7 +137,8 @@ from acp_proxy.errors import UsageError
 from acp_proxy.faults.actions import DIRECTIONS, Rule, RuleSet
 from acp_proxy.limits import MAX_COUNT, SEED_RANGE
 from acp_proxy.protocol import filters
-from acp_proxy.protocol.vocabulary import A2C, C2A
+from acp_proxy.protocol.filter_tree import And, HasFinding, Not, Or
+from acp_proxy.protocol.vocabulary import A2C, C2A, FAULT_ACTIONS
 
 if TYPE_CHECKING:
     pass
@@ -149,20 +150,7 @@ ENV_VAR = "ACP_PROXY_FAULTS"
 PIPES = {"agent-stdin": C2A, "client-stdout": A2C}
 """The pipes ``close`` can close, and the direction each one carries."""
 
-ACTIONS = (
-    "drop",
-    "delay",
-    "duplicate",
-    "reorder",
-    "corrupt",
-    "truncate",
-    "split",
-    "error",
-    "inject",
-    "kill",
-    "close",
-    "stall",
-)
+ACTIONS = FAULT_ACTIONS
 OPTIONS = ("nth", "first", "every", "p", "times", "after")
 _COUNT_OPTIONS = ("nth", "first", "every")
 
@@ -460,7 +448,7 @@ def _action_params(action: str, arg: str | None, position: str | None) -> dict[s
         message = _unquote(message) if colon else _ERROR_MESSAGES.get(code, "Error injected by acp-proxy")
         return {"code": code, "message": message}
     if action == "inject":
-        if arg is None:
+        if arg is None or not arg.strip():  # an empty payload would write a bare newline
             raise _Bad('inject needs a payload, e.g. inject=\'{"jsonrpc":"2.0",...}\'')
         if "\n" in arg:
             raise _Bad("an inject payload is one line: it may not contain a newline")
@@ -521,9 +509,28 @@ def _check_options(found: list[tuple[str, int | None]]) -> None:
 def _compile_filter(text: str) -> filters.Expr:
     """``filters.parse``, its error turned into a _Bad pointing into the filter text."""
     try:
-        return filters.parse(text)
+        expr = filters.parse(text)
     except filters.FilterError as exc:
         raise _Bad(f"bad filter: {exc.message}", exc.column) from None
+    if _selects_findings(expr):
+        at = text.find("finding")
+        raise _Bad(
+            "a fault rule cannot select on finding: frames are checked after the relay passed them on",
+            max(at, 0),
+        )
+    return expr
+
+
+def _selects_findings(expr: filters.Expr) -> bool:
+    """Whether ``expr`` names findings anywhere (a fault's frame has none yet: such a term is
+    always false, or, negated, always true)."""
+    if isinstance(expr, HasFinding):
+        return True
+    if isinstance(expr, And | Or):
+        return any(_selects_findings(item) for item in expr.items)
+    if isinstance(expr, Not):
+        return _selects_findings(expr.item)
+    return False
 
 
 def _directions(expr: filters.Expr | None) -> frozenset[str]:
@@ -709,6 +716,8 @@ def from_env(value: str | None) -> RuleSet:
         if m is not None:
             if not re.fullmatch(r"-?\d+", m.group(1)) or len(m.group(1)) > 21:
                 raise RuleError("seed= needs a whole number (64-bit)", entry, m.start(1), ENV_VAR)
+            if seed is not None:  # the last would win in silence
+                raise RuleError("seed= is given twice; keep one", entry, 0, ENV_VAR)
             seed = check_seed(int(m.group(1)), f"{ENV_VAR}: seed=")
             continue
         rules.append(parse_rule(entry, where))

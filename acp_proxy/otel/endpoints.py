@@ -44,7 +44,10 @@ class Endpoints:
 
 def check_url(url: str, what: str = "--otlp") -> str:
     """``url`` if it is an http(s) address with a host; else one line saying what is wrong."""
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError as exc:  # an unclosed IPv6 bracket, say
+        raise OtlpError(f"{what}: {url!r} is not an address ({str(exc).lower()})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise OtlpError(f"{what} needs the collector's http(s) address, e.g. http://localhost:4318 (got {url!r})")
     try:

@@ -156,6 +156,7 @@ from acp_proxy.protocol.filter_tree import (
     Present,
     Text,
 )
+from acp_proxy.protocol.vocabulary import FAULT_ACTIONS
 
 __all__ = [
     "DIRECTIONS",
@@ -647,7 +648,13 @@ def _fault_field(tok: _Token, ctx: _Context) -> Expr:
     _no_compare(tok)
     if tok.op is None:
         return Present("fault")
-    return Listed("fault", _needs_value(tok))
+    value = _needs_value(tok)
+    if not tok.quoted and value not in FAULT_ACTIONS:  # a name no fault has: nothing, in silence
+        raise FilterError(
+            f"fault takes an action ({', '.join(FAULT_ACTIONS)}), not {value!r}{_suggest(value, FAULT_ACTIONS)}",
+            tok.value_pos,
+        )
+    return Listed("fault", value)
 
 
 def _finding_field(tok: _Token, ctx: _Context) -> Expr:
@@ -769,10 +776,16 @@ def _numeric(tok: _Token, column: str, number: Callable[[str], Fraction]) -> Exp
             if not lo_text and not hi_text:
                 raise FilterError(f"a range needs at least one end{_example(tok.key)}", tok.value_pos)
             items = []
-            if lo_text:
-                items.append(_bound(column, ">=", read(lo_text, 0)))
-            if hi_text:
-                items.append(_bound(column, "<=", read(hi_text, len(lo_text) + 2)))
+            lo = read(lo_text, 0) if lo_text else None
+            hi = read(hi_text, len(lo_text) + 2) if hi_text else None
+            if lo is not None and hi is not None and lo > hi:  # it would select nothing, in silence
+                raise FilterError(
+                    f"the range {value!r} is reversed; did you mean {tok.key}:{hi_text}..{lo_text}?", tok.value_pos
+                )
+            if lo is not None:
+                items.append(_bound(column, ">=", lo))
+            if hi is not None:
+                items.append(_bound(column, "<=", hi))
             return items[0] if len(items) == 1 else And(items)
         return _bound(column, "=", read(value, 0))
     assert tok.op is not None

@@ -49,6 +49,23 @@ A2C = "a2c"
 DIRECTIONS: tuple[str, str] = (C2A, A2C)
 OTHER: dict[str, str] = {C2A: A2C, A2C: C2A}
 """The direction a response travels, given its request's (and the reverse)."""
+# The names a frame's ``fault`` column can hold (``faults.rules.ACTIONS``, kept equal by a test):
+# what the filter's ``fault:NAME`` may name.
+FAULT_ACTIONS: tuple[str, ...] = (
+    "drop",
+    "delay",
+    "duplicate",
+    "reorder",
+    "corrupt",
+    "truncate",
+    "split",
+    "error",
+    "inject",
+    "kill",
+    "close",
+    "stall",
+)
+
 SENDER: dict[str, str] = {C2A: "client", A2C: "agent"}
 RECEIVER: dict[str, str] = {C2A: "agent", A2C: "client"}
 """The schema's ``x-side`` names the receiver: an ``agent`` type travels client -> agent."""

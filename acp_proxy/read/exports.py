@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from acp_proxy import __version__
+from acp_proxy.limits import EXPORT_FORMAT
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.protocol.vocabulary import RECEIVER, SENDER
@@ -67,7 +68,7 @@ def frame_object(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _jsonl(frames: Iterable[dict[str, Any]], header: dict[str, Any], warn: str) -> Iterator[bytes]:
-    yield _json.encode({"acp_proxy_export": 1, "version": __version__, "warning": warn, **header})
+    yield _json.encode({"acp_proxy_export": EXPORT_FORMAT, "version": __version__, "warning": warn, **header})
     for row in frames:
         yield _json.encode(frame_object(row))
 

@@ -73,6 +73,7 @@ from typing import Any, ClassVar, NamedTuple
 import msgspec
 
 from acp_proxy.errors import UsageError
+from acp_proxy.limits import EXPORT_FORMAT
 from acp_proxy.protocol import wire
 
 __all__ = [
@@ -270,6 +271,15 @@ class JsonlParser(Parser):
         return self._timed(Record(direction, None if ts is None else _ts_ns(lineno, ts), data, meta, obj.get("run_id")))
 
     def _header(self, lineno: int, obj: dict[str, Any]) -> None:
+        made = obj.get("acp_proxy_export")
+        if not isinstance(made, int) or isinstance(made, bool) or made < 1:
+            raise _error(lineno, f"`acp_proxy_export` is the export format, a number, not {_shown(made)}")
+        if made > EXPORT_FORMAT:  # its meaning may have changed: importing it as ours would guess
+            raise _error(
+                lineno,
+                f"a newer acp-proxy wrote this export (format {made}; this one reads up to {EXPORT_FORMAT}): "
+                "upgrade acp-proxy to import it",
+            )
         runs = obj.get("runs")
         if not isinstance(runs, list):
             return

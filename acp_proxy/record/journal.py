@@ -109,6 +109,15 @@ def journal_dir(db_path: Path) -> Path:
     return db_path.with_name(db_path.name + SUFFIX)
 
 
+def remove_empty_dir(directory: Path) -> None:
+    """Remove the journals' directory once it is empty (a run recorded whole leaves nothing
+    beside its database); a run that creates a journal meanwhile makes it again (``create``)."""
+    try:
+        os.rmdir(directory)
+    except OSError:
+        pass  # not empty (other runs' journals), or gone already
+
+
 def files_size(paths: list[Path], journals: Path | None) -> int:
     """Bytes on disk of ``paths`` and of every file in ``journals`` (what --db-limit counts)."""
     total = 0
@@ -172,10 +181,17 @@ class JournalWriter:
     @classmethod
     def create(cls, directory: Path, *, limit_bytes: int | None = None, db_path: Path | None = None) -> JournalWriter:
         """A new journal in ``directory`` (created 0700), locked, under its final name."""
-        make_private_dir(directory)
         name = f"{time.time_ns()}-{os.getpid()}-{os.urandom(4).hex()}"
         partial = directory / (name + PARTIAL_SUFFIX)
-        fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, MODE_FILE)
+        for attempt in range(10):
+            make_private_dir(directory)
+            try:
+                fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, MODE_FILE)
+                break
+            except FileNotFoundError:
+                # Another run's recorder removed the directory, empty, in between: make it again.
+                if attempt == 9:
+                    raise
         try:
             os.fchmod(fd, MODE_FILE)
             fcntl.flock(fd, fcntl.LOCK_SH)

@@ -70,7 +70,8 @@ def _reuse_freed_memory() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m acp_proxy.record.recorder --journal PATH [--wake-fd N] | --recover PATH``."""
+    """``python -m acp_proxy.record.recorder --journal PATH [--wake-fd N] [--ready-fd N] |
+    --recover PATH``."""
     _reuse_freed_memory()
     # A terminal's ^C or a hang-up reaches the whole foreground group; the relay decides what
     # they mean. The recorder stops only when its journal is recorded.
@@ -97,6 +98,12 @@ def main(argv: list[str]) -> int:
         return RESUMED_EXIT
     if not jr.names_file(path, fd):
         return RESUMED_EXIT  # recorded (and removed) by another process before the lock was ours
+    if "--ready-fd" in args:
+        # The proxy may exit once the journal's lock is ours: tell it (end of file on its pipe).
+        try:
+            os.close(int(args["--ready-fd"]))
+        except OSError:
+            pass
     try:
         session = Session(path, fd, wake_fd=wake_fd)
     except (store.StoreError, sqlite3.Error) as exc:

@@ -39,6 +39,59 @@ def open_for_writing(path: Path, limit_bytes: int | None = None) -> sqlite_utils
     return db
 
 
+def runs_being_recorded(path: Path) -> int:
+    """How many runs into ``path`` are still being recorded: journals left once the dead ones
+    were recovered (their proxy or recorder holds the lock; a proxy exits with its agent and its
+    recorder may finish after it). A directory listing."""
+    from acp_proxy.store.dbfile import JOURNAL_SUFFIX
+
+    try:
+        names = os.listdir(f"{path}.journal")
+    except OSError:
+        return 0
+    return sum(1 for name in names if name.endswith(JOURNAL_SUFFIX))
+
+
+def wait_recorded(path: Path, timeout: float) -> bool:
+    """Wait until no run into ``path`` is still being recorded (every journal left is a dead
+    run's, or none is left), at most ``timeout`` seconds; whether that came. For a caller that
+    needs the whole run, not what is committed so far: a proxy exits with its agent, and its
+    recorder may finish after it."""
+    import fcntl
+    import time
+
+    from acp_proxy.store.dbfile import JOURNAL_SUFFIX
+
+    directory = Path(f"{path}.journal")
+    deadline = time.monotonic() + timeout
+
+    def held(name: str) -> bool:
+        try:
+            fd = os.open(directory / name, os.O_RDONLY)
+        except OSError:
+            return False  # recorded and removed meanwhile
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True  # its proxy or recorder holds it: live
+        except OSError:
+            return False
+        finally:
+            os.close(fd)  # the probe's lock goes with it
+        return False
+
+    while True:
+        try:
+            names = [name for name in os.listdir(directory) if name.endswith(JOURNAL_SUFFIX)]
+        except OSError:
+            return True
+        if not any(held(name) for name in names):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)  # polling other processes' progress, with a deadline
+
+
 def recover_dead_runs(path: Path) -> int:
     """Record the journals of runs into ``path`` whose processes are all gone (and mark those
     runs ``crashed``); how many were recovered. Cheap when there are none: a ``stat``, a directory
@@ -74,6 +127,7 @@ def recover_journal(db_path: Path, journal_path: Path, fd: int) -> None:
             os.unlink(journal_path)
         except OSError:
             pass
+        jr.remove_empty_dir(journal_path.parent)
         return
     session.recover()
 

@@ -212,6 +212,7 @@ class RunWriter:
             os.unlink(self.journal_path)
         except OSError:
             pass
+        jr.remove_empty_dir(self.journal_path.parent)
 
 
 def _storable(values: dict[str, Any]) -> dict[str, Any]:

@@ -65,7 +65,12 @@ if TYPE_CHECKING:
     from acp_proxy.faults.gate import Gate, Step
     from acp_proxy.faults.plan import FaultPlan
 
-RECORDER_FINISH_TIMEOUT = 120.0  # how long the proxy waits, after the agent, for the recording
+# The proxy exits with its agent: it waits for the recording only ``--grace`` (at least this
+# long, so that a short run is recorded whole before the proxy exits), then leaves the recorder
+# to finish on its own. It waits longer only for the recorder to hold its journal lock (at most
+# RECORDER_LOCK_PATIENCE more): until then the proxy's lock is what says the run is live.
+RECORDER_FINISH_MIN = 1.0
+RECORDER_LOCK_PATIENCE = 10.0
 _CORE_DUMPING = (signal.SIGQUIT, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
 _DIRECTION_CODE = {"c2a": jr.C2A, "a2c": jr.A2C}
 STARTING_SWITCH_INTERVAL = 0.0002  # seconds: see Flow
@@ -171,6 +176,7 @@ class Recording:
             ) from None
         self.attached = attached
         self.recorder: subprocess.Popen[bytes] | None = None
+        self.ready_fd = -1  # at end of file once the recorder holds its journal lock (or is gone)
         self.recorder_gone = False
         self.finished = False
 
@@ -214,13 +220,14 @@ class Recording:
     def _spawn_recorder(self, args: list[str], *, wake: bool) -> subprocess.Popen[bytes] | None:
         import subprocess
 
-        read_fd = -1
+        read_fd = ready_w = -1
         pass_fds: tuple[int, ...] = ()
         if wake:
             read_fd, write_fd = os.pipe()
             self.journal.attach_wake(write_fd)
-            args = [*args, "--wake-fd", str(read_fd)]
-            pass_fds = (read_fd,)
+            self.ready_fd, ready_w = os.pipe()
+            args = [*args, "--wake-fd", str(read_fd), "--ready-fd", str(ready_w)]
+            pass_fds = (read_fd, ready_w)
         try:
             recorder = subprocess.Popen(
                 [sys.executable, "-m", "acp_proxy.record.recorder", *args],
@@ -236,8 +243,9 @@ class Recording:
             say(f"cannot start the recorder ({exc}); the journal will be recorded by the next acp-proxy command")
             return None
         finally:
-            if read_fd >= 0:
-                os.close(read_fd)
+            for fd in (read_fd, ready_w):
+                if fd >= 0:
+                    os.close(fd)
 
     def _recorder_gone(self) -> None:
         if not self.recorder_gone:
@@ -267,20 +275,31 @@ class Recording:
             say(f"{newlines:,} lines ({nbytes:,} bytes) were relayed but could not be journaled; they are not recorded")
 
     def close(self) -> None:
-        """Let the recorder finish (it has the journal's end now), bounded; if it died, record
-        what it left in the journal here and now."""
+        """Give the recorder ``--grace`` to finish (it has the journal's end now), then leave it
+        to finish on its own: the proxy exits with its agent. The recorder holds the journal's
+        lock until the run is recorded, so no one takes it for a dead run's; if it dies, the
+        next acp-proxy command records what it left. If it died already, a recovery starts
+        here, under the same deadline."""
         import subprocess
 
+        deadline = time.monotonic() + max(self.options.grace, RECORDER_FINISH_MIN)
         self.journal.end()
+        if self.recorder is not None:
+            # The conversation is over: out of the idle class now. On a busy machine an idle-class
+            # recorder might not run at all before the proxy exits, not even to take its lock.
+            supervise.run_normal((self.recorder.pid,))
+        returncode: int | None = None
         try:
-            returncode = (
-                None if self.recorder is None else supervise.wait_for_exit(self.recorder, RECORDER_FINISH_TIMEOUT)
-            )
+            if self.recorder is not None:
+                returncode = supervise.wait_for_exit(self.recorder, max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            say("the recorder is still writing; it will finish on its own")
-            return
+            self._wait_recorder_locked(deadline + RECORDER_LOCK_PATIENCE)
+            return  # it finishes on its own, detached (a session of its own)
         finally:
             self.journal.release()  # only now: until the recorder had its lock, ours kept the run live
+            if self.ready_fd >= 0:
+                os.close(self.ready_fd)
+                self.ready_fd = -1
         if returncode in (0, _RECORDER_LOCKED_OUT, 2) or not self.journal.path.exists():
             return
         # The recorder (or its writer) died: a recovery resumes from the last commit, once the
@@ -288,9 +307,27 @@ class Recording:
         recovery = self._spawn_recorder(["--recover", str(self.journal.path)], wake=False)
         if recovery is not None:
             try:
-                supervise.wait_for_exit(recovery, RECORDER_FINISH_TIMEOUT)
+                supervise.wait_for_exit(recovery, max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                say("the recording is still being recovered; it will finish on its own")
+                pass  # it finishes on its own; if it dies, the next command recovers the journal
+
+    def _wait_recorder_locked(self, deadline: float) -> None:
+        """Until the recorder holds its journal lock (its ready pipe's end of file), or dies."""
+        import select
+
+        if self.ready_fd < 0:
+            return
+        poller = select.poll()
+        poller.register(self.ready_fd, select.POLLIN | select.POLLHUP)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                if poller.poll(int(left * 1000) + 1):
+                    return
+            except InterruptedError:
+                continue
 
 
 class Flow:

@@ -87,9 +87,12 @@ def parse_timing(text: str) -> float:
     word = text.strip().lower()
     if word == "original":
         return 1.0
-    if word in ("fast", "zero", "0", "0x"):
+    if word == "fast":
         return 0.0
     match = _TIMING.match(word)
+    if match is not None and float(match.group(1)) == 0:
+        # Zero times as fast would never send; "fast" (no waiting) is what it is often taken for.
+        raise ValueError(f"{text!r} is no speed-up (a replay at 0x would never end); did you mean fast?")
     if match is None or float(match.group(1)) <= 0:
         raise ValueError(f"{text!r} is not a timing (original, fast, or a speed-up such as 2x or 0.5x)")
     return float(match.group(1))

@@ -152,10 +152,13 @@ class ProxiedAgent:
         return self.stderr_file.read_bytes().decode("utf-8", "replace")
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        from acp_proxy.record.recovery import wait_recorded
         from acp_proxy.store.database import file_uri
 
         if not self.db.exists():
             return []
+        # The proxy exits with its agent; its recorder may still be writing: the whole run first.
+        wait_recorded(self.db, self.timeout)
         conn = sqlite3.connect(file_uri(self.db), uri=True)
         conn.row_factory = sqlite3.Row
         try:

@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -389,3 +390,132 @@ def test_export_and_stderr_file_refuse_what_is_not_a_file(victim: Path, tmp_path
     )
     said = refused_in_a_process("run", "--no-record", "--stderr-file", str(fifo), "--", "true")
     assert "is a FIFO, not a file for --stderr-file" in said
+
+
+# -- outputs never destroy data (issue 31, item 3) ----------------------------------------------
+
+
+def test_export_never_writes_over_the_database_in_use(victim: Path) -> None:
+    before = victim.read_bytes()
+    said = refused("export", "last", "--db", str(victim), "-o", str(victim))
+    assert "is the database in use" in said
+    said = refused("export", "last", "--db", str(victim), "-o", str(victim), "--force")
+    assert "is the database in use" in said
+    assert victim.read_bytes() == before and frames_count(victim) > 0
+
+
+def test_export_never_writes_over_any_sqlite_file(victim: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.sqlite"
+    shutil.copy(victim, other)
+    before = other.read_bytes()
+    said = refused("export", "last", "--db", str(victim), "-o", str(other), "--force")
+    assert "is a SQLite database" in said
+    assert other.read_bytes() == before
+    said = refused_in_a_process("run", "--db", str(victim), "--stderr-file", str(other), "--", "true")
+    assert "is a SQLite database" in said
+    assert other.read_bytes() == before
+
+
+def test_export_replaces_only_its_own_files_without_force(victim: Path, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    said = refused("export", "last", "--db", str(victim), "-o", str(notes))
+    assert "not an acp-proxy export: --force replaces it" in said
+    assert notes.read_text() == "my notes\n"
+    for fmt in ("jsonl", "jsons", "inspector"):  # an export of ours is replaced, any format
+        target = tmp_path / f"out.{fmt}"
+        for _ in range(2):
+            done = CliRunner().invoke(cli, ["export", "last", "--db", str(victim), "-f", fmt, "-o", str(target)])
+            assert done.exit_code == 0, done.output
+        assert target.stat().st_mode & 0o777 == 0o600
+    done = CliRunner().invoke(cli, ["export", "last", "--db", str(victim), "-o", str(notes), "--force"])
+    assert done.exit_code == 0, done.output
+    assert notes.read_text().startswith('{"acp_proxy_export"')
+    assert "--force goes with -o" in refused("export", "last", "--db", str(victim), "--force")
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_failed_export_leaves_the_target_as_it_was_and_nothing_else(
+    victim: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    target = tmp_path / "out.jsonl"
+    assert CliRunner().invoke(cli, ["export", "last", "--db", str(victim), "-o", str(target)]).exit_code == 0
+    before = target.read_bytes()
+    real_fdopen = os.fdopen
+
+    class FullDisk:
+        """The file object, until the disk is full: its third write fails with ENOSPC."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.calls = inner, 0
+
+        def __enter__(self) -> FullDisk:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.inner.close()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def write(self, data: bytes) -> int:
+            self.calls += 1
+            if self.calls > 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return int(self.inner.write(data))
+
+    monkeypatch.setattr(os, "fdopen", lambda *a, **k: FullDisk(real_fdopen(*a, **k)))
+    said = refused("export", "last", "--db", str(victim), "-o", str(target))
+    assert f"cannot write {target}: no space left on device" in said
+    assert target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("victim")] == ["out.jsonl"]
+    fresh = tmp_path / "fresh.jsonl"
+    refused("export", "last", "--db", str(victim), "-o", str(fresh))
+    assert not fresh.exists()  # no 0-byte (or partial) file left behind
+
+
+# -- every accepted input means something (issue 31, item 7) -----------------------------------
+
+
+@pytest.mark.spawns
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["--fault", "inject="], {}, "inject needs a payload"),
+        (["--fault", "inject=''"], {}, "inject needs a payload"),
+        (["--fault", "drop if finding:schema/*"], {}, "a fault rule cannot select on finding"),
+        (["--fault", "drop if method:x or -finding"], {}, "a fault rule cannot select on finding"),
+        (["--fault", "drop if fault:dorp"], {}, "not 'dorp'; did you mean drop?"),
+        (["--fault", "drop if seq:20..10"], {}, "the range '20..10' is reversed; did you mean seq:10..20?"),
+        ([], {"ACP_PROXY_FAULTS": "seed=1; drop if seq:1; seed=2"}, "seed= is given twice"),
+        (["--seed", "1", "--seed", "2"], {}, "--seed is given twice"),
+    ],
+)
+def test_fault_rules_that_could_never_mean_anything_are_refused(
+    args: list[str], env: dict[str, str], expected: str
+) -> None:
+    said = refused_in_a_process("run", "--no-record", *args, "--", "true", env=proxy_env(**env))
+    assert expected in said
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["frames", "latency:5s..1s"], "reversed; did you mean latency:1s..5s?"),
+        (["frames", "fault:nosuch"], "fault takes an action"),
+        (["replay", "1", "--timing", "0x"], "did you mean fast?"),
+        (["replay", "1", "--timing", "0"], "did you mean fast?"),
+    ],
+)
+def test_query_inputs_that_select_nothing_in_silence_are_refused(victim: Path, args: list[str], expected: str) -> None:
+    said = refused(args[0], "--db", str(victim), *args[1:])
+    assert expected in said
+
+
+def test_show_turn_past_the_last_turn_is_an_error(victim: Path) -> None:
+    said = refused("show", "1", "--turn", "5", "--db", str(victim))
+    assert "--turn 5: run 1 has 1 prompt turn (--turn 1..1)" in said
+    shown = CliRunner().invoke(cli, ["show", "1", "--turn", "1", "--db", str(victim)])
+    assert shown.exit_code == 0 and "hello world" in shown.stdout, shown.output

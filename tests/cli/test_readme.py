@@ -88,8 +88,10 @@ def as_argv(example: str, session: str) -> list[str]:
     return [session_label(session, 6) if word in ("3f2a", "9c1b") else word for word in words[1:]]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def docs_db(sdk_recording: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    # A fresh copy per example: one that imports a run adds a session under the same id, and
+    # `show 3f2a --turn 2` would then name that one-turn session instead.
     path = tmp_path_factory.mktemp("docs") / "rec.db"
     shutil.copy(sdk_recording[0], path)
     return path, sdk_recording[1]
@@ -116,7 +118,7 @@ def run_example(example: str, db: Path, session: str, where: Path) -> None:
         # their own as real processes): check that the command line parses, rules included.
         ctx = command.make_context(name, list(args), parent=click.Context(cli, info_name="acp-proxy"))
         if name == "run":
-            FaultPlan.build(ctx.params["fault_rules"], None, None, ctx.params["seed"])
+            FaultPlan.build(ctx.params["fault_rules"], None, None, (ctx.params["seeds"] or (None,))[-1])
         return
     if name == "tail":
         args += ["--timeout", "1", "--interval", "0.05"]

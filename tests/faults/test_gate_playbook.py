@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from acp_proxy.faults import plan as fl
 from acp_proxy.faults.gate import ClosePipe, Forward, Gate, Note, Pause, Send, Signal, Step
@@ -449,3 +452,31 @@ def test_a_fault_and_stripping_together_strip_first() -> None:
     stripped = Note("a2c", line(NOTICE), {"forwarded": 0, "note": "stripped: notice inside replay window"})
     g = Gate(strip_replayed_notices=True, plan=fl.FaultPlan.build([rule], seed=7), clock=Clock())
     assert Playbook(g) >> Chunk("c2a", LOAD) << Forward("c2a", LOAD) >> Chunk("a2c", NOTICE) << stripped
+
+
+@pytest.mark.parametrize("rule", ["split=3", "duplicate", "corrupt", "delay=1ms", "split=2 if kind:notification"])
+def test_a_fault_on_an_unterminated_last_line_adds_no_newline(rule: str) -> None:
+    # The agent's last line had no newline: whatever a fault writes in its place has none either.
+    last = CHUNK[:-1]
+    g = gate(rule if " if " in rule else f"{rule} if dir:a2c")
+    steps = [*g.chunk("a2c", CHUNK + last), *g.end("a2c")]
+    written = b"".join(s.data for s in steps if isinstance(s, (Send, Forward)))
+    assert not written.endswith(b"\n"), written[-40:]
+
+
+def test_the_example_file_splits_the_second_permission_request_as_it_says() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "faults.toml"
+    g = Gate(strip_replayed_notices=False, plan=fl.FaultPlan.build((), example), clock=Clock())
+    permission = {"sessionId": S, "toolCall": {"toolCallId": "t"}, "options": []}
+    traffic = [
+        ("a2c", req(1, "session/request_permission", permission)),
+        ("c2a", res(1, {"outcome": {"outcome": "cancelled"}})),
+        ("a2c", req(2, "session/request_permission", permission)),
+        ("c2a", res(2, {"outcome": {"outcome": "cancelled"}})),
+    ]
+    split = []
+    for direction, data in traffic:
+        steps = g.chunk(direction, data)
+        if any(isinstance(step, Pause) for step in steps):
+            split.append(data)
+    assert split == [traffic[2][1]]

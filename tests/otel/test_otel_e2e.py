@@ -206,6 +206,7 @@ def test_a_collector_that_hangs_or_refuses_costs_spans_not_time(tmp_path: Path, 
     ("args", "expected"),
     [
         (["run", "--otlp", "ftp://collector", "--", "true"], "http(s) address"),
+        (["run", "--otlp", "http://[::1", "--", "true"], "'http://[::1' is not an address"),
         (["run", "--otlp-content", "--", "true"], "give --otlp URL too"),
         (["run", "--no-record", "--otlp", "http://127.0.0.1:4318", "--", "true"], "cannot be used with --no-record"),
         (["run", "--otlp", "--", "true"], "OTEL_EXPORTER_OTLP_ENDPOINT"),
@@ -218,6 +219,7 @@ def test_otlp_option_mistakes_are_one_line(tmp_path: Path, args: list[str], expe
     assert result.returncode == 2, result.stderr
     text = result.stderr.decode()
     assert expected in text and "Traceback" not in text and result.stdout == b""
+    assert text.count("\n") == 1 and text.startswith("acp-proxy: "), text
     assert not (tmp_path / "rec.db").exists()  # the agent never ran
 
 

@@ -25,7 +25,15 @@ import pytest
 from acp_proxy.record import journal as jr
 from acp_proxy.record import recovery
 from acp_proxy.store import database as store
-from tests.conftest import proxy_env, python_agent, run_proxy, start_proxy, wait_for_output, watchdog
+from tests.conftest import (
+    proxy_env,
+    python_agent,
+    run_proxy,
+    start_proxy,
+    wait_for_output,
+    wait_recorded,
+    watchdog,
+)
 from tests.relay.test_relay_lifecycle import the_run as run_row
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds processes in /proc (Linux)")
@@ -580,6 +588,7 @@ def test_a_stopped_writer_holds_up_neither_the_conversation_nor_its_end(db_path:
         assert took < 15, f"the client waited {took:.1f} s for EOF behind a stopped writer"
         os.kill(writer, signal.SIGCONT)
         assert proc.wait(timeout=60) == 0
+        wait_recorded(db_path)  # the proxy exits with its agent; its recorder finishes after it
     finally:
         timer.cancel()
         if writer:

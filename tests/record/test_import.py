@@ -252,6 +252,12 @@ def run_count(db: Path) -> int:
         (b'{"ts":1,"type":"request","from":"client","to":"agent"}\n', "auto", "needs `id`"),
         (b'{"ts":-5,"type":"trace","component":"agent","level":"info","message":"x"}\n', "jsons", "out of range"),
         (b"2025-12-17 11:26:25,895 [ 1]   INFO - X - nothing here\n", "jetbrains", "holds no ACP messages (read as a"),
+        (
+            b'{"acp_proxy_export":2,"runs":[]}\n{"dir":"c2a","seq":1,"raw":"{}"}\n',
+            "auto",
+            "line 1: a newer acp-proxy wrote this export (format 2; this one reads up to 1)",
+        ),
+        (b'{"acp_proxy_export":"x"}\n{"dir":"c2a","seq":1,"raw":"{}"}\n', "jsonl", "the export format, a number"),
     ],
 )
 def test_bad_logs_are_one_line_and_add_no_run(tmp_path: Path, content: bytes, fmt: str, expected: str) -> None:

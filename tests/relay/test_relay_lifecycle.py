@@ -15,7 +15,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import PROXY, proxy_env, python_agent, run_proxy, start_proxy, wait_for_output, watchdog
+from tests.conftest import (
+    PROXY,
+    proxy_env,
+    python_agent,
+    run_proxy,
+    start_proxy,
+    wait_for_output,
+    wait_recorded,
+    watchdog,
+)
 
 pytestmark = pytest.mark.spawns  # every test here starts processes
 
@@ -445,8 +454,10 @@ def test_directories_created_for_the_database_are_private_whatever_the_umask(tmp
         env=proxy_env(),
     )
     assert result.returncode == 0, result.stderr
-    for directory in (tmp_path / "a", tmp_path / "a" / "b", Path(f"{db}.journal")):
+    for directory in (tmp_path / "a", tmp_path / "a" / "b"):
         assert directory.stat().st_mode & 0o777 == 0o700, directory
+    wait_recorded(db)
+    assert not Path(f"{db}.journal").exists()  # made 0700 for the run, and gone with its journal
     assert db.stat().st_mode & 0o777 == 0o600
 
 

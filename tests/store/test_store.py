@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from acp_proxy.cli.commands import cli
 from acp_proxy.store import database as store
-from tests.conftest import python_agent, run_proxy
+from tests.conftest import python_agent, run_proxy, wait_recorded
 
 
 def make_v1_database(path: Path) -> None:
@@ -103,7 +103,8 @@ def test_a_foreign_database_is_not_read(tmp_path: Path) -> None:
 def test_opening_a_recorded_database_to_read_loads_no_recorder_when_nothing_is_to_recover(tmp_path: Path) -> None:
     path = tmp_path / "rec.db"
     assert run_proxy(["run", "--db", str(path), "--", *python_agent("pass")], timeout=60).returncode == 0
-    assert Path(f"{path}.journal").is_dir()
+    wait_recorded(path)
+    assert not Path(f"{path}.journal").exists()  # recorded whole: nothing left beside the database
     code = (
         "import sys; from pathlib import Path; from acp_proxy.record import recovery; "
         f"recovery.open_for_reading(Path({str(path)!r})).conn.close(); "
