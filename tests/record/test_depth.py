@@ -17,6 +17,7 @@ from acp_proxy.mcp.tools import Tools
 from acp_proxy.otel.spans import build
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.redact import Redactor
+from acp_proxy.read.frames import Primed
 from acp_proxy.store import database as store
 from acp_proxy.web import model
 from tests.conftest import PROXY, proxy_env, run_proxy
@@ -164,7 +165,8 @@ def test_the_inspector_mcp_and_otlp_read_a_deep_recording(deep_recording: tuple[
     read = store.open_for_reading(db)
     try:
         page = model.conversation(read, "run", "1", Redactor())
-        frames = [model.frame(read, 1, row["seq"], Redactor()) for row in rows]
+        primed = Primed(Redactor())
+        frames = [model.frame(read, 1, row["seq"], Redactor(), primed) for row in rows]
         compared = model.diff(read, "1", "2", Redactor())
     finally:
         read.conn.close()
