@@ -94,6 +94,15 @@ from acp_proxy.limits import GRACE_MAX_S, MAX_DB_LIMIT, MAX_RECORD_BYTES, SEED_R
     "frame is then judged line by line.",
 )
 @click.option(
+    "--break",
+    "breaks",
+    multiple=True,
+    type=TEXT,
+    metavar="FILTER",
+    help="With --control (implied): hold every frame FILTER matches from the first one on, until "
+    "`acp-proxy ctl RUN release|drop` decides it (repeatable).",
+)
+@click.option(
     "--check",
     "live_check",
     type=click.Choice(["full", "lifecycle"]),
@@ -146,6 +155,7 @@ def run(
     faults_file: Path | None,
     seeds: tuple[int, ...],
     control: bool,
+    breaks: tuple[str, ...],
     live_check: str | None,
     stderr_file: Path | None,
     otlp: str | None,
@@ -167,6 +177,12 @@ def run(
     """
     if live_check and no_record:
         raise click.UsageError("--check checks what is recorded: it cannot be used with --no-record")
+    if breaks:
+        from acp_proxy.protocol import filters
+
+        control = True
+        for text in breaks:
+            filters.parse(text)  # a bad filter: one line, exit 2
     if control and no_record:
         raise click.UsageError("--control finds the run through its recording: it cannot be used with --no-record")
     if redact_rules and no_record:
@@ -205,6 +221,7 @@ def run(
         },
         redact=redact,
         control=control,
+        breakpoints=list(breaks),
     )
     if otlp_to is not None:
         otel.start_live(options.db_path, otlp_to, otlp_content)  # type: ignore[arg-type]

@@ -93,8 +93,10 @@ class RunOptions:
         options: dict[str, Any] | None = None,
         redact: list[str] | None = None,  # run --redact: store masked copies, by these rules and the built-in ones
         control: bool = False,  # run --control: a socket for acp-proxy ctl (relay/control.py)
+        breakpoints: list[str] | None = None,  # run --break: filters holding frames from the start
     ) -> None:
         self.control = control
+        self.breakpoints = breakpoints or []
         self.redact = redact
         self.argv = argv
         self.db_path = db_path
@@ -436,6 +438,8 @@ class Relay:
                 from acp_proxy.faults.live import LiveControl
 
                 live = LiveControl(options.fault_plan, time.time_ns)
+                for text in options.breakpoints:
+                    live.handle({"op": "break", "filter": text})
             self.gate = Gate(strip_replayed_notices=options.strip_replayed_notices, plan=options.fault_plan, live=live)
         self.control: Any = None  # the ControlServer, with --control
         self.agent_in: Any = None
@@ -648,10 +652,20 @@ class Relay:
             if isinstance(step, Hold):
                 # This direction waits (the frames behind it too); the other one flows.
                 assert self.gate is not None and self.gate.live is not None
-                await self._wait_held(step)
+                try:
+                    await self._wait_held(step)
+                except BaseException:
+                    if journal is not None:  # the run ends with it held: recorded, never forwarded
+                        meta = {"forwarded": 0, "note": "held by a breakpoint when the run ended"}
+                        code = _DIRECTION_CODE[step.direction]
+                        journal.record(jr.LINE, code, time.time_ns(), jr.line_payload(step.line, meta))
+                    raise
                 decision = self.gate.live.take(step.number)
-                if decision is not None:
-                    await self._carry_out(self.gate.released(step, decision), time.time_ns(), nursery)
+                if decision is None:  # no control socket to decide it: the frame goes on
+                    from acp_proxy.faults.live import Decision
+
+                    decision = Decision("release")
+                await self._carry_out(self.gate.released(step, decision), time.time_ns(), nursery)
             elif isinstance(step, Forward):
                 code = _DIRECTION_CODE[step.direction]
                 start = journal.data(code, ts, step.data) if journal is not None else 0
