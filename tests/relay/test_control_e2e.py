@@ -155,6 +155,7 @@ def test_hold_edit_release_and_a_fault_added_at_run_time(tmp_path: Path) -> None
     assert client.seen[:4] == [AGENT_INIT_LINE, "prompt: hello world", "agent: EDITED by ctl", "agent: hello world"]
     assert "stop: end_turn" in client.seen and "prompt: second prompt" in client.seen
     assert returncode == 1 and "sdk_client:" in err  # the second prompt was answered with an error
+    assert f"acp-proxy: holding a2c frame {chunk['seq']} (notification session/update)" in err  # the proxy says so
 
     rows = frames(db)
     original = next(r for r in rows if r["method"] == "session/update" and r["forwarded"] == 0)
