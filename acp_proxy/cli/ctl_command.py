@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from acp_proxy.cli.group import cli, open_db
+from acp_proxy.cli.group import cli, resolve_db
 from acp_proxy.cli.options import db_option
 from acp_proxy.cli.support import TEXT, count
 from acp_proxy.errors import UsageError
@@ -34,9 +34,11 @@ class ControlFailed(UsageError):
 def _request(ctx: click.Context, request: dict[str, Any]) -> Any:
     """Send one request to the run's proxy; its answer's ``ok`` value, or one line and exit 2."""
     from acp_proxy.read.controls import control_target
+    from acp_proxy.record import recovery
 
     db_path, ref = ctx.obj
-    target = control_target(open_db(db_path), ref)
+    # Not open_db: it says live runs are still being recorded, and ctl is only for live runs.
+    target = control_target(recovery.open_for_reading(resolve_db(db_path)), ref)
     line = json.dumps(request).encode() + b"\n"
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:

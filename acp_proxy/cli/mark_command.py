@@ -47,7 +47,7 @@ def unmark(db_path: Path | None, frame: str) -> None:
 
     \b
     Example:
-        acp-proxy unmark last:12
+        acp-proxy mark last:12 && acp-proxy unmark last:12
     """
     from acp_proxy.read.marks import frame_ref
     from acp_proxy.store import database as store
