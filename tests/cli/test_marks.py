@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sqlite3
@@ -12,6 +13,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from acp_proxy.cli.commands import cli
+from acp_proxy.read import frames
+from acp_proxy.record import recovery
 from acp_proxy.store import database as store
 from tests.store.test_store import make_v1_database, user_version
 
@@ -47,6 +50,10 @@ def test_mark_then_frames_marked_finds_exactly_that_frame(recording: Path) -> No
     shown = invoke(recording, "frames", "run:1", "seq:3").stdout
     assert 'marked:"Why so slow?"' in shown
     assert "mark" not in json.loads(invoke(recording, "frames", "--json", "run:1", "seq:4").stdout)[0]
+    db = recovery.open_for_reading(recording)  # what every door reads
+    with contextlib.closing(db.conn):
+        rows = list(frames.Selection(db, frames.parse(db, "run:1 seq:3..4")).rows())
+    assert rows[0]["mark"] == "Why so slow?" and "mark" not in rows[1]  # an unmarked frame: as it was
 
     assert invoke(recording, "mark", "1:3").exit_code == 0  # no --note: the comment stays
     assert seqs(recording, "comment:slow") == [3]
