@@ -23,6 +23,9 @@ cli.add_command(__import__("acp_proxy.mcp.server", fromlist=["mcp"]).mcp)
 cli.add_command(__import__("acp_proxy.cli.setup", fromlist=["setup"]).setup)
 cli.add_command(__import__("acp_proxy.cli.setup", fromlist=["doctor"]).doctor)
 cli.add_command(__import__("acp_proxy.replay.command", fromlist=["replay"]).replay)
+cli.add_command(__import__("acp_proxy.cli.ctl_command", fromlist=["ctl"]).ctl)
+cli.add_command(__import__("acp_proxy.cli.mark_command", fromlist=["mark"]).mark)
+cli.add_command(__import__("acp_proxy.cli.mark_command", fromlist=["unmark"]).unmark)
 
 
 def main() -> None:

@@ -87,6 +87,22 @@ from acp_proxy.limits import GRACE_MAX_S, MAX_DB_LIMIT, MAX_RECORD_BYTES, SEED_R
     help="Seed for probabilistic faults, a 64-bit integer (recorded on the run).",
 )
 @click.option(
+    "--control",
+    is_flag=True,
+    help="Open a control socket (0600, beside the run's journal) so `acp-proxy ctl RUN` can add "
+    "fault rules, set breakpoints, release, edit or drop held frames while the run goes on. Every "
+    "frame is then judged line by line.",
+)
+@click.option(
+    "--break",
+    "breaks",
+    multiple=True,
+    type=TEXT,
+    metavar="FILTER",
+    help="With --control (implied): hold every frame FILTER matches from the first one on, until "
+    "`acp-proxy ctl RUN release|drop` decides it (repeatable).",
+)
+@click.option(
     "--check",
     "live_check",
     type=click.Choice(["full", "lifecycle"]),
@@ -138,6 +154,8 @@ def run(
     fault_rules: tuple[str, ...],
     faults_file: Path | None,
     seeds: tuple[int, ...],
+    control: bool,
+    breaks: tuple[str, ...],
     live_check: str | None,
     stderr_file: Path | None,
     otlp: str | None,
@@ -159,6 +177,14 @@ def run(
     """
     if live_check and no_record:
         raise click.UsageError("--check checks what is recorded: it cannot be used with --no-record")
+    if breaks:
+        from acp_proxy.protocol import filters
+
+        control = True
+        for text in breaks:
+            filters.parse(text)  # a bad filter: one line, exit 2
+    if control and no_record:
+        raise click.UsageError("--control finds the run through its recording: it cannot be used with --no-record")
     if redact_rules and no_record:
         raise click.UsageError("--redact masks what is recorded: it cannot be used with --no-record")
     redact = [rule for rule in redact_rules if rule] if redact_rules else None
@@ -194,6 +220,8 @@ def run(
             **({"redact": True} if redact is not None else {}),  # the rules themselves may name a secret
         },
         redact=redact,
+        control=control,
+        breakpoints=list(breaks),
     )
     if otlp_to is not None:
         otel.start_live(options.db_path, otlp_to, otlp_content)  # type: ignore[arg-type]

@@ -573,6 +573,11 @@ def frame_flags(f: Mapping[str, Any]) -> list[str]:
         flags.append("decode-error")
     if f.get("note") and f.get("forwarded") != 0:
         flags.append("note")
+    if isinstance(f.get("mark"), str):
+        comment = f["mark"]
+        flags.append(
+            f'marked:"{comment[:27]}..."' if len(comment) > 30 else f'marked:"{comment}"' if comment else "marked"
+        )
     return flags
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from acp_proxy.faults import actions as fl
+from acp_proxy.faults.live import Decision, LiveControl
 from acp_proxy.faults.plan import FaultPlan
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import wire
@@ -78,7 +79,17 @@ class ClosePipe:
     pipe: str  # agent-stdin | client-stdout
 
 
-Step = Forward | Send | Note | Pause | Signal | ClosePipe
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Hold this line (a breakpoint matched): the relay waits, in this direction only, for a
+    decision, then carries out ``Gate.released``. Nothing is recorded until then."""
+
+    direction: str
+    line: Line
+    number: int
+
+
+Step = Forward | Send | Note | Pause | Signal | ClosePipe | Hold
 
 
 OBSERVED_MAX_KEEP = 16 * 1024 * 1024
@@ -102,9 +113,13 @@ class Gate:
         strip_replayed_notices: bool = False,
         plan: FaultPlan | None = None,
         clock: Callable[[], int] = time.time_ns,
+        live: LiveControl | None = None,
     ) -> None:
         self.strip_replayed_notices = strip_replayed_notices
         self.plan = plan if plan else None
+        self.live = live
+        """Run-time control (``run --control``): it swaps ``plan`` and sets breakpoints, so
+        every line of both directions is judged from the start."""
         self.clock = clock
         self.tracker = Tracker(0, changes=False)  # the gate needs state, not rows
         errors = self.plan is not None and any(rule.action == "error" for rule in self.plan.rules)
@@ -114,6 +129,7 @@ class Gate:
             # lines only, so a reply can never land in the middle of a forwarded line.
             judged = (
                 errors
+                or live is not None
                 or (self.plan is not None and self.plan.needs_verdict(d))
                 or (d == "a2c" and strip_replayed_notices)
             )
@@ -150,6 +166,26 @@ class Gate:
         state.held = []
         return steps
 
+    def released(self, hold: Hold, decision: Decision) -> list[Step]:
+        """The steps of a held line once decided: recorded with how long it was held, then
+        forwarded, or dropped, or replaced by an edited line recorded beside it."""
+        held_for = f"held {decision.held_ns / 1e9:.3f}s by a breakpoint"
+        line = hold.line
+        if decision.action == "drop":
+            return [Note(hold.direction, line, {"forwarded": 0, "note": f"{held_for}; dropped by acp-proxy ctl"})]
+        if decision.data is None:
+            meta = {"forwarded": 1, "note": f"{held_for}; released by acp-proxy ctl"}
+            return [Note(hold.direction, line, meta), Send(hold.direction, line.wire_bytes())]
+        original = {"forwarded": 0, "note": f"{held_for}; replaced by an edited frame (acp-proxy ctl)"}
+        edited = Line(decision.data, len(decision.data), True, False)
+        self._observe(hold.direction, edited, self.clock())
+        meta = {"forwarded": 1, "origin": "proxy", "note": "edited by acp-proxy ctl, in place of the frame before"}
+        return [
+            Note(hold.direction, line, original),
+            Note(hold.direction, edited, meta),
+            Send(hold.direction, decision.data + b"\n"),
+        ]
+
     # -- internals -------------------------------------------------------------------------
 
     # Belt and braces: decoding is total, but a verdict is computed from peer bytes by a tracker
@@ -184,6 +220,12 @@ class Gate:
         rec.terminated = int(line.terminated)  # what a fault writes keeps the line's end as it was
         events = self.tracker.observe(rec)
         self.tracker.drain()
+        if self.live is not None and not (state.stalled or PIPE_OF[direction] in self.closed):
+            point = self.live.should_hold(rec)
+            if point is not None:
+                # A held frame is not offered to the fault plan: a person decides its fate.
+                self.live.hold(self.seq, rec, line.data, point)
+                return self._release(state, [Hold(direction, line, self.seq)])
         actions = self.plan.decide(rec) if self.plan is not None else []
         if events and direction == A2C and self.strip_replayed_notices and _replayed_notice(events):
             note = Note(direction, line, {"forwarded": 0, "note": f"stripped: {NOTE_NOTICE_REPLAYED}"})

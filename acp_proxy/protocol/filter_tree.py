@@ -487,6 +487,44 @@ class HasFinding(Expr):
         return f"finding:{_quote_if_needed(str(self.value))}"
 
 
+class HasMark(Expr):
+    """A person marked the frame (``marked``: ``acp-proxy mark``), or its mark's comment
+    contains a text (``comment:TEXT``, case as for ``text``).
+
+    Marks live in their own table: in SQL an ``EXISTS`` over ``marks`` on the frame's (run_id,
+    seq), its primary key. A live record carries its mark, when it has one, as ``mark`` (the
+    comment, "" for none); a record without it is unmarked, so both backends agree.
+    """
+
+    __slots__ = ("fold", "needle")
+
+    def __init__(self, needle: str | None = None) -> None:
+        super().__init__()
+        self.needle = needle
+        self.fold = needle is not None and _smart_case(needle)
+
+    def matches(self, record: Any) -> bool:
+        mark = record.get("mark") if isinstance(record, dict) else getattr(record, "mark", None)
+        if not isinstance(mark, str):
+            return False
+        if self.needle is None:
+            return True
+        return self.needle in (mark.translate(_ASCII_LOWER) if self.fold else mark)
+
+    def _sql(self, negate: bool) -> tuple[str, list[Any]]:
+        # frames is named in full: unqualified, run_id and seq would be the marks' own.
+        where = "marks.run_id = frames.run_id AND marks.seq = frames.seq"
+        params: list[Any] = []
+        if self.needle is not None:
+            column = "lower(marks.note)" if self.fold else "marks.note"
+            where += f" AND instr({column}, ?) > 0"
+            params.append(self.needle)
+        return f"{'NOT ' if negate else ''}EXISTS (SELECT 1 FROM marks WHERE {where})", params
+
+    def _text(self) -> str:
+        return "marked" if self.needle is None else f"comment:{_quote_if_needed(self.needle)}"
+
+
 def _quote_if_needed(value: str) -> str:
     if value and not re.search(r"[\s()\"'*]", value):
         return value

@@ -39,12 +39,12 @@ An empty filter selects every frame.
 Terms
     FIELD:VALUE        the field has this value (FIELD=VALUE is the same)
     FIELD              the field has a value at all: method, id, session, update, item,
-                       error, fault, finding, unknown, latency, note
+                       error, fault, finding, unknown, latency, note, comment
     FIELD>N  FIELD>=N  FIELD<N  FIELD<=N
                        compare a number: seq, run, size, latency, error
     FIELD:A..B         a range, both ends included; leave one out for an open range:
                        seq:100.., latency:..5ms
-    FLAG               replay, live, unanswered, dropped, cut, unterminated
+    FLAG               replay, live, unanswered, dropped, cut, unterminated, marked
     "some text"        a quoted string alone: the same as text:"some text"
 
 Combining, strongest first
@@ -87,6 +87,8 @@ Fields
                    text:denied finds "Denied"; one capital makes the match exact
     note:T         the proxy's note on the frame (why it was flagged, dropped or withheld)
                    contains T, case as for text
+    comment:T      the comment of a person's mark on the frame (acp-proxy mark --note)
+                   contains T, case as for text; comment alone is the same as marked
     fault          a fault was applied to the frame
     fault:ACTION   that fault was applied: fault:drop, fault:delay, fault:corrupt, ...
     finding        a conformance check found something on the frame (acp-proxy check --save,
@@ -118,6 +120,7 @@ Flags
     dropped        not forwarded by the proxy (a fault, or a withheld notice)
     cut            recorded only in part (--max-record-bytes)
     unterminated   a last line that ended without a newline
+    marked         a person marked the frame (acp-proxy mark REF:SEQ)
 
 A frame that lacks a field (a notification has no id, a request no latency) does not match
 FIELD:VALUE, and does match -FIELD:VALUE: -method:initialize also selects stderr lines.
@@ -148,6 +151,7 @@ from acp_proxy.protocol.filter_tree import (
     Expr,
     Glob,
     HasFinding,
+    HasMark,
     LastRun,
     Listed,
     Not,
@@ -518,6 +522,7 @@ _EXAMPLES = {
     "error": "error:-32603",
     "text": 'text:"permission denied"',
     "note": "note:stripped",
+    "comment": 'comment:"look here"',
     "fault": "fault:drop",
     "finding": "finding:schema/*",
     "unknown": "unknown:extension",
@@ -642,6 +647,14 @@ def _note_field(tok: _Token, ctx: _Context) -> Expr:
     if tok.op is None:
         return Present("note")
     return Contains("note", _needs_value(tok))
+
+
+def _comment_field(tok: _Token, ctx: _Context) -> Expr:
+    # Not note: that is the proxy's own note on a frame; a comment is a person's, on a mark.
+    _no_compare(tok)
+    if tok.op is None:
+        return HasMark()
+    return HasMark(_needs_value(tok))
 
 
 def _fault_field(tok: _Token, ctx: _Context) -> Expr:
@@ -890,6 +903,7 @@ FLAGS: dict[str, Callable[[], Expr]] = {
     "dropped": _flag("forwarded", 0),
     "cut": _flag("cut", 1),
     "unterminated": _flag("terminated", 0),
+    "marked": HasMark,
 }
 """Words that stand alone."""
 
@@ -904,6 +918,7 @@ FIELDS: dict[str, Callable[[_Token, _Context], Expr]] = {
     "error": _error_field,
     "text": _text_field,
     "note": _note_field,
+    "comment": _comment_field,
     "fault": _fault_field,
     "finding": _finding_field,
     "unknown": _string_field("unknown", choices=UNKNOWN_VALUES),

@@ -58,7 +58,9 @@ _NONES = (None,) * len(COLUMNS)
 class FrameRecord:
     # ``findings``: optional (rule_id, severity) pairs a check found on this frame, for the
     # filter's ``finding`` term; left unset (no findings) unless someone checked the frame.
-    __slots__ = (*COLUMNS, "findings", "frame", "line")
+    # ``mark``: a person's mark on the frame (its comment, "" for none), for the ``marked`` and
+    # ``comment:`` terms; left unset (unmarked) on a live frame.
+    __slots__ = (*COLUMNS, "findings", "frame", "line", "mark")
 
     def __init__(self, run_id: int, seq: int, ts_ns: int, direction: str, line: bytes, frame: Frame | None) -> None:
         self.run_id = run_id

@@ -154,11 +154,12 @@ class Selection:
             yield from itertools.islice(self._matched(after, end), offset, None)
             return
         where, args = self._where(after)
-        sql = f"select * from frames where {where} order by frames.run_id, frames.seq"
+        sql = f"select frames.*, {_MARK} from frames where {where} order by frames.run_id, frames.seq"
         if limit is not None or offset:
             sql += " limit ? offset ?"
             args = [*args, -1 if limit is None else limit, offset]
         for row in queries.iter_rows(self.db, sql, args):
+            _unmarked(row)
             yield self.redactor.frame_row(row) if self.redactor is not None else row
 
     def _matched(self, after: Cursor | None, limit: int | None) -> Iterator[dict[str, Any]]:
@@ -172,11 +173,12 @@ class Selection:
         candidate, candidate_args = relaxed(self.expr).to_sql()
         later, later_args = (_AFTER, [after[0], after[0], after[1]]) if after is not None else ("1", [])
         runs, runs_args = self.runs
-        sql = f"""select frames.*, coalesce(({scope}) and ({candidate}) and {later}, 0) as _wanted
+        sql = f"""select frames.*, {_MARK}, coalesce(({scope}) and ({candidate}) and {later}, 0) as _wanted
                   from frames where {runs} order by frames.run_id, frames.seq"""
         shown = 0
         for row in queries.iter_rows(self.db, sql, [*scope_args, *candidate_args, *later_args, *runs_args]):
             wanted = row.pop("_wanted")
+            _unmarked(row)
             masked = self.redactor.frame_row(row)
             if not wanted or not self.expr.matches(self._record(masked)):
                 continue
@@ -269,6 +271,15 @@ class Selection:
 _BATCH = 2000
 
 _AFTER = "(frames.run_id > ? or (frames.run_id = ? and frames.seq > ?))"
+_MARK = """(select coalesce(marks.note, '') from marks
+            where marks.run_id = frames.run_id and marks.seq = frames.seq) as mark"""
+"""A person's mark on the frame (``acp-proxy mark``): its comment, "" for none; NULL: unmarked."""
+
+
+def _unmarked(row: dict[str, Any]) -> None:
+    # An unmarked frame has no ``mark`` key at all: a frame's shape stays what it was.
+    if row.get("mark") is None:
+        row.pop("mark", None)
 
 
 def _has_findings(expr: filter_tree.Expr) -> bool:

@@ -92,7 +92,11 @@ class RunOptions:
         fault_plan: FaultPlan | None = None,
         options: dict[str, Any] | None = None,
         redact: list[str] | None = None,  # run --redact: store masked copies, by these rules and the built-in ones
+        control: bool = False,  # run --control: a socket for acp-proxy ctl (relay/control.py)
+        breakpoints: list[str] | None = None,  # run --break: filters holding frames from the start
     ) -> None:
+        self.control = control
+        self.breakpoints = breakpoints or []
         self.redact = redact
         self.argv = argv
         self.db_path = db_path
@@ -106,7 +110,7 @@ class RunOptions:
 
     def needs_gate(self) -> bool:
         """True when some frames need a verdict before they are forwarded."""
-        return self.strip_replayed_notices or bool(self.fault_plan)
+        return self.strip_replayed_notices or bool(self.fault_plan) or self.control
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RunOptions) and vars(self) == vars(other)
@@ -429,7 +433,15 @@ class Relay:
         if options.needs_gate():
             from acp_proxy.faults.gate import Gate  # only then: it pulls in the decoder and the ACP tables
 
-            self.gate = Gate(strip_replayed_notices=options.strip_replayed_notices, plan=options.fault_plan)
+            live = None
+            if options.control:
+                from acp_proxy.faults.live import LiveControl
+
+                live = LiveControl(options.fault_plan, time.time_ns)
+                for text in options.breakpoints:
+                    live.handle({"op": "break", "filter": text})
+            self.gate = Gate(strip_replayed_notices=options.strip_replayed_notices, plan=options.fault_plan, live=live)
+        self.control: Any = None  # the ControlServer, with --control
         self.agent_in: Any = None
         self.client_out: Any = None
         # With a gate, both pumps may write to one pipe (an error reply travels back): a lock
@@ -464,6 +476,7 @@ class Relay:
             err_out = open_stream(os.dup(2), streams)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._forward_signals, signals)
+                self._start_control(nursery)
                 c2a_scope = trio.CancelScope()
                 nursery.start_soon(self._pump_c2a, client_in, c2a_scope, nursery)
                 a2c_done = trio.Event()
@@ -479,6 +492,21 @@ class Relay:
                 await close_quietly(stream)
             _restore_blocking()
             return ExitStatus.from_returncode(returncode)
+
+    def _start_control(self, nursery: trio.Nursery) -> None:
+        path = self.options.options.get("control")
+        if self.gate is None or self.gate.live is None or path is None:
+            return
+        from acp_proxy.relay.control import ControlServer, listen
+
+        try:
+            sock = listen(Path(path))
+        except OSError as exc:
+            say(f"cannot create the control socket {path}: {(exc.strerror or str(exc)).lower()}")
+            return
+        recording = self.recording
+        self.control = ControlServer(self.gate.live, self.gate, recording.meta if recording else lambda _: None)
+        nursery.start_soon(self.control.serve, sock, Path(path))
 
     async def _relay_with_threads(self, signals: Any, flow: Flow) -> ExitStatus:
         """The relay without a gate: the ``Flow``'s threads move the bytes (they may have since
@@ -617,11 +645,28 @@ class Relay:
     async def _carry_out(self, steps: list[Step], ts: int, nursery: trio.Nursery) -> None:
         import trio
 
-        from acp_proxy.faults.gate import ClosePipe, Forward, Note, Pause, Send, Signal
+        from acp_proxy.faults.gate import ClosePipe, Forward, Hold, Note, Pause, Send, Signal
 
         journal = self.journal
         for step in steps:
-            if isinstance(step, Forward):
+            if isinstance(step, Hold):
+                # This direction waits (the frames behind it too); the other one flows.
+                assert self.gate is not None and self.gate.live is not None
+                try:
+                    await self._wait_held(step)
+                except BaseException:
+                    if journal is not None:  # the run ends with it held: recorded, never forwarded
+                        meta = {"forwarded": 0, "note": "held by a breakpoint when the run ended"}
+                        code = _DIRECTION_CODE[step.direction]
+                        journal.record(jr.LINE, code, time.time_ns(), jr.line_payload(step.line, meta))
+                    raise
+                decision = self.gate.live.take(step.number)
+                if decision is None:  # no control socket to decide it: the frame goes on
+                    from acp_proxy.faults.live import Decision
+
+                    decision = Decision("release")
+                await self._carry_out(self.gate.released(step, decision), time.time_ns(), nursery)
+            elif isinstance(step, Forward):
                 code = _DIRECTION_CODE[step.direction]
                 start = journal.data(code, ts, step.data) if journal is not None else 0
                 await self._send(step.direction, step.data, nursery, start)
@@ -647,6 +692,13 @@ class Relay:
                 self._signal_group(step.signum)
             elif isinstance(step, ClosePipe):
                 await self._close_pipe(step.pipe)
+
+    async def _wait_held(self, hold: Any) -> None:
+        held = self.gate.live.held[hold.number] if self.gate is not None and self.gate.live is not None else None
+        what = f"{held.kind or 'frame'} {held.method or ''}".rstrip() if held is not None else "a frame"
+        say(f"holding {hold.direction} frame {hold.number} ({what}): acp-proxy ctl last release|drop {hold.number}")
+        if self.control is not None:
+            await self.control.wait_decision(hold.number)
 
     async def _close_pipe(self, pipe: str) -> None:
         direction = "c2a" if pipe == "agent-stdin" else "a2c"
@@ -785,6 +837,10 @@ def run(options: RunOptions, begun: Begun | None = None) -> ExitStatus:
                 recording.start_recorder()
             return status
         if recording is not None:
+            if options.control and not begun.attached:
+                from acp_proxy.relay.control import socket_path
+
+                options.options["control"] = str(socket_path(recording.journal.path))
             recording.start(agent.pid, marker)
         if begun.attached:
             early.restore()

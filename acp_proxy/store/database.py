@@ -53,7 +53,7 @@ __all__ = ["FRAME_COLUMNS", "default_db_path"]
 # A test hook: lower SQLite's limit on one value (SQLITE_LIMIT_LENGTH, 1e9 bytes by default) in
 # every connection that writes, so that lines over it can be tested without a gigabyte of disk.
 LENGTH_LIMIT_VAR = "ACP_PROXY_SQLITE_MAX_LENGTH"
-OWN_TABLES = frozenset(("runs", "frames", "sessions", "session_runs", "turns", "faults", "findings"))
+OWN_TABLES = frozenset(("runs", "frames", "sessions", "session_runs", "turns", "faults", "findings", "marks"))
 
 _FRAME_COLUMNS_ADDED = {"origin": 2}  # column -> the schema version that added it
 
@@ -776,13 +776,61 @@ def _create_v5(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN recovered_frames INTEGER")
 
 
+def _create_marks(db: sqlite_utils.Database) -> None:
+    # Marks and comments a person puts on frames (``acp-proxy mark``), live or finished: a table
+    # of their own, so the frames the recorder wrote are never touched by anyone else. One mark
+    # per frame; its note is optional.
+    db.execute(
+        """CREATE TABLE marks (
+            run_id INTEGER NOT NULL REFERENCES runs(id),
+            seq INTEGER NOT NULL,
+            note TEXT,
+            marked_ns INTEGER NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        )"""
+    )
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _create_v2,
     _create_v3,
     _create_v4,
     _create_v5,
+    _create_marks,  # schema 6; renumbered at merge if another version lands first
 ]
+
+
+def set_mark(path: Path, run_id: int, seq: int, note: str | None) -> None:
+    """Mark frame (run_id, seq), with ``note`` (None keeps the note it had, if any)."""
+    db = open_for_writing(path)
+    try:
+        with db.conn:
+            db.execute("BEGIN")
+            db.execute(
+                """INSERT INTO marks (run_id, seq, note, marked_ns) VALUES (?, ?, ?, ?)
+                   ON CONFLICT (run_id, seq) DO UPDATE SET note = coalesce(excluded.note, note),
+                   marked_ns = excluded.marked_ns""",
+                [run_id, seq, note, time.time_ns()],
+            )
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot write a mark to {path}: {_reason(exc)}") from exc
+    finally:
+        db.conn.close()
+
+
+def remove_mark(path: Path, run_id: int, seq: int) -> bool:
+    """Remove the mark of frame (run_id, seq); False when it had none."""
+    db = open_for_writing(path)
+    try:
+        with db.conn:
+            db.execute("BEGIN")
+            cursor = db.execute("DELETE FROM marks WHERE run_id = ? AND seq = ?", [run_id, seq])
+        return bool(cursor.rowcount)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot remove a mark from {path}: {_reason(exc)}") from exc
+    finally:
+        db.conn.close()
 
 
 def update_run(path: Path, run_id: int, values: dict[str, Any]) -> None:

@@ -113,9 +113,9 @@ def run_example(example: str, db: Path, session: str, where: Path) -> None:
     argv = as_argv(example, session)
     name, args = argv[0], argv[1:]
     command = cli.commands[name]
-    if name in SERVERS or name == "run" or (name == "replay" and "--client" in args):
-        # These start an agent the docs only name, or serve until stopped (they have tests of
-        # their own as real processes): check that the command line parses, rules included.
+    if name in SERVERS or name in ("run", "ctl") or (name == "replay" and "--client" in args):
+        # These start an agent the docs only name, serve until stopped, or talk to a live run
+        # (ctl): they have tests of their own as real processes; check that the line parses.
         ctx = command.make_context(name, list(args), parent=click.Context(cli, info_name="acp-proxy"))
         if name == "run":
             FaultPlan.build(ctx.params["fault_rules"], None, None, (ctx.params["seeds"] or (None,))[-1])

@@ -35,6 +35,8 @@ def frame(seq: int = 1, **fields: Any) -> FrameRecord:
     rec.size = len(rec.line)
     if "findings" in fields:
         rec.findings = fields.pop("findings")
+    if "mark" in fields:
+        rec.mark = fields.pop("mark")
     for name, value in fields.items():
         assert name in store.FRAME_COLUMNS, name
         setattr(rec, name, value)
@@ -48,6 +50,7 @@ def new_db(runs: Iterable[int] = (1, 2, 3)) -> sqlite_utils.Database:
     db["runs"].insert_all([{"id": r, "started_ns": 0, "status": "ended"} for r in runs])
     db.execute("create table findings (id integer primary key, run_id int, seq int, rule text, severity text)")
     db.execute("create index findings_frame on findings (run_id, seq)")
+    store._create_marks(db)
     return db
 
 
@@ -63,6 +66,10 @@ def insert(db: sqlite_utils.Database, frames: Iterable[FrameRecord]) -> None:
     db.conn.executemany(
         "insert into findings (run_id, seq, rule, severity) values (?, ?, ?, ?)",
         [(f.run_id, f.seq, rule, sev) for f in frames for rule, sev in getattr(f, "findings", None) or ()],
+    )
+    db.conn.executemany(
+        "insert into marks (run_id, seq, note, marked_ns) values (?, ?, ?, 0)",
+        [(f.run_id, f.seq, f.mark or None) for f in frames if getattr(f, "mark", None) is not None],
     )
 
 
@@ -289,6 +296,24 @@ def test_note_and_fault() -> None:
     assert select("fault:drop", *frames) == {2, 3}
     assert select("fault:delay", *frames) == {3}
     assert select("-fault:drop", *frames) == {1, 4, 5}
+
+
+def test_marked_and_comment_select_what_people_marked() -> None:
+    frames = (
+        frame(1, mark=""),  # marked, no comment
+        frame(2, mark="Look here: the agent ignores the cancel"),
+        frame(3),
+        frame(4, note="stripped"),  # the proxy's note is no comment
+    )
+    assert select("marked", *frames) == {1, 2}
+    assert select("-marked", *frames) == {3, 4}
+    assert select("comment", *frames) == {1, 2}
+    assert select("comment:cancel", *frames) == {2}
+    assert select("comment:look", *frames) == {2}  # no capital: ASCII case ignored
+    assert select("comment:Look", *frames) == {2} and select("comment:LOOK", *frames) == set()
+    assert select("comment:stripped", *frames) == set()
+    assert select("-comment:cancel", *frames) == {1, 3, 4}
+    assert str(parse('comment:"a b"')) == 'comment:"a b"'
 
 
 def test_finding_any_rule_pattern_and_severity() -> None:

@@ -1,0 +1,29 @@
+"""Marks and comments people put on frames: which frame ``REF:SEQ`` names.
+
+Owns: ``frame_ref`` (the frame a ``mark``/``unmark`` argument names, checked to exist). Must
+not know: how marks are stored (``store.set_mark`` / ``remove_mark`` write them, the filter
+terms ``marked`` and ``comment:`` select by them, ``read.frames`` shows them).
+"""
+
+from __future__ import annotations
+
+from acp_proxy.errors import UsageError
+from acp_proxy.read import queries
+from acp_proxy.store.database import ReadDb
+
+
+def frame_ref(db: ReadDb, text: str) -> tuple[int, int]:
+    """(run_id, seq) of the frame ``RUN:SEQ`` names (RUN: a run id or ``last``)."""
+    ref, sep, seq_text = text.rpartition(":")
+    if not sep or not ref or not seq_text.isascii() or not seq_text.isdigit() or len(seq_text) > 18:
+        raise UsageError(f"{text!r} does not name a frame: write RUN:SEQ, e.g. last:12 or 3:40")
+    resolved = queries.resolve(db, ref)
+    if resolved.is_session:
+        raise UsageError(f"{ref!r} names a session: a frame is named by its run, e.g. last:{seq_text}")
+    seq = int(seq_text)
+    assert resolved.run_id is not None  # not a session: a run
+    if not db.execute("select 1 from frames where run_id = ? and seq = ?", [resolved.run_id, seq]).fetchone():
+        high = db.execute("select max(seq) from frames where run_id = ?", [resolved.run_id]).fetchone()[0]
+        known = f"its frames are 1..{high}" if high else "it has no frames yet"
+        raise UsageError(f"run {resolved.run_id} has no frame {seq} ({known})")
+    return resolved.run_id, seq

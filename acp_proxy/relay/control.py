@@ -1,0 +1,143 @@
+"""The control socket of a live run (``run --control``): where ``acp-proxy ctl`` talks to the relay.
+
+Owns: the socket's place (beside the run's journal, or in a private directory under the
+system's temporary directory when that path is too long for a Unix socket), its creation (0600,
+in a 0700 directory, removed at the end), the wire (one JSON request line in, one JSON answer
+line out, per connection), one controller at a time, and carrying out what a request changed:
+the gate's plan swapped, the run's fault spec journaled (a META record: the run row's
+``fault_spec`` then holds every run-time rule with the times it was added and removed), a
+direction waiting on a held frame woken.
+
+Must not know: what a request means (``faults.live``), the rule language, SQL. Only a relay
+with a gate serves a socket: a run without ``--control`` never imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from acp_proxy.faults.gate import Gate
+from acp_proxy.faults.live import LiveControl
+from acp_proxy.store.dbfile import make_private_dir
+
+MAX_REQUEST = 1024 * 1024
+SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on the BSDs
+BUSY = "another acp-proxy ctl is talking to this run; try again"
+
+
+def socket_path(journal_path: Path) -> Path:
+    """Where a run's control socket goes: beside its journal when that path fits."""
+    beside = journal_path.with_suffix(".ctl")
+    if len(os.fsencode(beside)) <= SOCKET_PATH_MAX:
+        return beside
+    directory = Path(tempfile.gettempdir()) / f"acp-proxy-{os.getuid()}"
+    make_private_dir(directory)
+    return directory / (journal_path.stem[-40:] + ".ctl")
+
+
+def listen(path: Path) -> socket.socket:
+    """The listening socket, 0600 (bound under a umask that lets nobody else near it)."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(4)
+    sock.setblocking(False)
+    return sock
+
+
+class ControlServer:
+    """Serves one run's socket. ``changed_plan`` journals the new fault spec."""
+
+    def __init__(self, live: LiveControl, gate: Gate, changed_plan: Callable[[dict[str, Any]], None]) -> None:
+        self.live = live
+        self.gate = gate
+        self.changed_plan = changed_plan
+        self.waiting: dict[int, trio.Event] = {}
+        self.busy = False
+
+    async def wait_decision(self, number: int) -> None:
+        """Block the calling direction until held frame ``number`` is decided."""
+        if number in self.live.decisions:
+            return
+        event = self.waiting.setdefault(number, trio.Event())
+        await event.wait()
+
+    async def serve(self, sock: socket.socket, path: Path) -> None:
+        listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+        try:
+            async with trio.open_nursery() as nursery:
+                while True:
+                    stream = await listener.accept()
+                    nursery.start_soon(self._connection, stream)
+        finally:
+            try:
+                path.unlink()
+            except OSError:
+                pass
+            with trio.CancelScope(shield=True):
+                await listener.aclose()
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        try:
+            if self.busy:
+                await stream.send_all(json.dumps({"error": BUSY}).encode() + b"\n")
+                return
+            self.busy = True
+            try:
+                with trio.move_on_after(30):
+                    request = await _read_line(stream)
+                    answer = self.handle(request)
+                    await stream.send_all(json.dumps(answer).encode() + b"\n")
+            finally:
+                self.busy = False
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            await stream.aclose()
+
+    def handle(self, request: bytes | None) -> dict[str, Any]:
+        if request is None:
+            return {"error": "the request was not one line of at most 1 MiB"}
+        try:
+            parsed = json.loads(request)
+        except ValueError:
+            return {"error": "the request is not JSON"}
+        if not isinstance(parsed, dict):
+            return {"error": "the request is not a JSON object"}
+        answer, changes = self.live.handle(parsed)
+        if changes.plan:
+            self.gate.plan = self.live.plan
+            self.changed_plan({"fault_spec": json.dumps(self.live.spec(), default=str)})
+        for number in changes.decided:
+            event = self.waiting.pop(number, None)
+            if event is not None:
+                event.set()
+        return answer
+
+
+async def _read_line(stream: trio.SocketStream) -> bytes | None:
+    data = b""
+    while b"\n" not in data:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > MAX_REQUEST:
+            return None
+    return data.split(b"\n", 1)[0] if data else None

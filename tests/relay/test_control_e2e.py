@@ -1,0 +1,208 @@
+"""``run --control`` and ``acp-proxy ctl`` end to end: the official SDK client talking to the SDK
+echo agent through ``acp-proxy run``, a person (this test) at the wheel through ``ctl``.
+
+What the client saw is read from its transcript as it prints it (a reader thread), what the
+proxy recorded from the database afterwards. Waiting for the run to reach a state polls
+``ctl held`` under a deadline: there is no other way for a person to know a frame is held.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sqlite3
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import PROXY
+from tests.peers import AGENT_INIT_LINE, agent_argv, client_argv, peer_env, proxied
+
+pytestmark = pytest.mark.spawns
+
+DEADLINE_S = 30.0
+CTL_TIMEOUT_S = 20.0
+
+
+def ctl(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*PROXY, "ctl", "--db", str(db), "last", *args],
+        capture_output=True,
+        text=True,
+        timeout=CTL_TIMEOUT_S,
+        env=peer_env(),
+    )
+
+
+def ctl_ok(db: Path, *args: str) -> Any:
+    result = ctl(db, *args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def held_when(db: Path, method: str) -> dict[str, Any]:
+    """The first held frame of ``method``, once the proxy holds one (polled, bounded)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        result = ctl(db, "held", "--json")
+        if result.returncode == 0:
+            for frame in json.loads(result.stdout):
+                if frame["method"] == method:
+                    return dict(frame)
+        time.sleep(0.1)  # polling a live run, under a deadline: what a person at ctl does
+    raise AssertionError(f"no {method} frame was held within {DEADLINE_S:g}s: {result.stderr}")
+
+
+class Client:
+    """The SDK client running behind the proxy; its transcript lines arrive on ``lines``."""
+
+    def __init__(self, argv: list[str], cwd: Path) -> None:
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=peer_env(), cwd=cwd
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def until(self, wanted: str) -> list[str]:
+        """Transcript lines up to and including ``wanted`` (fails after the deadline or at EOF)."""
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            if line is None:
+                raise AssertionError(f"the client ended before {wanted!r}: {self.seen}")
+            self.seen.append(line)
+            if line == wanted:
+                return list(self.seen)
+
+    def seen_now(self) -> list[str]:
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                return list(self.seen)
+            if line is not None:
+                self.seen.append(line)
+
+    def finish(self) -> tuple[int, str]:
+        _, err = self.proc.communicate(timeout=DEADLINE_S + 15)
+        self.seen_now()
+        return self.proc.returncode, err
+
+
+@contextmanager
+def client_behind_control(tmp_path: Path, *proxy_args: str) -> Iterator[tuple[Client, Path]]:
+    db = tmp_path / "ctl.db"
+    argv = client_argv(proxied(agent_argv(), db, "--control", *proxy_args), timeout=DEADLINE_S)
+    client = Client(argv, tmp_path)
+    try:
+        yield client, db
+    finally:
+        if client.proc.poll() is None:
+            client.proc.kill()
+            client.proc.wait(timeout=10)
+
+
+def run_options(db: Path) -> str:
+    with sqlite3.connect(db) as conn:
+        return str(conn.execute("select options from runs").fetchone()[0])
+
+
+def frames(db: Path) -> list[dict[str, Any]]:
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        return [dict(r) for r in conn.execute("select * from frames where dir != 'stderr' order by seq")]
+
+
+def test_hold_edit_release_and_a_fault_added_at_run_time(tmp_path: Path) -> None:
+    with client_behind_control(tmp_path, "--break", "method:session/new kind:response") as (client, db):
+        held = held_when(db, "session/new")  # the client waits for its session
+        socket = Path(json.loads(run_options(db))["control"])
+        assert stat.S_IMODE(os.stat(socket).st_mode) == 0o600 and stat.S_ISSOCK(os.stat(socket).st_mode)
+        assert ctl_ok(db, "clear") == {"removed": [1], "still_held": [held["seq"]]}
+        assert ctl_ok(db, "break", "method:session/update") == {"id": 2, "filter": "method:session/update"}
+        assert ctl_ok(db, "release", str(held["seq"]))["released"] == held["seq"]
+
+        chunk = held_when(db, "session/update")  # "Client sent:", the first chunk of prompt 1
+        assert client.until("prompt: hello world")[-1] == "prompt: hello world"
+        still = ctl_ok(db, "clear")["still_held"]  # the next chunk too, when it came in the same read
+        assert still[0] == chunk["seq"] and still == sorted(still)
+        rule = ctl_ok(db, "fault", "add", "error if method:session/prompt kind:request")
+        assert rule == {"id": 1, "rule": "error if method:session/prompt kind:request"}
+        assert not any(line.startswith("agent:") for line in client.seen_now())  # still held
+        edited = json.loads(chunk["frame"])
+        edited["params"]["update"]["content"]["text"] = "EDITED by ctl"
+        ctl_ok(db, "release", str(chunk["seq"]), "--with", json.dumps(edited))
+        for seq in still[1:]:
+            ctl_ok(db, "release", str(seq))
+
+        returncode, err = client.finish()
+    assert not socket.exists()  # removed when the run ended
+    assert client.seen[:4] == [AGENT_INIT_LINE, "prompt: hello world", "agent: EDITED by ctl", "agent: hello world"]
+    assert "stop: end_turn" in client.seen and "prompt: second prompt" in client.seen
+    assert returncode == 1 and "sdk_client:" in err  # the second prompt was answered with an error
+    assert f"acp-proxy: holding a2c frame {chunk['seq']} (notification session/update)" in err  # the proxy says so
+
+    rows = frames(db)
+    original = next(r for r in rows if r["method"] == "session/update" and r["forwarded"] == 0)
+    assert "replaced by an edited frame" in original["note"] and "held" in original["note"]
+    after = rows[rows.index(original) + 1]
+    assert after["origin"] == "proxy" and "EDITED by ctl" in after["raw"] and after["forwarded"] == 1
+    released = next(r for r in rows if r["method"] == "session/new" and r["kind"] == "response")
+    assert "released by acp-proxy ctl" in released["note"]
+    prompts = [r for r in rows if r["method"] == "session/prompt" and r["kind"] == "request"]
+    assert [p["fault"] for p in prompts] == [None, "error"]
+    with sqlite3.connect(db) as conn:
+        (spec,) = conn.execute("select fault_spec from runs").fetchone()
+    runtime = json.loads(spec)["runtime"]
+    assert [(r["id"], r["rule"]) for r in runtime] == [(1, "error if method:session/prompt kind:request")]
+    assert runtime[0]["added_ns"] > 0
+
+
+def test_ctl_mistakes_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    with client_behind_control(tmp_path, "--break", "method:session/new kind:response") as (client, db):
+        held = held_when(db, "session/new")
+        for args, says in [
+            (("fault", "add", "explode if dir:c2a"), "explode"),
+            (("break", "method:("), "acp-proxy:"),
+            (("release", "999"), "frame 999 is not held"),
+            (("release", str(held["seq"]), "--with", "{not json"), "--with is not JSON"),
+        ]:
+            result = ctl(db, *args)
+            assert result.returncode == 2, (args, result.stderr)
+            assert result.stderr.startswith("acp-proxy:") and result.stderr.count("\n") == 1, result.stderr
+            assert says in result.stderr
+        assert ctl_ok(db, "release", str(held["seq"]))["released"] == held["seq"]
+        returncode, err = client.finish()
+    assert returncode == 0, err
+    ended = ctl(db, "held")
+    assert ended.returncode == 2 and "has ended" in ended.stderr and ended.stderr.count("\n") == 1
+
+
+def test_a_run_without_control_has_no_socket_and_ctl_says_so(tmp_path: Path) -> None:
+    db = tmp_path / "plain.db"
+    result = subprocess.run(
+        client_argv(proxied(agent_argv(), db), timeout=DEADLINE_S),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S + 15,
+        env=peer_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    answer = ctl(db, "held")
+    assert answer.returncode == 2 and "was not started with --control" in answer.stderr
+    assert "control" not in json.loads(run_options(db))
