@@ -17,6 +17,8 @@ agent starts.
     │   ├── ImportFormatError     (importers)    a log cannot be read or is not in its format
     │   ├── OtlpError             (otel.endpoints) an OTLP endpoint or option cannot be used
     │   ├── SettingsError         (cli.editors)  an editor's settings file cannot be edited
+    │   ├── ControlFailed         (cli.ctl_command) a live run's proxy said no, or is gone
+    │   ├── ControlError          (faults.live)  a control request the proxy cannot carry out
     │   └── ToolFailure           (mcp.tools)    an MCP tool was called with what it cannot use
     ├── StoreError                (store)    the database cannot be opened, read or written
     │   ├── NotYetADatabase       (store)    nothing recorded at the path yet (tail waits)
@@ -28,7 +30,7 @@ agent starts.
     ├── OutputError               (views)    stdout or the pager cannot be written (full, closed)
     └── MissingExtra              (web.command, mcp_server) an optional extra is not installed
 
-``cli_support.Group.main`` is the one place the query commands catch it; ``relay.run_and_exit``
+``cli.support.Group.main`` is the one place the query commands catch it; ``relay.stdio.run_and_exit``
 is the other, for ``run`` started by the launcher before click is loaded.
 
 Every subclass is also a ``ValueError`` where it always was one (filters, faults), so callers

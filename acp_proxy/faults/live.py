@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from acp_proxy.errors import UsageError
 from acp_proxy.faults.actions import Rule
 from acp_proxy.faults.plan import FaultPlan
 from acp_proxy.faults.rules import RuleError, parse_rule
@@ -30,7 +31,7 @@ SOURCE = "ctl"
 MAX_HELD_SHOWN = 200  # characters of a held frame shown by ``held``
 
 
-class ControlError(ValueError):
+class ControlError(UsageError, ValueError):
     """A request that cannot be carried out: its message is the one line the user sees."""
 
 
