@@ -26,6 +26,7 @@ import trio
 
 from acp_proxy.faults.gate import Gate
 from acp_proxy.faults.live import LiveControl
+from acp_proxy.protocol import wire
 from acp_proxy.store.dbfile import make_private_dir
 
 MAX_REQUEST = 1024 * 1024
@@ -115,7 +116,7 @@ class ControlServer:
         if request is None:
             return {"error": "the request was not one line of at most 1 MiB"}
         try:
-            parsed = json.loads(request)
+            parsed = wire.loads(request)  # depth-bounded: no request can raise RecursionError here
         except ValueError:
             return {"error": "the request is not JSON"}
         if not isinstance(parsed, dict):
