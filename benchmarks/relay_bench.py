@@ -548,6 +548,11 @@ def check_arrival(got: tuple[int, int], want_bytes: int, want_lines: int) -> Non
 
 def check_proxy_recording(db: Path, want: dict[str, tuple[int, int | None]]) -> dict[str, Any]:
     """Rows per direction (and their total size) must match what was sent; nothing lost."""
+    from acp_proxy.record.recovery import wait_recorded
+
+    # The proxy exits with its agent; its recorder may still be finishing (a held write lock).
+    if not wait_recorded(db, 120):
+        raise BenchError("recording incomplete: still being recorded 120 s after the proxy exited")
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         runs = conn.execute("SELECT id, status, not_recorded, frames_c2a, frames_a2c FROM runs").fetchall()
