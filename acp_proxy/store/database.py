@@ -55,7 +55,8 @@ __all__ = ["FRAME_COLUMNS", "default_db_path"]
 LENGTH_LIMIT_VAR = "ACP_PROXY_SQLITE_MAX_LENGTH"
 OWN_TABLES = frozenset(("runs", "frames", "sessions", "session_runs", "turns", "faults", "findings"))
 
-_FRAME_COLUMNS_ADDED = {"origin": 2}  # column -> the schema version that added it
+# column -> the schema version that added it
+_FRAME_COLUMNS_ADDED = {"origin": 2, "transport": 6, "connection": 6, "stream": 6}
 
 RUN_COLUMNS: dict[str, type] = {
     "id": int,
@@ -776,12 +777,21 @@ def _create_v5(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN recovered_frames INTEGER")
 
 
+def _create_v6(db: sqlite_utils.Database) -> None:
+    # Remote ACP (``acp-proxy serve``): the transport, connection and stream beside each frame.
+    # Nullable and unindexed: a stdio run leaves them NULL, and an older database reads as before.
+    for name, version in _FRAME_COLUMNS_ADDED.items():
+        if version == 6:
+            db.execute(f"ALTER TABLE frames ADD COLUMN [{name}] TEXT")
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _create_v2,
     _create_v3,
     _create_v4,
     _create_v5,
+    _create_v6,
 ]
 
 
