@@ -23,6 +23,7 @@ cli.add_command(__import__("acp_proxy.mcp.server", fromlist=["mcp"]).mcp)
 cli.add_command(__import__("acp_proxy.cli.setup", fromlist=["setup"]).setup)
 cli.add_command(__import__("acp_proxy.cli.setup", fromlist=["doctor"]).doctor)
 cli.add_command(__import__("acp_proxy.replay.command", fromlist=["replay"]).replay)
+cli.add_command(__import__("acp_proxy.cli.serve_command", fromlist=["serve"]).serve)
 
 
 def main() -> None:

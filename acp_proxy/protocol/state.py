@@ -119,6 +119,7 @@ class FrameLike(Protocol):
     forwarded: int
     cut: int
 
+
 NO_EVENTS: tuple[ev.Event, ...] = ()
 
 
