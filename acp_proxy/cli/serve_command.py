@@ -48,6 +48,12 @@ def serve(listen: str, upstream: str, allow_hosts: tuple[str, ...], db_path: Pat
 
     Clients connect to the same path as on the upstream (e.g. /acp) over WebSocket or
     Streamable HTTP; each client connection is a run. Credentials are relayed, never recorded.
+    SIGINT or SIGTERM stops it after finishing the recordings.
+
+    \b
+    Examples:
+        acp-proxy serve --upstream http://127.0.0.1:8000/acp
+        acp-proxy serve --listen 127.0.0.1:0 --upstream wss://agent.example/acp --db remote.db
     """
     try:
         import hypercorn  # noqa: F401
