@@ -12,7 +12,6 @@ messages (JSON-RPC text, or an HTTP error body) and masked addresses only.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -53,8 +52,16 @@ class RemoteRun:
         stamp = time.time_ns() if ts_ns is None else ts_ns
         self.recording.journal.record(jr.LINE, DIRECTIONS[direction], stamp, jr.line_payload(line, meta))
 
-    def meta(self, values: dict[str, Any]) -> None:
-        self.recording.journal.record(jr.META, 0, time.time_ns(), json.dumps(values).encode())
+    def event(self, text: str, *, stream: str) -> None:
+        """Journal a transport event (a dropped SSE stream, a WebSocket closed with a code, an
+        upstream that cannot be reached) as what it is: a line of the proxy's own, on the stderr
+        side of the run (no peer sent it, so it is no message), with its stream beside it."""
+        if self.finished:
+            return
+        meta = {"transport": self.transport, "connection": self.connection, "stream": stream, "origin": "proxy"}
+        data = f"acp-proxy: {text}".encode()
+        line = Line(data, len(data), True, False)
+        self.recording.journal.record(jr.LINE, jr.STDERR, time.time_ns(), jr.line_payload(line, meta))
 
     async def finish(self, code: int = 0) -> None:
         """End the run: the journal's last records, then the recorder's finish, in a thread

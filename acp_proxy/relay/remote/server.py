@@ -20,6 +20,7 @@ text/binary kind and runs under trio, where the SDK's ``websockets`` is asyncio 
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import ssl
 import time
@@ -44,6 +45,10 @@ CONNECTION_ID = "acp-connection-id"
 SESSION_ID = "acp-session-id"
 UPSTREAM_CONNECT_TIMEOUT = 30.0
 MAX_WEBSOCKET_MESSAGE = 256 * 1024 * 1024  # what one message may be; larger ones close the socket (1009)
+
+
+class StreamDropped(Exception):
+    """The upstream dropped an SSE stream: raised to the server, which then aborts the client's."""
 
 
 @dataclass
@@ -151,10 +156,10 @@ class ProxyApp:
         try:
             response = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            why = f"acp-proxy: the upstream cannot be reached: {type(exc).__name__}: {_short(exc)}"
+            why = f"the upstream cannot be reached: {type(exc).__name__}: {_short(exc)}"
             if run is not None:
-                run.message("a2c", why.encode(), stream=stream, note=f"no answer to the {method}: 502 sent", ts_ns=None)
-            await _refuse(scope, send, 502, why)
+                run.event(f"{method} not relayed, 502 sent: {why}", stream=stream)
+            await _refuse(scope, send, 502, f"acp-proxy: {why}")
             return
         try:
             await self._answer(scope, receive, send, response, run, stream, method, body, ts)
@@ -223,10 +228,14 @@ class ProxyApp:
             except httpx.HTTPError as exc:
                 ended = f"the upstream dropped the stream: {type(exc).__name__}: {_short(exc)}"
             if run is not None and ended != "the upstream ended the stream":
-                run.meta({"note": f"{stream}: {ended}"})
+                run.event(ended, stream=stream)
                 say(f"{stream} of connection {run.connection}: {ended}")
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
             nursery.cancel_scope.cancel()
+            if ended != "the upstream ended the stream":
+                # Dropped upstream, dropped here: the client must see the same abrupt end
+                # (no last chunk), not a stream that ended cleanly.
+                raise StreamDropped(ended)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     # -- WebSocket ---------------------------------------------------------------------------
 
@@ -273,7 +282,10 @@ class ProxyApp:
                 while True:
                     event = await receive()
                     if event["type"] == "websocket.disconnect":
-                        await upstream.aclose(code=event.get("code", 1000))
+                        code = event.get("code", 1000)
+                        if run is not None and code not in (1000, 1001, 1005):
+                            run.event(f"the client closed the WebSocket: code {code}", stream="websocket")
+                        await upstream.aclose(code=code if 1000 <= code < 5000 and code not in (1005, 1006) else 1000)
                         break
                     if event["type"] != "websocket.receive":
                         continue
@@ -295,7 +307,12 @@ class ProxyApp:
                         message = await upstream.get_message()
                     except trio_websocket.ConnectionClosed as exc:
                         code = exc.reason.code if exc.reason is not None else 1000
-                        await send({"type": "websocket.close", "code": code})
+                        if run is not None and code not in (1000, 1001, 1005):
+                            reason = exc.reason.reason if exc.reason is not None else None
+                            said = f"the agent closed the WebSocket: code {code}" + (f" ({reason})" if reason else "")
+                            run.event(said, stream="websocket")
+                        # 1005 and 1006 are never sent, only observed: "no code", "no close frame".
+                        await send({"type": "websocket.close", "code": {1005: 1000, 1006: 1011}.get(code, code)})
                         break
                     if isinstance(message, str):
                         if run is not None:
@@ -355,6 +372,7 @@ async def serve(options: ServeOptions) -> None:
     config.alpn_protocols = ["h2", "http/1.1"]
     config.accesslog = None
     config.loglevel = "WARNING"
+    config.errorlog = _server_log()
     config.websocket_max_message_size = MAX_WEBSOCKET_MESSAGE
     timeout = httpx.Timeout(UPSTREAM_CONNECT_TIMEOUT, read=None)
     async with httpx.AsyncClient(verify=system_tls(), timeout=timeout, http2=_has_h2(), trust_env=False) as client:
@@ -379,6 +397,27 @@ async def _serve_task(
     import hypercorn.trio
 
     await hypercorn.trio.serve(app, config, shutdown_trigger=stop, task_status=task_status)  # type: ignore[arg-type]
+
+
+def _server_log() -> logging.Logger:
+    """hypercorn's error log: its words on stderr as one of ours, without the tracebacks of
+    the streams this proxy aborts on purpose (``StreamDropped``)."""
+    log = logging.getLogger("acp_proxy.serve.hypercorn")
+    log.propagate = False
+    log.setLevel(logging.WARNING)
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("acp-proxy: hypercorn: %(message)s"))
+        handler.addFilter(_not_dropped)
+        log.addHandler(handler)
+    return log
+
+
+def _not_dropped(record: logging.LogRecord) -> bool:
+    exc = record.exc_info[1] if record.exc_info else None
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return not isinstance(exc, StreamDropped)
 
 
 def _has_h2() -> bool:

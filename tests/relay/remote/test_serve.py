@@ -256,3 +256,74 @@ def test_serve_refuses_what_it_cannot_use_in_one_line(db_path: Path, args: list[
     assert done.returncode == 2
     err = done.stderr.decode()
     assert said in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_an_sse_stream_the_upstream_drops_is_recorded_as_a_dropped_stream(db_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "sdk_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    timer = watchdog(proc, 300)
+    try:
+        line = wait_for_output(proc.stdout, b"\n", TIMEOUT)
+        server = start_serve(f"http://127.0.0.1:{int(line.split()[1])}/acp", "--db", str(db_path))
+        try:
+            url = f"{server.url}/acp"
+            connection = post(url, json.dumps(INITIALIZE).encode(), {}).headers["acp-connection-id"]
+            headers = {"acp-connection-id": connection, "accept": "text/event-stream"}
+            with httpx.Client(timeout=TIMEOUT) as client, client.stream("GET", url, headers=headers) as stream:
+                assert stream.status_code == 200
+                proc.kill()  # the agent's server dies with the stream open
+                with pytest.raises(httpx.HTTPError):
+                    for _ in stream.iter_raw():
+                        pass
+            assert "Traceback" not in server.stop()
+        finally:
+            server.proc.kill()
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait(timeout=TIMEOUT)
+    events = [r for r in frames(db_path) if r["dir"] == "stderr"]
+    assert [(r["origin"], r["stream"], r["transport"]) for r in events] == [("proxy", "sse", "http")]
+    assert str(events[0]["raw"]).startswith("acp-proxy: the upstream dropped the stream: ")
+
+
+def test_invalid_utf8_in_a_websocket_text_message_closes_that_socket_only_and_is_recorded(
+    serve: Server, db_path: Path
+) -> None:
+    import wsproto
+    from wsproto.events import AcceptConnection, CloseConnection, Request
+
+    host, port = serve.url.removeprefix("http://").rsplit(":", 1)
+    ws = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
+        sock.sendall(ws.send(Request(host=f"{host}:{port}", target="/acp")))
+        events: list[object] = []
+        while not any(isinstance(e, AcceptConnection) for e in events):
+            ws.receive_data(sock.recv(65536))
+            events.extend(ws.events())
+        # A text frame (FIN, opcode 1), masked, whose payload is not UTF-8: wsproto will not
+        # build one, so it is written by hand.
+        payload = b'{"jsonrpc":"2.0","method":"x\xff"}'
+        mask = b"\x01\x02\x03\x04"
+        sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+        closed = None
+        while closed is None:
+            data = sock.recv(65536)
+            if not data:
+                break
+            ws.receive_data(data)
+            closed = next((e for e in ws.events() if isinstance(e, CloseConnection)), None)
+    # hypercorn (wsproto) drops the connection at once, without a close frame: the client sees
+    # an abnormal closure; the proxy closes the upstream socket and records why.
+    assert closed is None or closed.code == 1007
+    still = post(f"{serve.url}/acp", json.dumps(INITIALIZE).encode(), {})  # serve goes on
+    assert still.status_code == 200
+    serve.stop()
+    ws_runs = [r for r in runs(db_path) if json.loads(str(r["options"]))["transport"] == "websocket"]
+    assert len(ws_runs) == 1
+    said = [r["raw"] for r in frames(db_path) if r["run_id"] == ws_runs[0]["id"]]
+    assert said in (
+        ["acp-proxy: the client closed the WebSocket: code 1006"],
+        ["acp-proxy: the client closed the WebSocket: code 1007"],
+    )
