@@ -332,3 +332,14 @@ def test_invalid_utf8_in_a_websocket_text_message_closes_that_socket_only_and_is
         ["acp-proxy: the client closed the WebSocket: code 1006"],
         ["acp-proxy: the client closed the WebSocket: code 1007"],
     )
+
+
+def test_serve_speaks_http2_to_clients_that_ask_for_it(serve: Server) -> None:
+    """h2c with prior knowledge (the RFD requires HTTP/2 for Streamable HTTP): hypercorn's."""
+    with httpx.Client(http1=False, http2=True, timeout=TIMEOUT) as client:
+        answer = client.post(
+            f"{serve.url}/acp", content=json.dumps(INITIALIZE).encode(), headers={"content-type": "application/json"}
+        )
+    assert answer.http_version == "HTTP/2"
+    assert answer.status_code == 200 and answer.headers["acp-connection-id"]
+    assert answer.json()["result"]["protocolVersion"] == 1
