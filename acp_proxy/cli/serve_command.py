@@ -43,7 +43,23 @@ class MissingExtra(AcpProxyError):
 )
 @db_option
 @click.option("--no-record", is_flag=True, help="Relay only; write nothing to any database.")
-def serve(listen: str, upstream: str, allow_hosts: tuple[str, ...], db_path: Path | None, no_record: bool) -> None:
+@click.option(
+    "--fault",
+    "fault_rules",
+    multiple=True,
+    metavar="RULE",
+    help="Inject a fault on WebSocket connections (repeatable; as run --fault). See `acp-proxy faults-help`.",
+)
+@click.option("--seed", type=int, default=None, help="Seed for the random choices of fault rules.")
+def serve(
+    listen: str,
+    upstream: str,
+    allow_hosts: tuple[str, ...],
+    db_path: Path | None,
+    no_record: bool,
+    fault_rules: tuple[str, ...],
+    seed: int | None,
+) -> None:
     """Relay remote ACP clients to an agent at --upstream, recording every message.
 
     Clients connect to the same path as on the upstream (e.g. /acp) over WebSocket or
@@ -54,6 +70,7 @@ def serve(listen: str, upstream: str, allow_hosts: tuple[str, ...], db_path: Pat
     Examples:
         acp-proxy serve --upstream http://127.0.0.1:8000/acp
         acp-proxy serve --listen 127.0.0.1:0 --upstream wss://agent.example/acp --db remote.db
+        acp-proxy serve --upstream ws://h/acp --fault 'drop if method:session/prompt kind:response'
     """
     try:
         import hypercorn  # noqa: F401
@@ -74,6 +91,9 @@ def serve(listen: str, upstream: str, allow_hosts: tuple[str, ...], db_path: Pat
     problem = shapes.check_upstream(upstream)
     if problem is not None:
         raise UsageError(problem)
+    from acp_proxy.cli.run_command import build_fault_plan
+
+    plan = build_fault_plan(fault_rules, None, seed)
     record_to = None
     if not no_record:
         from acp_proxy.record import recovery
@@ -94,6 +114,7 @@ def serve(listen: str, upstream: str, allow_hosts: tuple[str, ...], db_path: Pat
         listen_port=port,
         allowed_hosts=allowed | {host.lower()},
         argv=argv,
+        fault_plan=plan,
     )
     try:
         trio.run(serve_forever, options)

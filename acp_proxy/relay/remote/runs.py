@@ -29,9 +29,18 @@ class RemoteRun:
     """The run of one client connection (a WebSocket, or one Acp-Connection-Id over HTTP)."""
 
     def __init__(
-        self, db_path: Path, argv: list[str], options: dict[str, Any], *, transport: str, connection: str | None
+        self,
+        db_path: Path,
+        argv: list[str],
+        options: dict[str, Any],
+        *,
+        transport: str,
+        connection: str | None,
+        fault_plan: Any = None,
     ) -> None:
-        run_options = RunOptions(argv=argv, db_path=db_path, options={**options, "transport": transport})
+        run_options = RunOptions(
+            argv=argv, db_path=db_path, options={**options, "transport": transport}, fault_plan=fault_plan
+        )
         self.recording = Recording(run_options, attached=False)
         self.transport = transport
         self.connection = connection
@@ -51,6 +60,13 @@ class RemoteRun:
         line = Line(data, len(data), True, False)
         stamp = time.time_ns() if ts_ns is None else ts_ns
         self.recording.journal.record(jr.LINE, DIRECTIONS[direction], stamp, jr.line_payload(line, meta))
+
+    def noted(self, direction: str, line: Line, meta: dict[str, Any], *, stream: str) -> None:
+        """Journal a message the fault gate judged, with what it did (forwarded, fault, note)."""
+        if self.finished:
+            return
+        meta = {**meta, "transport": self.transport, "connection": self.connection, "stream": stream}
+        self.recording.journal.record(jr.LINE, DIRECTIONS[direction], time.time_ns(), jr.line_payload(line, meta))
 
     def event(self, text: str, *, stream: str) -> None:
         """Journal a transport event (a dropped SSE stream, a WebSocket closed with a code, an

@@ -59,6 +59,7 @@ class ServeOptions:
     listen_port: int
     allowed_hosts: frozenset[str] = frozenset()
     argv: list[str] = field(default_factory=list)  # masked already
+    fault_plan: Any = None  # a FaultPlan: its rules apply to WebSocket connections, each its own plan
 
 
 def system_tls() -> ssl.SSLContext:
@@ -79,7 +80,16 @@ class ProxyApp:
 
     # -- runs --------------------------------------------------------------------------------
 
-    def _new_run(self, transport: str, connection: str | None) -> RemoteRun | None:
+    def _new_plan(self) -> Any:
+        """A connection's own fault plan (nth=, first= count within it), or None."""
+        plan = self.options.fault_plan
+        if not plan:
+            return None
+        from acp_proxy.faults.plan import FaultPlan
+
+        return FaultPlan(plan.rules, plan.seed)
+
+    def _new_run(self, transport: str, connection: str | None, plan: Any = None) -> RemoteRun | None:
         if self.options.db_path is None:
             return None
         run = RemoteRun(
@@ -88,6 +98,7 @@ class ProxyApp:
             {"upstream": shapes.mask_url(self.options.upstream), "connection": connection},
             transport=transport,
             connection=connection,
+            fault_plan=plan,
         )
         self.live.add(run)
         return run
@@ -263,10 +274,11 @@ class ProxyApp:
             try:
                 accepted = shapes.websocket_headers(list(upstream.handshake_headers))
                 connection = shapes.header(accepted, CONNECTION_ID)
-                run = self._new_run("websocket", connection)
+                plan = self._new_plan()
+                run = self._new_run("websocket", connection, plan)
                 await send({"type": "websocket.accept", "headers": accepted, "subprotocol": upstream.subprotocol})
                 try:
-                    await self._relay_websocket(receive, send, upstream, run)
+                    await self._relay_websocket(receive, send, upstream, run, plan)
                 finally:
                     await self._finish(run)
             finally:
@@ -274,8 +286,40 @@ class ProxyApp:
                     await upstream.aclose()
 
     async def _relay_websocket(
-        self, receive: Receive, send: Send, upstream: trio_websocket.WebSocketConnection, run: RemoteRun | None
+        self,
+        receive: Receive,
+        send: Send,
+        upstream: trio_websocket.WebSocketConnection,
+        run: RemoteRun | None,
+        plan: Any,
     ) -> None:
+        gate = None
+        if plan:
+            from acp_proxy.faults.gate import Gate
+
+            gate = Gate(plan=plan)
+
+        async def out(direction: str, message: str | bytes) -> None:
+            if direction == "c2a":
+                await upstream.send_message(message)
+            elif isinstance(message, str):
+                await send({"type": "websocket.send", "text": message})
+            else:
+                await send({"type": "websocket.send", "bytes": message})
+
+        async def carry(direction: str, message: str | bytes) -> None:
+            """Journal then forward one message; through the fault gate when there are rules."""
+            if gate is None or isinstance(message, bytes) or "\n" in message:
+                # Binary messages and multi-line texts pass the gate by: it judges lines.
+                if run is not None:
+                    if isinstance(message, str):
+                        run.message(direction, message.encode(), stream="websocket")
+                    else:
+                        run.message(direction, message, stream="websocket", note="binary WebSocket message")
+                await out(direction, message)
+                return
+            await self._carry_out(gate.chunk(direction, message.encode() + b"\n"), run, out)
+
         async with trio.open_nursery() as nursery:
 
             async def client_to_agent() -> None:
@@ -289,14 +333,9 @@ class ProxyApp:
                         break
                     if event["type"] != "websocket.receive":
                         continue
-                    text, data = event.get("text"), event.get("bytes") or b""
-                    if run is not None:
-                        if text is not None:
-                            run.message("c2a", text.encode(), stream="websocket")
-                        else:
-                            run.message("c2a", data, stream="websocket", note="binary WebSocket message")
+                    text = event.get("text")
                     try:
-                        await upstream.send_message(text if text is not None else data)
+                        await carry("c2a", text if text is not None else event.get("bytes") or b"")
                     except trio_websocket.ConnectionClosed:
                         break
                 nursery.cancel_scope.cancel()
@@ -314,18 +353,37 @@ class ProxyApp:
                         # 1005 and 1006 are never sent, only observed: "no code", "no close frame".
                         await send({"type": "websocket.close", "code": {1005: 1000, 1006: 1011}.get(code, code)})
                         break
-                    if isinstance(message, str):
-                        if run is not None:
-                            run.message("a2c", message.encode(), stream="websocket")
-                        await send({"type": "websocket.send", "text": message})
-                    else:
-                        if run is not None:
-                            run.message("a2c", message, stream="websocket", note="binary WebSocket message")
-                        await send({"type": "websocket.send", "bytes": message})
+                    await carry("a2c", message)
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(client_to_agent)
             nursery.start_soon(agent_to_client)
+
+    @staticmethod
+    async def _carry_out(
+        steps: list[Any], run: RemoteRun | None, out: Callable[[str, str | bytes], Awaitable[None]]
+    ) -> None:
+        """The gate's steps, on messages: each line it writes is one message. A Signal or a
+        ClosePipe has nothing to act on here (no agent process, no pipe) and is skipped."""
+        from acp_proxy.faults.gate import Forward, Note, Pause, Send
+
+        for step in steps:
+            if isinstance(step, Forward | Send):
+                for line in step.data.split(b"\n"):
+                    if not line:
+                        continue
+                    if isinstance(step, Forward) and run is not None:
+                        run.message(step.direction, line, stream="websocket")
+                    try:
+                        message: str | bytes = line.decode()
+                    except UnicodeDecodeError:  # a corrupt= fault: it can only travel as binary
+                        message = line
+                    await out(step.direction, message)
+            elif isinstance(step, Note):
+                if run is not None:
+                    run.noted(step.direction, step.line, step.meta, stream="websocket")
+            elif isinstance(step, Pause):
+                await trio.sleep(step.seconds)
 
 
 async def _read_body(receive: Receive) -> bytes:

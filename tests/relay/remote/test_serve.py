@@ -343,3 +343,45 @@ def test_serve_speaks_http2_to_clients_that_ask_for_it(serve: Server) -> None:
     assert answer.http_version == "HTTP/2"
     assert answer.status_code == 200 and answer.headers["acp-connection-id"]
     assert answer.json()["result"]["protocolVersion"] == 1
+
+
+def test_a_drop_rule_on_serve_drops_the_prompt_response_and_records_the_fault(upstream: str, db_path: Path) -> None:
+    from websockets.sync.client import connect
+
+    rule = "drop if method:session/prompt kind:response"
+    server = start_serve(upstream, "--db", str(db_path), "--fault", rule)
+    try:
+        seen: list[dict[str, object]] = []
+        with connect(f"{server.url.replace('http', 'ws', 1)}/acp", open_timeout=TIMEOUT) as ws:
+
+            def request(rpc_id: int, method: str, params: dict[str, object]) -> None:
+                ws.send(json.dumps({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}))
+                while not any(m.get("id") == rpc_id for m in seen):
+                    seen.append(json.loads(ws.recv(timeout=TIMEOUT)))
+
+            request(0, "initialize", {"protocolVersion": 1})
+            request(1, "session/new", {"cwd": "/", "mcpServers": []})
+            session = seen[-1]["result"]["sessionId"]  # type: ignore[index]
+            ws.send(
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 2,
+                        "method": "session/prompt",
+                        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]},
+                    }
+                )
+            )
+            while not any(m.get("method") == "session/update" for m in seen):
+                seen.append(json.loads(ws.recv(timeout=TIMEOUT)))
+            request(3, "session/new", {"cwd": "/", "mcpServers": []})  # the agent goes on answering
+        assert not any(m.get("id") == 2 for m in seen)
+        server.stop()
+    finally:
+        server.proc.kill()
+    rows = frames(db_path)
+    (dropped,) = [r for r in rows if r["method"] == "session/prompt" and r["kind"] == "response"]
+    assert (dropped["forwarded"], dropped["fault"], dropped["transport"]) == (0, "drop", "websocket")
+    with sqlite3.connect(db_path) as conn:
+        faults = conn.execute("select run_id, seq, action from faults").fetchall()
+    assert faults == [(dropped["run_id"], dropped["seq"], "drop")]
