@@ -168,9 +168,16 @@ class ProxyApp:
             response = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
             why = f"the upstream cannot be reached: {type(exc).__name__}: {_short(exc)}"
+            attempt = run is None and method == "POST" and connection is None
+            if attempt:  # an initialize that never reached the agent: a run of its own
+                run = self._new_run("http", None)
+                if run is not None:
+                    run.message("c2a", body, stream=stream, ts_ns=ts)
             if run is not None:
                 run.event(f"{method} not relayed, 502 sent: {why}", stream=stream)
             await _refuse(scope, send, 502, f"acp-proxy: {why}")
+            if attempt:
+                await self._finish(run)
             return
         try:
             await self._answer(scope, receive, send, response, run, stream, method, body, ts)
@@ -205,11 +212,23 @@ class ProxyApp:
             if run is not None:
                 self.http_runs[established] = run
                 run.message("c2a", body, stream=stream, ts_ns=ts)
+        attempt = run is None and method == "POST" and shapes.header(scope["headers"], CONNECTION_ID) is None
+        if attempt:
+            # A connection-less POST (an initialize) the upstream did not answer with a connection:
+            # an error status, HTML from something that is not an ACP agent... a run of its own.
+            run = self._new_run("http", None)
+            if run is not None:
+                run.message("c2a", body, stream=stream, ts_ns=ts)
         if run is not None and content:
+            kind = response.headers.get("content-type", "")
             note = None if 200 <= status < 300 else f"HTTP {status} answer to a {method}"
+            if "json" not in kind:
+                note = f"{note or f'HTTP {status} answer to a {method}'} ({kind or 'no content-type'})"
             run.message("a2c", content, stream=stream, note=note)
         await send({"type": "http.response.start", "status": status, "headers": out_headers})
         await send({"type": "http.response.body", "body": content})
+        if attempt:
+            await self._finish(run)
         if method == "DELETE" and run is not None and 200 <= status < 300:
             connection = run.connection or ""
             self.http_runs.pop(connection, None)

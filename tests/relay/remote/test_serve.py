@@ -385,3 +385,53 @@ def test_a_drop_rule_on_serve_drops_the_prompt_response_and_records_the_fault(up
     with sqlite3.connect(db_path) as conn:
         faults = conn.execute("select run_id, seq, action from faults").fetchall()
     assert faults == [(dropped["run_id"], dropped["seq"], "drop")]
+
+
+def test_an_upstream_that_answers_html_is_relayed_as_it_said_and_recorded_as_a_failed_initialize(
+    db_path: Path,
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "html_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    timer = watchdog(proc, 300)
+    try:
+        port = int(wait_for_output(proc.stdout, b"\n", TIMEOUT).split()[1])
+        upstream = f"http://127.0.0.1:{port}/acp"
+        direct = post(upstream, json.dumps(INITIALIZE).encode(), {})
+        server = start_serve(upstream, "--db", str(db_path))
+        try:
+            proxied = post(f"{server.url}/acp", json.dumps(INITIALIZE).encode(), {})
+            assert "Traceback" not in server.stop()
+        finally:
+            server.proc.kill()
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait(timeout=TIMEOUT)
+    assert (proxied.status_code, proxied.headers["content-type"], proxied.content) == (
+        direct.status_code,
+        direct.headers["content-type"],
+        direct.content,
+    )
+    (run,) = runs(db_path)
+    assert run["status"] == "ended"
+    rows = frames(db_path)
+    assert [(r["dir"], r["method"] or r["kind"]) for r in rows] == [("c2a", "initialize"), ("a2c", "invalid")]
+    assert rows[1]["raw"] == direct.text
+    assert str(rows[1]["note"]).startswith("HTTP 200 answer to a POST (text/html)")
+    assert rows[1]["connection"] is None
+
+
+def test_an_initialize_the_upstream_never_got_is_recorded_with_the_502_it_was_answered(db_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        server = start_serve(f"http://127.0.0.1:{sock.getsockname()[1]}/acp", "--db", str(db_path))
+        try:
+            assert post(f"{server.url}/acp", json.dumps(INITIALIZE).encode(), {}).status_code == 502
+            server.stop()
+        finally:
+            server.proc.kill()
+    rows = frames(db_path)
+    assert [(r["dir"], r["method"]) for r in rows] == [("c2a", "initialize"), ("stderr", None)]
+    assert str(rows[0]["unanswered"]) == "1"
+    assert str(rows[1]["raw"]).startswith("acp-proxy: POST not relayed, 502 sent: the upstream cannot be reached")
