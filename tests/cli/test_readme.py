@@ -95,7 +95,7 @@ def docs_db(sdk_recording: tuple[Path, str], tmp_path_factory: pytest.TempPathFa
     return path, sdk_recording[1]
 
 
-SERVERS = {"ui"}
+SERVERS = {"ui", "serve"}
 """Commands that serve until they are stopped."""
 
 
@@ -115,7 +115,7 @@ def run_example(example: str, db: Path, session: str, where: Path) -> None:
         # These start an agent the docs only name, or serve until stopped (they have tests of
         # their own as real processes): check that the command line parses, rules included.
         ctx = command.make_context(name, list(args), parent=click.Context(cli, info_name="acp-proxy"))
-        if name == "run":
+        if name in ("run", "serve"):
             FaultPlan.build(ctx.params["fault_rules"], None, None, ctx.params["seed"])
         return
     if name == "tail":
