@@ -47,7 +47,7 @@ UPSTREAM_CONNECT_TIMEOUT = 30.0
 MAX_WEBSOCKET_MESSAGE = 256 * 1024 * 1024  # what one message may be; larger ones close the socket (1009)
 
 
-class StreamDropped(Exception):
+class _StreamDropped(Exception):
     """The upstream dropped an SSE stream: raised to the server, which then aborts the client's."""
 
 
@@ -264,7 +264,7 @@ class ProxyApp:
             if ended != "the upstream ended the stream":
                 # Dropped upstream, dropped here: the client must see the same abrupt end
                 # (no last chunk), not a stream that ended cleanly.
-                raise StreamDropped(ended)
+                raise _StreamDropped(ended)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     # -- WebSocket ---------------------------------------------------------------------------
@@ -478,7 +478,7 @@ async def _serve_task(
 
 def _server_log() -> logging.Logger:
     """hypercorn's error log: its words on stderr as one of ours, without the tracebacks of
-    the streams this proxy aborts on purpose (``StreamDropped``)."""
+    the streams this proxy aborts on purpose (``_StreamDropped``)."""
     log = logging.getLogger("acp_proxy.serve.hypercorn")
     log.propagate = False
     log.setLevel(logging.WARNING)
@@ -494,7 +494,7 @@ def _not_dropped(record: logging.LogRecord) -> bool:
     exc = record.exc_info[1] if record.exc_info else None
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
-    return not isinstance(exc, StreamDropped)
+    return not isinstance(exc, _StreamDropped)
 
 
 def _has_h2() -> bool:
