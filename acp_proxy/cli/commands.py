@@ -26,6 +26,7 @@ cli.add_command(__import__("acp_proxy.replay.command", fromlist=["replay"]).repl
 cli.add_command(__import__("acp_proxy.cli.ctl_command", fromlist=["ctl"]).ctl)
 cli.add_command(__import__("acp_proxy.cli.mark_command", fromlist=["mark"]).mark)
 cli.add_command(__import__("acp_proxy.cli.mark_command", fromlist=["unmark"]).unmark)
+cli.add_command(__import__("acp_proxy.cli.serve_command", fromlist=["serve"]).serve)
 
 
 def main() -> None:

@@ -49,6 +49,10 @@ FRAME_COLUMNS: dict[str, type] = {
     "fault": str,  # the fault applied to this frame, if any
     "decode_error": str,
     "origin": str,  # "proxy" on lines acp-proxy wrote itself (injected, error replies); else NULL
+    # Remote ACP (``acp-proxy serve``); NULL on stdio runs:
+    "transport": str,  # websocket | http: how the message travelled
+    "connection": str,  # the Acp-Connection-Id the message belongs to
+    "stream": str,  # websocket | post | sse | sse:<sessionId>: which HTTP exchange carried it
 }
 COLUMNS = tuple(FRAME_COLUMNS)
 _values = attrgetter(*COLUMNS)
@@ -96,6 +100,9 @@ class FrameRecord:
         self.fault: str | None = None
         self.decode_error: str | None = None
         self.origin: str | None = None
+        self.transport: str | None = None
+        self.connection: str | None = None
+        self.stream: str | None = None
         if frame is not None:
             self.kind = frame.kind
             self.method = frame.method

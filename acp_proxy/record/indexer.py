@@ -147,6 +147,9 @@ def make_record(
         rec.note = meta.get("note")
         rec.fault = meta.get("fault")
         rec.origin = meta.get("origin")
+        rec.transport = meta.get("transport")
+        rec.connection = meta.get("connection")
+        rec.stream = meta.get("stream")
     return rec
 
 

@@ -55,7 +55,8 @@ __all__ = ["FRAME_COLUMNS", "default_db_path"]
 LENGTH_LIMIT_VAR = "ACP_PROXY_SQLITE_MAX_LENGTH"
 OWN_TABLES = frozenset(("runs", "frames", "sessions", "session_runs", "turns", "faults", "findings", "marks"))
 
-_FRAME_COLUMNS_ADDED = {"origin": 2}  # column -> the schema version that added it
+# column -> the schema version that added it
+_FRAME_COLUMNS_ADDED = {"origin": 2, "transport": 7, "connection": 7, "stream": 7}
 
 RUN_COLUMNS: dict[str, type] = {
     "id": int,
@@ -791,13 +792,22 @@ def _create_marks(db: sqlite_utils.Database) -> None:
     )
 
 
+def _create_v7(db: sqlite_utils.Database) -> None:
+    # Remote ACP (``acp-proxy serve``): the transport, connection and stream beside each frame.
+    # Nullable and unindexed: a stdio run leaves them NULL, and an older database reads as before.
+    for name, version in _FRAME_COLUMNS_ADDED.items():
+        if version == 7:
+            db.execute(f"ALTER TABLE frames ADD COLUMN [{name}] TEXT")
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _create_v2,
     _create_v3,
     _create_v4,
     _create_v5,
-    _create_marks,  # schema 6; renumbered at merge if another version lands first
+    _create_marks,  # schema 6: marks and notes on frames
+    _create_v7,  # schema 7: remote transports
 ]
 
 

@@ -40,6 +40,9 @@ _FRAME_COLUMNS = {
     "fault": "the fault injected on this frame, if any",
     "decode_error": "why the line is not a JSON-RPC message",
     "origin": "proxy on lines acp-proxy wrote itself (injected frames, error replies)",
+    "transport": "websocket or http on runs of acp-proxy serve (remote ACP); empty on stdio runs",
+    "connection": "the Acp-Connection-Id the message belongs to (acp-proxy serve)",
+    "stream": "which exchange carried it: websocket, post, sse (connection-scoped) or sse:SESSION",
 }
 
 TABLES: dict[str, Any] = {

@@ -97,7 +97,7 @@ def docs_db(sdk_recording: tuple[Path, str], tmp_path_factory: pytest.TempPathFa
     return path, sdk_recording[1]
 
 
-SERVERS = {"ui"}
+SERVERS = {"ui", "serve"}
 """Commands that serve until they are stopped."""
 
 
@@ -119,6 +119,8 @@ def run_example(example: str, db: Path, session: str, where: Path) -> None:
         ctx = command.make_context(name, list(args), parent=click.Context(cli, info_name="acp-proxy"))
         if name == "run":
             FaultPlan.build(ctx.params["fault_rules"], None, None, (ctx.params["seeds"] or (None,))[-1])
+        elif name == "serve":
+            FaultPlan.build(ctx.params["fault_rules"], None, None, ctx.params["seed"])
         return
     if name == "tail":
         args += ["--timeout", "1", "--interval", "0.05"]

@@ -1,0 +1,122 @@
+"""``acp-proxy serve``: the reverse proxy in front of a remote ACP agent (Streamable HTTP and
+WebSocket on one endpoint).
+
+Owns: serve's options and help, their checks (one line, exit 2: the listen address, loopback
+unless ``--allow-host`` names the host, the upstream URL, the extra being installed), masking the
+command line before it is recorded, and handing over to ``relay.remote.server``.
+
+Must not know: HTTP, WebSocket, the journal or SQL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from acp_proxy.cli.group import cli, resolve_db
+from acp_proxy.cli.options import db_option
+from acp_proxy.errors import AcpProxyError, UsageError
+
+
+class MissingExtra(AcpProxyError):
+    """serve's libraries are not installed (the ``remote`` extra)."""
+
+
+@cli.command()
+@click.option(
+    "--listen",
+    default="127.0.0.1:8765",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where clients connect (port 0: any free one). Loopback unless --allow-host names HOST.",
+)
+@click.option(
+    "--upstream", required=True, metavar="URL", help="The agent's endpoint: http(s)://HOST:PORT/acp or ws(s)://..."
+)
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests whose Host is NAME, and allow listening on it (repeatable).",
+)
+@db_option
+@click.option("--no-record", is_flag=True, help="Relay only; write nothing to any database.")
+@click.option(
+    "--fault",
+    "fault_rules",
+    multiple=True,
+    metavar="RULE",
+    help="Inject a fault on WebSocket connections (repeatable; as run --fault). See `acp-proxy faults-help`.",
+)
+@click.option("--seed", type=int, default=None, help="Seed for the random choices of fault rules.")
+def serve(
+    listen: str,
+    upstream: str,
+    allow_hosts: tuple[str, ...],
+    db_path: Path | None,
+    no_record: bool,
+    fault_rules: tuple[str, ...],
+    seed: int | None,
+) -> None:
+    """Relay remote ACP clients to an agent at --upstream, recording every message.
+
+    Clients connect to the same path as on the upstream (e.g. /acp) over WebSocket or
+    Streamable HTTP; each client connection is a run. Credentials are relayed, never recorded.
+    SIGINT or SIGTERM stops it after finishing the recordings.
+
+    \b
+    Examples:
+        acp-proxy serve --upstream http://127.0.0.1:8000/acp
+        acp-proxy serve --listen 127.0.0.1:0 --upstream wss://agent.example/acp --db remote.db
+        acp-proxy serve --upstream ws://h/acp --fault 'drop if method:session/prompt kind:response'
+    """
+    try:
+        import hypercorn  # noqa: F401
+        import trio_websocket  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtra(
+            f"serve needs the remote extra ({exc.name} is missing): pip install 'acp-proxy[remote]'"
+        ) from None
+    from acp_proxy.relay.remote import shapes
+
+    try:
+        host, port = shapes.split_listen(listen)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    allowed = frozenset(name.lower().strip("[]") for name in allow_hosts)
+    if not shapes.is_loopback(host) and host.lower() not in allowed:
+        raise UsageError(f"--listen {host} is not a loopback address; add --allow-host {host} to serve on it")
+    problem = shapes.check_upstream(upstream)
+    if problem is not None:
+        raise UsageError(problem)
+    from acp_proxy.cli.run_command import build_fault_plan
+
+    plan = build_fault_plan(fault_rules, None, seed)
+    record_to = None
+    if not no_record:
+        from acp_proxy.record import recovery
+
+        record_to = resolve_db(db_path)
+        recovery.open_for_writing(record_to).conn.close()  # a refused database is refused before serving
+    # What the run rows say ran: the upstream masked (a token in its address is a credential).
+    argv = ["acp-proxy", "serve", "--listen", listen, "--upstream", shapes.mask_url(upstream)]
+    import trio
+
+    from acp_proxy.relay.remote.server import ServeOptions
+    from acp_proxy.relay.remote.server import serve as serve_forever
+
+    options = ServeOptions(
+        upstream=upstream,
+        db_path=record_to,
+        listen_host=host,
+        listen_port=port,
+        allowed_hosts=allowed | {host.lower()},
+        argv=argv,
+        fault_plan=plan,
+    )
+    try:
+        trio.run(serve_forever, options)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {listen}: {(exc.strerror or str(exc)).lower()}") from None

@@ -1,0 +1,89 @@
+"""One client connection's recording: a run, journaled like a stdio run and recorded by the
+same recorder process.
+
+Owns: starting a run (its journal, its START record with masked argv and the remote options,
+its recorder), journaling each message just before it is forwarded as one LINE record with the
+transport, connection and stream beside it, and finishing the run (its final META record, then
+waiting for the recorder off the event loop).
+
+Must not know: HTTP, WebSocket, ASGI, SQL. Credentials never reach it: the caller hands it
+messages (JSON-RPC text, or an HTTP error body) and masked addresses only.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from acp_proxy.protocol.framing import Line
+from acp_proxy.record import journal as jr
+from acp_proxy.relay.stdio import ExitStatus, Recording, RunOptions
+
+DIRECTIONS = {"c2a": jr.C2A, "a2c": jr.A2C}
+
+
+class RemoteRun:
+    """The run of one client connection (a WebSocket, or one Acp-Connection-Id over HTTP)."""
+
+    def __init__(
+        self,
+        db_path: Path,
+        argv: list[str],
+        options: dict[str, Any],
+        *,
+        transport: str,
+        connection: str | None,
+        fault_plan: Any = None,
+    ) -> None:
+        run_options = RunOptions(
+            argv=argv, db_path=db_path, options={**options, "transport": transport}, fault_plan=fault_plan
+        )
+        self.recording = Recording(run_options, attached=False)
+        self.transport = transport
+        self.connection = connection
+        self.finished = False
+        self.recording.start(agent_pid=None, marker=f"serve-{transport}-{connection}")
+        self.recording.start_recorder()
+
+    def message(
+        self, direction: str, data: bytes, *, stream: str, ts_ns: int | None = None, note: str | None = None
+    ) -> None:
+        """Journal one message (whole: an SSE event's data, a WebSocket message, a POST body)."""
+        if self.finished:
+            return
+        meta: dict[str, Any] = {"transport": self.transport, "connection": self.connection, "stream": stream}
+        if note is not None:
+            meta["note"] = note
+        line = Line(data, len(data), True, False)
+        stamp = time.time_ns() if ts_ns is None else ts_ns
+        self.recording.journal.record(jr.LINE, DIRECTIONS[direction], stamp, jr.line_payload(line, meta))
+
+    def noted(self, direction: str, line: Line, meta: dict[str, Any], *, stream: str) -> None:
+        """Journal a message the fault gate judged, with what it did (forwarded, fault, note)."""
+        if self.finished:
+            return
+        meta = {**meta, "transport": self.transport, "connection": self.connection, "stream": stream}
+        self.recording.journal.record(jr.LINE, DIRECTIONS[direction], time.time_ns(), jr.line_payload(line, meta))
+
+    def event(self, text: str, *, stream: str) -> None:
+        """Journal a transport event (a dropped SSE stream, a WebSocket closed with a code, an
+        upstream that cannot be reached) as what it is: a line of the proxy's own, on the stderr
+        side of the run (no peer sent it, so it is no message), with its stream beside it."""
+        if self.finished:
+            return
+        meta = {"transport": self.transport, "connection": self.connection, "stream": stream, "origin": "proxy"}
+        data = f"acp-proxy: {text}".encode()
+        line = Line(data, len(data), True, False)
+        self.recording.journal.record(jr.LINE, jr.STDERR, time.time_ns(), jr.line_payload(line, meta))
+
+    async def finish(self, code: int = 0) -> None:
+        """End the run: the journal's last records, then the recorder's finish, in a thread
+        (it can take a while, and the other connections go on meanwhile)."""
+        if self.finished:
+            return
+        self.finished = True
+        self.recording.final(ExitStatus(code=code))
+        await trio.to_thread.run_sync(self.recording.close)

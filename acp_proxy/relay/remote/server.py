@@ -1,0 +1,505 @@
+"""``acp-proxy serve``: the reverse proxy for remote ACP, as an ASGI application served by
+hypercorn's trio worker.
+
+Owns: the one endpoint's routing (WebSocket upgrade, POST, GET with SSE, DELETE, anything else
+passed through), the upstream connections (httpx for HTTP, trio-websocket for WebSocket, TLS with
+the system's certificates), the Host check, which exchange belongs to which run, and what an
+upstream failure is answered with (502, one JSON line) and recorded as.
+
+Must not know: SQL, JSON-RPC meaning, click. Bytes are forwarded as they came: the same JSON
+text, the same SSE chunks (so the same event boundaries), the same WebSocket message boundaries,
+the same statuses and the end-to-end headers. Recording is ``runs.RemoteRun``: a journal append
+just before each message is forwarded, never a wait for the database.
+
+Why these libraries: the relay's loop is trio (the stdio relay's, and hypercorn serves under
+trio with HTTP/1.1, HTTP/2 and WebSocket from one socket); httpx runs under trio through anyio
+and streams raw bytes; trio-websocket (wsproto underneath) gives whole messages with their
+text/binary kind and runs under trio, where the SDK's ``websockets`` is asyncio only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+import trio_websocket
+
+from acp_proxy.relay.remote import shapes
+from acp_proxy.relay.remote.runs import RemoteRun
+from acp_proxy.relay.spawn import say
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+CONNECTION_ID = "acp-connection-id"
+SESSION_ID = "acp-session-id"
+UPSTREAM_CONNECT_TIMEOUT = 30.0
+MAX_WEBSOCKET_MESSAGE = 256 * 1024 * 1024  # what one message may be; larger ones close the socket (1009)
+
+
+class _StreamDropped(Exception):
+    """The upstream dropped an SSE stream: raised to the server, which then aborts the client's."""
+
+
+@dataclass
+class ServeOptions:
+    upstream: str
+    db_path: Path | None  # None: --no-record
+    listen_host: str
+    listen_port: int
+    allowed_hosts: frozenset[str] = frozenset()
+    argv: list[str] = field(default_factory=list)  # masked already
+    fault_plan: Any = None  # a FaultPlan: its rules apply to WebSocket connections, each its own plan
+
+
+def system_tls() -> ssl.SSLContext:
+    """TLS to an https:// or wss:// upstream, verified against the system's certificates."""
+    return ssl.create_default_context()
+
+
+class ProxyApp:
+    """The ASGI application: one per ``serve``."""
+
+    def __init__(self, options: ServeOptions, client: httpx.AsyncClient) -> None:
+        self.options = options
+        self.client = client
+        self.port = options.listen_port
+        self.http_runs: dict[str, RemoteRun] = {}
+        self.live: set[RemoteRun] = set()
+        self.tls = system_tls()
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def _new_plan(self) -> Any:
+        """A connection's own fault plan (nth=, first= count within it), or None."""
+        plan = self.options.fault_plan
+        if not plan:
+            return None
+        from acp_proxy.faults.plan import FaultPlan
+
+        return FaultPlan(plan.rules, plan.seed)
+
+    def _new_run(self, transport: str, connection: str | None, plan: Any = None) -> RemoteRun | None:
+        if self.options.db_path is None:
+            return None
+        run = RemoteRun(
+            self.options.db_path,
+            self.options.argv,
+            {"upstream": shapes.mask_url(self.options.upstream), "connection": connection},
+            transport=transport,
+            connection=connection,
+            fault_plan=plan,
+        )
+        self.live.add(run)
+        return run
+
+    async def _finish(self, run: RemoteRun | None, code: int = 0) -> None:
+        if run is None:
+            return
+        self.live.discard(run)
+        await run.finish(code)
+
+    async def finish_all(self) -> None:
+        for run in list(self.live):
+            with trio.CancelScope(shield=True):
+                await self._finish(run)
+
+    # -- routing -----------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        host = shapes.header(scope["headers"], "host")
+        if not shapes.host_allowed(host, self.port, self.options.allowed_hosts):
+            await _refuse(scope, send, 403, "acp-proxy: this Host is not allowed (see serve --allow-host)")
+            return
+        if kind == "websocket":
+            await self._websocket(scope, receive, send)
+        elif kind == "http":
+            await self._http(scope, receive, send)
+
+    def _upstream_target(self, scope: Scope, websocket: bool) -> str:
+        """The upstream address of this request: the upstream's own path when the client asked
+        for the proxy's root, else the client's path (and query) on the upstream's host."""
+        base = shapes.http_url(self.options.upstream)
+        path = scope.get("raw_path") or scope["path"].encode()
+        query = scope.get("query_string") or b""
+        parts = httpx.URL(base)
+        target = parts.copy_with(raw_path=path + (b"?" + query if query else b""))
+        text = str(target)
+        return shapes.websocket_url(text) if websocket else text
+
+    # -- HTTP: POST, GET (SSE), DELETE -------------------------------------------------------
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method = scope["method"]
+        headers = scope["headers"]
+        body = await _read_body(receive) if method != "GET" else b""
+        connection = shapes.header(headers, CONNECTION_ID)
+        run = self.http_runs.get(connection) if connection else None
+        stream = "post" if method == "POST" else method.lower()
+        if method == "GET":
+            session = shapes.header(headers, SESSION_ID)
+            stream = f"sse:{session}" if session else "sse"
+        ts = time.time_ns()
+        if run is not None and body:
+            run.message("c2a", body, stream=stream, ts_ns=ts)
+        request = self.client.build_request(
+            method,
+            self._upstream_target(scope, websocket=False),
+            headers=shapes.request_headers(headers),
+            content=body if method != "GET" else None,
+        )
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            why = f"the upstream cannot be reached: {type(exc).__name__}: {_short(exc)}"
+            attempt = run is None and method == "POST" and connection is None
+            if attempt:  # an initialize that never reached the agent: a run of its own
+                run = self._new_run("http", None)
+                if run is not None:
+                    run.message("c2a", body, stream=stream, ts_ns=ts)
+            if run is not None:
+                run.event(f"{method} not relayed, 502 sent: {why}", stream=stream)
+            await _refuse(scope, send, 502, f"acp-proxy: {why}")
+            if attempt:
+                await self._finish(run)
+            return
+        try:
+            await self._answer(scope, receive, send, response, run, stream, method, body, ts)
+        finally:
+            await response.aclose()
+
+    async def _answer(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        response: httpx.Response,
+        run: RemoteRun | None,
+        stream: str,
+        method: str,
+        body: bytes,
+        ts: int,
+    ) -> None:
+        status = response.status_code
+        out_headers = shapes.response_headers(list(response.headers.raw))
+        is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
+        if is_sse and 200 <= status < 300:
+            await send({"type": "http.response.start", "status": status, "headers": out_headers})
+            await self._relay_sse(receive, send, response, run, stream)
+            return
+        content = b"".join([chunk async for chunk in response.aiter_raw()])
+        established = response.headers.get(CONNECTION_ID)
+        if run is None and method == "POST" and status == 200 and established:
+            # initialize: the connection (and so the run) exists from its answer on; its request
+            # is recorded at the time it came.
+            run = self._new_run("http", established)
+            if run is not None:
+                self.http_runs[established] = run
+                run.message("c2a", body, stream=stream, ts_ns=ts)
+        attempt = run is None and method == "POST" and shapes.header(scope["headers"], CONNECTION_ID) is None
+        if attempt:
+            # A connection-less POST (an initialize) the upstream did not answer with a connection:
+            # an error status, HTML from something that is not an ACP agent... a run of its own.
+            run = self._new_run("http", None)
+            if run is not None:
+                run.message("c2a", body, stream=stream, ts_ns=ts)
+        if run is not None and content:
+            kind = response.headers.get("content-type", "")
+            note = None if 200 <= status < 300 else f"HTTP {status} answer to a {method}"
+            if "json" not in kind:
+                note = f"{note or f'HTTP {status} answer to a {method}'} ({kind or 'no content-type'})"
+            run.message("a2c", content, stream=stream, note=note)
+        await send({"type": "http.response.start", "status": status, "headers": out_headers})
+        await send({"type": "http.response.body", "body": content})
+        if attempt:
+            await self._finish(run)
+        if method == "DELETE" and run is not None and 200 <= status < 300:
+            connection = run.connection or ""
+            self.http_runs.pop(connection, None)
+            await self._finish(run)
+
+    async def _relay_sse(
+        self, receive: Receive, send: Send, response: httpx.Response, run: RemoteRun | None, stream: str
+    ) -> None:
+        """Forward an SSE stream chunk by chunk; each event's message is journaled just before
+        the chunk that completes it is forwarded. A client that goes away ends it."""
+        events = shapes.SseEvents()
+        ended = "the upstream ended the stream"
+        async with trio.open_nursery() as nursery:
+
+            async def client_gone() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(client_gone)
+            try:
+                async for chunk in response.aiter_raw():
+                    if run is not None:
+                        for message in events.feed(chunk):
+                            run.message("a2c", message, stream=stream)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.HTTPError as exc:
+                ended = f"the upstream dropped the stream: {type(exc).__name__}: {_short(exc)}"
+            if run is not None and ended != "the upstream ended the stream":
+                run.event(ended, stream=stream)
+                say(f"{stream} of connection {run.connection}: {ended}")
+            nursery.cancel_scope.cancel()
+            if ended != "the upstream ended the stream":
+                # Dropped upstream, dropped here: the client must see the same abrupt end
+                # (no last chunk), not a stream that ended cleanly.
+                raise _StreamDropped(ended)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    # -- WebSocket ---------------------------------------------------------------------------
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (await receive())["type"] != "websocket.connect":
+            return
+        url = self._upstream_target(scope, websocket=True)
+        tls = self.tls if url.startswith("wss:") else None
+        extra = shapes.websocket_headers(scope["headers"])
+        async with trio.open_nursery() as nursery:
+            try:
+                with trio.fail_after(UPSTREAM_CONNECT_TIMEOUT):
+                    upstream = await trio_websocket.connect_websocket_url(
+                        nursery,
+                        url,
+                        ssl_context=tls,
+                        extra_headers=extra,
+                        subprotocols=scope.get("subprotocols") or None,
+                        max_message_size=MAX_WEBSOCKET_MESSAGE,
+                    )
+            except (OSError, trio.TooSlowError, trio_websocket.HandshakeError) as exc:
+                status = getattr(exc, "status_code", None) or 502
+                await _refuse(scope, send, status, f"acp-proxy: the upstream WebSocket failed: {_short(exc)}")
+                return
+            try:
+                accepted = shapes.websocket_headers(list(upstream.handshake_headers))
+                connection = shapes.header(accepted, CONNECTION_ID)
+                plan = self._new_plan()
+                run = self._new_run("websocket", connection, plan)
+                await send({"type": "websocket.accept", "headers": accepted, "subprotocol": upstream.subprotocol})
+                try:
+                    await self._relay_websocket(receive, send, upstream, run, plan)
+                finally:
+                    await self._finish(run)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await upstream.aclose()
+
+    async def _relay_websocket(
+        self,
+        receive: Receive,
+        send: Send,
+        upstream: trio_websocket.WebSocketConnection,
+        run: RemoteRun | None,
+        plan: Any,
+    ) -> None:
+        gate = None
+        if plan:
+            from acp_proxy.faults.gate import Gate
+
+            gate = Gate(plan=plan)
+
+        async def out(direction: str, message: str | bytes) -> None:
+            if direction == "c2a":
+                await upstream.send_message(message)
+            elif isinstance(message, str):
+                await send({"type": "websocket.send", "text": message})
+            else:
+                await send({"type": "websocket.send", "bytes": message})
+
+        async def carry(direction: str, message: str | bytes) -> None:
+            """Journal then forward one message; through the fault gate when there are rules."""
+            if gate is None or isinstance(message, bytes) or "\n" in message:
+                # Binary messages and multi-line texts pass the gate by: it judges lines.
+                if run is not None:
+                    if isinstance(message, str):
+                        run.message(direction, message.encode(), stream="websocket")
+                    else:
+                        run.message(direction, message, stream="websocket", note="binary WebSocket message")
+                await out(direction, message)
+                return
+            await self._carry_out(gate.chunk(direction, message.encode() + b"\n"), run, out)
+
+        async with trio.open_nursery() as nursery:
+
+            async def client_to_agent() -> None:
+                while True:
+                    event = await receive()
+                    if event["type"] == "websocket.disconnect":
+                        code = event.get("code", 1000)
+                        if run is not None and code not in (1000, 1001, 1005):
+                            run.event(f"the client closed the WebSocket: code {code}", stream="websocket")
+                        await upstream.aclose(code=code if 1000 <= code < 5000 and code not in (1005, 1006) else 1000)
+                        break
+                    if event["type"] != "websocket.receive":
+                        continue
+                    text = event.get("text")
+                    try:
+                        await carry("c2a", text if text is not None else event.get("bytes") or b"")
+                    except trio_websocket.ConnectionClosed:
+                        break
+                nursery.cancel_scope.cancel()
+
+            async def agent_to_client() -> None:
+                while True:
+                    try:
+                        message = await upstream.get_message()
+                    except trio_websocket.ConnectionClosed as exc:
+                        code = exc.reason.code if exc.reason is not None else 1000
+                        if run is not None and code not in (1000, 1001, 1005):
+                            reason = exc.reason.reason if exc.reason is not None else None
+                            said = f"the agent closed the WebSocket: code {code}" + (f" ({reason})" if reason else "")
+                            run.event(said, stream="websocket")
+                        # 1005 and 1006 are never sent, only observed: "no code", "no close frame".
+                        await send({"type": "websocket.close", "code": {1005: 1000, 1006: 1011}.get(code, code)})
+                        break
+                    await carry("a2c", message)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(client_to_agent)
+            nursery.start_soon(agent_to_client)
+
+    @staticmethod
+    async def _carry_out(
+        steps: list[Any], run: RemoteRun | None, out: Callable[[str, str | bytes], Awaitable[None]]
+    ) -> None:
+        """The gate's steps, on messages: each line it writes is one message. A Signal or a
+        ClosePipe has nothing to act on here (no agent process, no pipe) and is skipped."""
+        from acp_proxy.faults.gate import Forward, Note, Pause, Send
+
+        for step in steps:
+            if isinstance(step, Forward | Send):
+                for line in step.data.split(b"\n"):
+                    if not line:
+                        continue
+                    if isinstance(step, Forward) and run is not None:
+                        run.message(step.direction, line, stream="websocket")
+                    try:
+                        message: str | bytes = line.decode()
+                    except UnicodeDecodeError:  # a corrupt= fault: it can only travel as binary
+                        message = line
+                    await out(step.direction, message)
+            elif isinstance(step, Note):
+                if run is not None:
+                    run.noted(step.direction, step.line, step.meta, stream="websocket")
+            elif isinstance(step, Pause):
+                await trio.sleep(step.seconds)
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        event = await receive()
+        if event["type"] == "http.disconnect":
+            break
+        chunks.append(event.get("body", b""))
+        if not event.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _short(exc: BaseException) -> str:
+    """An exception in one line, without the address (it may carry a token)."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:200]
+
+
+async def _refuse(scope: Scope, send: Send, status: int, message: str) -> None:
+    """Answer here, as one JSON object: on a WebSocket handshake as a denial response when the
+    server can send one (hypercorn can), else by closing."""
+    body = json.dumps({"error": message}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if scope["type"] == "websocket":
+        if "websocket.http.response" in scope.get("extensions", {}):
+            await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:
+            await send({"type": "websocket.close", "code": 1011})
+        return
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def serve(options: ServeOptions) -> None:
+    """Serve until SIGINT or SIGTERM; then finish every open run's recording."""
+    from hypercorn.config import Config
+
+    config = Config()
+    host = options.listen_host
+    config.bind = [f"[{host}]:{options.listen_port}" if ":" in host else f"{host}:{options.listen_port}"]
+    config.alpn_protocols = ["h2", "http/1.1"]
+    config.accesslog = None
+    config.loglevel = "WARNING"
+    config.errorlog = _server_log()
+    config.websocket_max_message_size = MAX_WEBSOCKET_MESSAGE
+    timeout = httpx.Timeout(UPSTREAM_CONNECT_TIMEOUT, read=None)
+    async with httpx.AsyncClient(verify=system_tls(), timeout=timeout, http2=_has_h2(), trust_env=False) as client:
+        app = ProxyApp(options, client)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
+            async def stop() -> None:
+                async for _ in signals:
+                    return
+
+            async with trio.open_nursery() as nursery:
+                binds = await nursery.start(_serve_task, app, config, stop)
+                # Taken from the socket: with port 0, the one the system chose.
+                app.port = int(binds[0].rsplit(":", 1)[1])
+                say(f"serving {binds[0]} -> {shapes.mask_url(options.upstream)}")
+        await app.finish_all()
+
+
+async def _serve_task(
+    app: ProxyApp, config: Any, stop: Callable[[], Awaitable[None]], task_status: Any = trio.TASK_STATUS_IGNORED
+) -> None:
+    import hypercorn.trio
+
+    await hypercorn.trio.serve(app, config, shutdown_trigger=stop, task_status=task_status)  # type: ignore[arg-type]
+
+
+def _server_log() -> logging.Logger:
+    """hypercorn's error log: its words on stderr as one of ours, without the tracebacks of
+    the streams this proxy aborts on purpose (``_StreamDropped``)."""
+    log = logging.getLogger("acp_proxy.serve.hypercorn")
+    log.propagate = False
+    log.setLevel(logging.WARNING)
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("acp-proxy: hypercorn: %(message)s"))
+        handler.addFilter(_not_dropped)
+        log.addHandler(handler)
+    return log
+
+
+def _not_dropped(record: logging.LogRecord) -> bool:
+    exc = record.exc_info[1] if record.exc_info else None
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return not isinstance(exc, _StreamDropped)
+
+
+def _has_h2() -> bool:
+    try:
+        import h2  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,0 +1,92 @@
+"""The plain facts of the remote wire, alone: SSE event boundaries, masking, names."""
+
+from __future__ import annotations
+
+import pytest
+
+from acp_proxy.relay.remote import shapes
+
+
+def feed_all(chunks: list[bytes]) -> list[bytes]:
+    events = shapes.SseEvents()
+    return [message for chunk in chunks for message in events.feed(chunk)]
+
+
+STREAM = b': keepalive\n\ndata: {"a":1}\n\ndata: {"b":\ndata: 2}\r\n\r\nevent: x\ndata:{"c":3}\r\rid: 9\n\n'
+MESSAGES = [b'{"a":1}', b'{"b":\n2}', b'{"c":3}']
+
+
+def test_sse_events_are_the_data_of_each_event_comments_and_empty_events_skipped() -> None:
+    assert feed_all([STREAM]) == MESSAGES
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 64])
+def test_sse_events_do_not_depend_on_where_the_chunks_are_cut(size: int) -> None:
+    chunks = [STREAM[i : i + size] for i in range(0, len(STREAM), size)]
+    assert feed_all(chunks) == MESSAGES
+
+
+def test_an_event_without_its_blank_line_is_not_a_message_yet() -> None:
+    events = shapes.SseEvents()
+    assert events.feed(b'data: {"a":1}\n') == []
+    assert events.feed(b"\n") == [b'{"a":1}']
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("https://user:pw@agent.example/acp?token=abc&x=1", "https://***@agent.example/acp?token=***&x=***"),
+        ("http://127.0.0.1:8000/acp", "http://127.0.0.1:8000/acp"),
+        ("wss://agent.example/acp#frag", "wss://agent.example/acp"),
+    ],
+)
+def test_mask_url_hides_user_information_and_query_values(url: str, masked: str) -> None:
+    assert shapes.mask_url(url) == masked
+
+
+def test_hop_by_hop_headers_and_the_ones_connection_names_are_not_forwarded() -> None:
+    headers = [
+        (b"Connection", b"keep-alive, X-Hop"),
+        (b"X-Hop", b"1"),
+        (b"Host", b"127.0.0.1:1"),
+        (b"Authorization", b"Bearer t"),
+        (b"Content-Length", b"3"),
+        (b"Acp-Connection-Id", b"c"),
+    ]
+    assert shapes.request_headers(headers) == [(b"Authorization", b"Bearer t"), (b"Acp-Connection-Id", b"c")]
+    assert (b"Content-Length", b"3") in shapes.response_headers(headers)
+
+
+@pytest.mark.parametrize(
+    ("host", "allowed"),
+    [
+        ("127.0.0.1:8765", True),
+        ("localhost:8765", True),
+        ("[::1]:8765", True),
+        ("devbox.lan:8765", True),
+        ("evil.example:8765", False),
+        ("127.0.0.1:9999", False),
+        ("localhost", False),
+        (None, False),
+    ],
+)
+def test_host_header_must_name_this_server(host: str | None, allowed: bool) -> None:
+    assert shapes.host_allowed(host, 8765, frozenset({"devbox.lan"})) is allowed
+
+
+def test_listen_and_loopback() -> None:
+    assert shapes.split_listen("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert shapes.split_listen("[::1]:80") == ("::1", 80)
+    for bad in ("127.0.0.1", "host:port", ":80", "h:70000"):
+        with pytest.raises(ValueError):
+            shapes.split_listen(bad)
+    assert shapes.is_loopback("127.0.0.2") and shapes.is_loopback("::1") and shapes.is_loopback("localhost")
+    assert not shapes.is_loopback("0.0.0.0") and not shapes.is_loopback("devbox.lan")
+
+
+def test_upstream_urls() -> None:
+    assert shapes.check_upstream("http://127.0.0.1:1/acp") is None
+    assert shapes.check_upstream("ws://h/acp") is None
+    assert "http://" in (shapes.check_upstream("ftp://h/acp") or "")
+    assert shapes.websocket_url("https://h/acp") == "wss://h/acp"
+    assert shapes.http_url("ws://h:1/acp") == "http://h:1/acp"
