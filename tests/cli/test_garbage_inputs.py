@@ -266,6 +266,7 @@ def _frames_table() -> sqlite3.Connection:
     conn.execute(f"create table frames ({', '.join(store.FRAME_COLUMNS)})")
     conn.execute("create table runs (id)")
     conn.execute("create table findings (run_id, seq, rule, severity)")
+    conn.execute("create table marks (run_id, seq, note, marked_ns)")  # `marked`, `comment:`
     conn.execute("insert into frames (run_id, seq, ts_ns, dir, kind, method) values (1, 1, 5, 'c2a', 'request', 'x')")
     return conn
 
