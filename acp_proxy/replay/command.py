@@ -26,19 +26,6 @@ from acp_proxy.errors import UsageError
 SPEED_RANGE = (0.01, 1000.0)
 
 
-def _database(db_path: Path | None) -> Path:
-    from acp_proxy.locations import default_db_path
-    from acp_proxy.store import database as store
-
-    path = db_path if db_path is not None else default_db_path()
-    try:
-        str(path).encode("utf-8")
-    except UnicodeEncodeError:
-        raise UsageError(f"the database path {str(path)!r} is not valid UTF-8, which SQLite needs") from None
-    store.refuse_special_file(path)
-    return path
-
-
 def replay_rows(db_path: Path, ref_text: str) -> list[dict[str, Any]]:
     """The frames of the run a REF names; for a session, the run it first appeared in."""
     from acp_proxy.read import queries
@@ -136,7 +123,9 @@ def replay(
         )
     if bool(agent) != as_client:
         raise click.UsageError("--client needs `-- AGENT [ARGS]...`, and an AGENT needs --client")
-    database = _database(db_path)
+    from acp_proxy.cli.group import resolve_db
+
+    database = resolve_db(db_path)
     rows = replay_rows(database, ref)
     if as_client:
         _replay_client(ref, rows, database, list(agent), strict, timeout_s)
