@@ -372,7 +372,7 @@ class Redactor:
         """``line`` for a line already decoded to ``str`` (the ``frames.raw`` column)."""
         if not self.enabled or not isinstance(text, str):
             return text
-        if self._plainly_clean(text):
+        if self.plainly_clean(text):
             return text
         body = text.rstrip("\r")
         try:
@@ -386,7 +386,7 @@ class Redactor:
             return text
         return self._respell(text, obj, masked)
 
-    def _plainly_clean(self, text: str) -> bool:
+    def plainly_clean(self, text: str) -> bool:
         """True when no rule can match anywhere in the line, told from its text alone (most
         frames: decoding and walking them is most of redaction's cost). Unsure means False."""
         if self.rules or "\\u" in text or _hinted(text):

@@ -315,7 +315,7 @@ class Primed:
                     # Most frames teach nothing: a batch in which no rule, name or shape can
                     # match anywhere (told from the batch's text joined, by the same substring
                     # tests that tell one line) is skipped whole; a hit reads it line by line.
-                    if self.redactor._plainly_clean("\0".join(batch)):
+                    if self.redactor.plainly_clean("\0".join(batch)):
                         continue
                     for raw in batch:
                         self.redactor.raw(raw)
