@@ -21,9 +21,7 @@ def runs_before(db: Any, before: int | None, limit: int) -> tuple[list[dict[str,
     ``queries.runs`` has them; and whether older ones follow."""
     rows = queries.rows(
         db,
-        """select r.*, (select count(*) from faults f where f.run_id = r.id) as faults_applied,
-                  (select count(*) from findings x where x.run_id = r.id) as findings
-           from runs r where r.id < ? order by r.id desc limit ?""",
+        queries.RUNS_SELECT + " where r.id < ? order by r.id desc limit ?",
         [NEWEST if before is None else before, limit + 1],
     )
     return rows[:limit], len(rows) > limit
@@ -42,13 +40,9 @@ def sessions_before(db: Any, before: tuple[int, int] | None, limit: int) -> tupl
     last_ns, row_id = before if before is not None else (NEWEST, NEWEST)
     rows = queries.rows(
         db,
-        """select s.id as row_id, s.session_id, s.title, s.cwd, s.created_by, s.first_seen_ns, s.last_seen_ns,
-                  (select group_concat(run_id, ',') from
-                      (select run_id from session_runs sr where sr.session_row = s.id order by run_id)) as runs,
-                  (select count(*) from turns t where t.session_row = s.id) as turns
-           from sessions s
-           where coalesce(s.last_seen_ns, 0) < ? or (coalesce(s.last_seen_ns, 0) = ? and s.id < ?)
-           order by coalesce(s.last_seen_ns, 0) desc, s.id desc limit ?""",
+        queries.SESSIONS_SELECT
+        + """ where coalesce(s.last_seen_ns, 0) < ? or (coalesce(s.last_seen_ns, 0) = ? and s.id < ?)
+              order by coalesce(s.last_seen_ns, 0) desc, s.id desc limit ?""",
         [last_ns, last_ns, row_id, limit + 1],
     )
     return rows[:limit], len(rows) > limit

@@ -146,13 +146,26 @@ def iter_rows(db: ReadDb, sql: str, params: list[Any] | tuple[Any, ...] = ()) ->
         yield dict(zip(names, row, strict=True))
 
 
+RUNS_SELECT = """
+    select r.*, (select count(*) from faults f where f.run_id = r.id) as faults_applied,
+           (select count(*) from findings x where x.run_id = r.id) as findings
+    from runs r
+"""
+"""A run row with its fault and finding counts, as every list of runs has it (append the rest)."""
+
+SESSIONS_SELECT = """
+    select s.id as row_id, s.session_id, s.title, s.cwd, s.created_by, s.first_seen_ns, s.last_seen_ns,
+           (select group_concat(run_id, ',') from
+               (select run_id from session_runs sr where sr.session_row = s.id order by run_id)) as runs,
+           (select count(*) from turns t where t.session_row = s.id) as turns
+    from sessions s
+"""
+"""A session with its runs and number of turns, as every list of sessions has it."""
+
+
 def runs(db: ReadDb, limit: int | None = 20, offset: int = 0) -> list[dict[str, Any]]:
     """The newest ``limit`` runs (None or 0: all) after skipping ``offset``."""
-    sql = """
-        select r.*, (select count(*) from faults f where f.run_id = r.id) as faults_applied,
-               (select count(*) from findings x where x.run_id = r.id) as findings
-        from runs r order by r.id desc
-    """
+    sql = RUNS_SELECT + " order by r.id desc"
     if limit or offset:
         sql += " limit ? offset ?"
         return rows(db, sql, [limit or -1, offset])
@@ -161,13 +174,7 @@ def runs(db: ReadDb, limit: int | None = 20, offset: int = 0) -> list[dict[str, 
 
 def sessions(db: ReadDb, limit: int | None = 50, offset: int = 0) -> list[dict[str, Any]]:
     """The ``limit`` most recently active sessions (None or 0: all) after skipping ``offset``."""
-    sql = """
-        select s.id as row_id, s.session_id, s.title, s.cwd, s.created_by, s.first_seen_ns, s.last_seen_ns,
-               (select group_concat(run_id, ',') from
-                   (select run_id from session_runs sr where sr.session_row = s.id order by run_id)) as runs,
-               (select count(*) from turns t where t.session_row = s.id) as turns
-        from sessions s order by s.last_seen_ns desc, s.id desc
-    """
+    sql = SESSIONS_SELECT + " order by s.last_seen_ns desc, s.id desc"
     if limit or offset:
         sql += " limit ? offset ?"
         return rows(db, sql, [limit or -1, offset])
