@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from acp_proxy.errors import UsageError
-from acp_proxy.protocol.vocabulary import OTHER
 from acp_proxy.store.database import ReadDb
 
 
@@ -349,39 +348,6 @@ def percentile(sorted_values: list[float], fraction: float) -> float | None:
         return None
     rank = max(1, math.ceil(fraction * len(sorted_values)))
     return sorted_values[rank - 1]
-
-
-def latency_stats(db: ReadDb, run_ids: list[int] | None) -> list[dict[str, Any]]:
-    """Per method and direction: count, errors, p50/p95/p99/max latency in milliseconds."""
-    where, params = _runs_clause(run_ids, "run_id")
-    by_method: dict[tuple[str, str], list[float]] = {}
-    errors: dict[tuple[str, str], int] = {}
-    sql = f"""
-        select method, dir, kind, latency_ns from frames
-        where kind in ('response', 'error') and latency_ns is not null {where}
-    """
-    for method, direction, kind, latency in db.execute(sql, params):
-        # The request travelled the other way: name the pair by the request's direction.
-        key = (method or "?", OTHER.get(direction, direction))
-        by_method.setdefault(key, []).append(latency / 1e6)
-        if kind == "error":
-            errors[key] = errors.get(key, 0) + 1
-    out = []
-    for (method, direction), values in sorted(by_method.items()):
-        values.sort()
-        out.append(
-            {
-                "method": method,
-                "dir": direction,
-                "count": len(values),
-                "errors": errors.get((method, direction), 0),
-                "p50_ms": percentile(values, 0.50),
-                "p95_ms": percentile(values, 0.95),
-                "p99_ms": percentile(values, 0.99),
-                "max_ms": values[-1],
-            }
-        )
-    return out
 
 
 def turn_stats(db: ReadDb, run_ids: list[int] | None, session_id: str | None) -> list[dict]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.read import queries
+from acp_proxy.read import latency, queries
 from acp_proxy.read.frames import prime
 
 
@@ -23,7 +23,7 @@ def stats(db: Any, text: str | None, redactor: Redactor | None = None) -> dict[s
     scope = None if resolved is None else run_ids
     report: dict[str, Any] = {
         "ref": label,
-        "latency": queries.latency_stats(db, scope),
+        "latency": latency.latency_table(db, scope),
         "turns": queries.turn_stats(db, scope, session_id),
         "unanswered": queries.unanswered(db, scope),
         "errors": queries.errors(db, scope),
