@@ -171,3 +171,26 @@ def test_otlp_spans_carry_the_hop_and_the_hops_spans_are_the_direct_recordings(t
     assert sorted((p.metric, p.value) for p in chain_points if p.attributes.get("acp.hop") == 1) == sorted(
         (p.metric, p.value) for p in own_points
     )
+
+
+def test_the_doors_show_the_hop_mcp_stats_and_the_cli_table(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from acp_proxy.cli.commands import cli
+    from acp_proxy.mcp.tools import Tools
+    from acp_proxy.protocol.redact import Redactor
+
+    db_path = tmp_path / "rec.db"
+    _direct, link = _direct_and_chained(db_path, v2_turn(CHUNK))
+    answer = Tools(db_path, Redactor()).stats(str(link)).model_dump()
+    assert [(t["hop"], t["session_id"]) for t in answer["turns"]["items"]] == [(1, S)]
+    assert ("session/prompt", 1) in {(r["method"], r["hop"]) for r in answer["latency"]}
+    shown = CliRunner().invoke(cli, ["stats", str(link), "--db", str(db_path)], env={"COLUMNS": "100"})
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert all(len(line) <= 100 for line in lines)
+    header = next(line for line in lines if "method" in line and "p50" in line)
+    prompt = next(line for line in lines if "session/prompt" in line)
+    assert header.split()[0] == "hop" and prompt.split()[0] == "1"
+    turns = next(line for line in lines if "session" in line and "took" in line)
+    assert turns.split()[:2] == ["run", "hop"]
