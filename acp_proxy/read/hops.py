@@ -28,6 +28,7 @@ from acp_proxy.protocol import wire
 from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
 from acp_proxy.protocol.frames import FrameRecord
 from acp_proxy.protocol.tracker import Tracker
+from acp_proxy.read import queries
 from acp_proxy.store.database import READABLE_VIEWS
 
 _ROW_COLUMNS = ("run_id", "seq", "ts_ns", "dir", "kind", "method", "rpc_id", "raw", "cut", "forwarded")
@@ -120,3 +121,12 @@ def turn_stats(db: Any, run_ids: list[int] | None, session_id: str | None) -> li
     rows = turn_metrics(db, turns)
     order = {(t["run_id"], t["hop"], t["session_id"], t["turn_index"]): n for n, t in enumerate(turns)}
     return sorted(rows, key=lambda r: order.get((r["run_id"], r["hop"], r["session_id"], r["turn_index"]), 0))
+
+
+def every_turn(db: Any, run_ids: list[int] | None, session_id: str | None) -> list[dict[str, Any]]:
+    """``turn_metrics``' rows of the runs (of ``session_id`` when given), the link's own (``hop``
+    0, the turns table's) and every hop's, by run then hop: what each view that lists or counts
+    turns reads."""
+    own = [{**row, "hop": 0} for row in queries.turn_stats(db, run_ids, session_id)]
+    # sorted is stable: each hop keeps its own order.
+    return sorted(own + turn_stats(db, run_ids, session_id), key=lambda row: (row["run_id"], row["hop"]))

@@ -26,11 +26,7 @@ def stats(db: Any, text: str | None, redactor: Redactor | None = None) -> dict[s
     report: dict[str, Any] = {
         "ref": label,
         "latency": latency.latency_table(db, scope),
-        "turns": sorted(
-            [{**row, "hop": 0} for row in queries.turn_stats(db, scope, session_id)]
-            + hops.turn_stats(db, scope, session_id),
-            key=lambda row: (row["run_id"], row["hop"]),  # stable: each hop's own order kept
-        ),
+        "turns": hops.every_turn(db, scope, session_id),
         "unanswered": queries.unanswered(db, scope),
         "errors": queries.errors(db, scope),
     }

@@ -194,3 +194,14 @@ def test_the_doors_show_the_hop_mcp_stats_and_the_cli_table(tmp_path: Path) -> N
     assert header.split()[0] == "hop" and prompt.split()[0] == "1"
     turns = next(line for line in lines if "session" in line and "took" in line)
     assert turns.split()[:2] == ["run", "hop"]
+
+
+def test_the_summary_counts_a_hops_turns(tmp_path: Path) -> None:
+    from acp_proxy.read.insights import summary
+
+    db_path = tmp_path / "rec.db"
+    direct, link = _direct_and_chained(db_path, v2_turn(CHUNK))
+    db = store.open_for_reading(db_path)
+    assert summary(db, str(link))["turns"] == 1 == summary(db, str(direct))["turns"]
+    found = summary(db, "all")
+    assert found["turns"] == 2 and found["stop_reasons"] == {"end_turn": 2}
