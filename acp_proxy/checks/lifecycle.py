@@ -3,9 +3,10 @@
 Owns: the rules no schema can state (a prompt's ``messageId`` and its ``user_message``,
 ``running`` ... ``idle`` with a stop reason, cancellation, compaction order, history replay on
 restore and its v2 ``replay_complete`` marker, notices not replayed, capabilities, custom names,
-JSON-RPC pairing, batches a peer refuses or ignores, a peer newer than our schemas), calling the
-schema validation (``schema``) of each frame's payload on the way, and checking the conversation
-``proxy/successor`` envelopes carry (``protocol.chains``) with a ``Checker`` of its own per hop.
+JSON-RPC pairing, batches a peer refuses (one -32600; over Streamable HTTP the 501 ``serve``
+records, read through ``protocol.transports``) or ignores, a peer newer than our schemas),
+calling the schema validation (``schema``) of each frame's payload on the way, and checking the
+conversation ``proxy/successor`` envelopes carry (``protocol.chains``) with a ``Checker`` of its own per hop.
 A ``Checker`` is fed frames in relay order — ``FrameRecord`` objects (live) or ``frames`` rows
 as dicts (recorded) — and runs the connection's protocol state machine (``protocol.state``) over
 them: pairing, versions, sessions, replay windows and turns come from its events, never from
