@@ -134,9 +134,11 @@ class _Pending:
     """A request waiting for its answer."""
 
     __slots__ = (
+        "by_proxy",
         "cancel_seq",
         "data",
         "direction",
+        "forwarded",
         "later",
         "method",
         "rpc_id",
@@ -154,6 +156,9 @@ class _Pending:
         self.method = f.method
         self.session_id = f.session_id
         self.unknown = unknown
+        self.forwarded = f.forwarded
+        # Sent by the proxy itself (acp-proxy ctl send): its answer is the proxy's, never forwarded.
+        self.by_proxy = getattr(f, "origin", None) == "proxy"
         self.data: Any = None
         """What the answer's transition needs from the request (cwd, title, turn, restore)."""
         self.cancel_seq: int | None = None
@@ -637,6 +642,11 @@ class ConnectionState:
         pending = _Pending(f, unknown)
         key = (f.dir, f.rpc_id)
         first = self._pending.get(key)
+        if first is not None and not first.forwarded and f.forwarded and not first.later:
+            # The receiver never saw the first (held, then released as a copy or an edit): the
+            # one forwarded takes its place, and its answer answers the sender's request.
+            del self._pending[key]
+            first = None
         self._request_transition(NONE if first is None else PENDING, REQUEST)
         if first is None:
             self._pending[key] = pending
@@ -809,7 +819,7 @@ class ConnectionState:
         rpc_id = f.rpc_id
         if not f.forwarded:
             withheld = self._pending.get((direction, rpc_id))
-            if withheld is not None:
+            if withheld is not None and not withheld.by_proxy:
                 self._request_transition(PENDING, WITHHELD)
                 out.append(self._paired(f, withheld, withheld.session_id, withheld=True))
                 return
