@@ -153,6 +153,8 @@ class Gate:
         steps: list[Step] = []
         for line in lines:
             steps.extend(self._judge_safely(direction, line, now))
+        if self.live is not None and self.live.held:
+            steps = _held_rows_first(steps)
         return _coalesce(steps)
 
     def end(self, direction: str) -> list[Step]:
@@ -374,6 +376,17 @@ class Gate:
 
 def _replayed_notice(events: tuple[ev.Event, ...]) -> bool:
     return any(isinstance(e, ev.UpdateReplayed) and e.live_only for e in events)
+
+
+def _held_rows_first(steps: list[Step]) -> list[Step]:
+    """Every held line of a read is recorded before the relay waits on the first: a person
+    sees each held frame in ``frames`` (and names it by its seq) while it is held."""
+    first = next((i for i, step in enumerate(steps) if isinstance(step, Hold)), None)
+    if first is None:
+        return steps
+    rows = [s for s in steps[first:] if isinstance(s, Note) and s.ts_ns is not None]
+    rest = [s for s in steps[first:] if not (isinstance(s, Note) and s.ts_ns is not None)]
+    return steps[:first] + rows + rest
 
 
 def _coalesce(steps: list[Step]) -> list[Step]:

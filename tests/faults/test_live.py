@@ -91,8 +91,8 @@ def test_a_breakpoint_holds_the_frame_the_frames_behind_it_queue_the_other_direc
         Playbook(gate)
         >> Chunk("a2c", first + second)
         << Note("a2c", as_line(first), held_note(), 2_000_000_000)
+        << Note("a2c", as_line(second), held_note(), 3_000_000_000)  # recorded before the wait
         << Hold("a2c", as_line(first), 1)
-        << Note("a2c", as_line(second), held_note(), 3_000_000_000)
         << Hold("a2c", as_line(second), 2)
         >> Chunk("c2a", prompt(3))
         << Forward("c2a", prompt(3))
