@@ -18,11 +18,13 @@ from acp_proxy.store.database import ReadDb
 class ControlTarget:
     run_id: int
     socket: str
+    status: str = "running"
 
 
 def control_target(db: ReadDb, ref: str) -> ControlTarget:
-    """The run REF names (a run id or ``last``; a session names its newest run) and its socket;
-    ``UsageError`` (one line) when it cannot be controlled."""
+    """The run REF names (a run id or ``last``; a session names its newest run), its socket and
+    its status (a run not ``running`` cannot be controlled); ``UsageError`` (one line) when it
+    was never controllable."""
     resolved = queries.resolve(db, ref)
     run_ids = queries.run_ids_of(db, resolved)
     if not run_ids:
@@ -36,9 +38,7 @@ def control_target(db: ReadDb, ref: str) -> ControlTarget:
     path = options.get("control") if isinstance(options, dict) else None
     if not isinstance(path, str):
         raise UsageError(f"run {run_id} was not started with --control: it has no control socket")
-    if row[1] != "running":
-        raise UsageError(f"run {run_id} has ended ({row[1]}): there is nothing to control")
-    return ControlTarget(run_id, path)
+    return ControlTarget(run_id, path, str(row[1]))
 
 
 HELD_NOTE = "held by breakpoint "  # how the gate's note on a held row starts (faults.gate)

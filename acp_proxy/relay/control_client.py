@@ -42,6 +42,9 @@ class Controller:
         target = control_target(self._open(), ref)
         self.run_id = target.run_id
         self.socket = target.socket
+        if target.status != "running":
+            self._remove_stale()
+            raise ControlFailed(f"run {self.run_id} is not live: it has ended ({target.status})")
 
     def _open(self) -> Any:
         from acp_proxy.record import recovery
@@ -85,9 +88,20 @@ class Controller:
 
     def _remove_stale(self) -> None:
         """A socket file nobody listens on (its proxy was SIGKILLed) is removed."""
+        path = Path(self.socket)
         try:
-            if stat.S_ISSOCK(Path(self.socket).lstat().st_mode):
-                Path(self.socket).unlink()
+            if not stat.S_ISSOCK(path.lstat().st_mode):
+                return
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.settimeout(1.0)
+                probe.connect(self.socket)
+            return  # someone listens there: not ours to remove
+        except (ConnectionRefusedError, FileNotFoundError):
+            pass
+        except OSError:
+            return
+        try:
+            path.unlink()
         except OSError:
             pass
 

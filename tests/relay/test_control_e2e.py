@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import sqlite3
 import stat
 import subprocess
@@ -274,3 +275,25 @@ def test_send_and_resend_a_prompt_whose_answers_the_proxy_keeps(tmp_path: Path) 
     answers = [r for r in rows if r["kind"] == "response" and r["request_seq"] in {o["seq"] for o in ours}]
     assert len(answers) == 3 and all(r["forwarded"] == 0 and "kept by the proxy" in r["note"] for r in answers)
     assert all(r["method"] == "session/prompt" for r in answers)  # paired with the proxy's requests
+
+
+def test_a_killed_proxys_socket_is_not_live_and_a_new_run_takes_over(tmp_path: Path) -> None:
+    with client_behind_control(tmp_path, "--break", "method:session/new kind:response") as (client, db):
+        held_when(db, "session/new")
+        socket = Path(json.loads(run_options(db))["control"])
+        with sqlite3.connect(db) as conn:
+            (proxy_pid,) = conn.execute("select proxy_pid from runs").fetchone()
+        os.kill(proxy_pid, signal.SIGKILL)  # no clean-up: the socket file stays behind
+        client.finish()
+    assert socket.exists()
+    for args in (("held",), ("release", "3"), ("send", "--to", "agent", "{}")):
+        result = ctl(db, *args)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert "run 1 is not live" in result.stderr, result.stderr
+    assert not socket.exists()  # the stale file is cleaned up by the first ctl that found it
+    with client_behind_control(tmp_path, "--break", "method:session/new kind:response") as (client, db):
+        held = held_when(db, "session/new")  # the next run in the same database is controlled
+        ctl_ok(db, "clear")
+        ctl_ok(db, "release", str(held["seq"]))
+        returncode, err = client.finish()
+    assert returncode == 0, err
