@@ -127,6 +127,15 @@ def break_(ctx: click.Context, words: tuple[str, ...], as_json: bool) -> None:
     _print(_controller(ctx).break_(" ".join(words)), as_json)
 
 
+@ctl.command("unbreak")
+@click.argument("point_id", type=count(1), metavar="ID")
+@json_option
+@click.pass_context
+def unbreak(ctx: click.Context, point_id: int, as_json: bool) -> None:
+    """Remove breakpoint ID (see `breaks`); what it holds stays held."""
+    _print(_controller(ctx).unbreak(point_id), as_json)
+
+
 @ctl.command("breaks")
 @json_option
 @click.pass_context

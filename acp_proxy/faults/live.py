@@ -235,6 +235,12 @@ class LiveControl:
             self._next_break += 1
             self.breakpoints.append(point)
             return {"id": point.id, "filter": text}
+        if op == "unbreak":
+            point_id = _number(request, "id")
+            if not any(p.id == point_id for p in self.breakpoints):
+                raise ControlError(f"no breakpoint {point_id} (see: breaks)")
+            self.breakpoints = [p for p in self.breakpoints if p.id != point_id]
+            return {"removed": point_id}
         if op == "breaks":
             return [{"id": p.id, "filter": p.text} for p in self.breakpoints]
         if op == "clear":
@@ -244,6 +250,11 @@ class LiveControl:
         if op == "held":
             now = self.clock()
             return [self.held[n].describe(now) for n in sorted(self.held)]
+        if op == "held-frame":
+            number = _number(request, "hold")
+            if number not in self.held:
+                raise ControlError(f"hold {number} is not held")
+            return self.held[number].data.decode(errors="replace")
         if op in ("release", "drop"):
             number = _number(request, "hold")
             held = self.held.get(number)
@@ -265,7 +276,8 @@ class LiveControl:
     def _send(self, request: dict[str, Any], changes: Changes) -> dict[str, Any]:
         """A frame written to one peer as if the other had sent it. A request gets a fresh id
         of the proxy's own (``SENT_ID_PREFIX``): its answer comes back to the proxy."""
-        direction = DIRECTION_TO.get(request.get("to"))  # type: ignore[arg-type]
+        to = request.get("to")
+        direction = DIRECTION_TO.get(to) if isinstance(to, str) else None
         if direction is None:
             raise ControlError("send needs --to agent or --to client")
         value = _frame_object(_text(request, "frame"), "the frame")

@@ -124,6 +124,10 @@ class Controller:
     def break_(self, filter_text: str) -> dict[str, Any]:
         return dict(self.request({"op": "break", "filter": filter_text}))
 
+    def unbreak(self, point_id: int) -> dict[str, Any]:
+        """Remove breakpoint ``point_id``; what it holds stays held."""
+        return dict(self.request({"op": "unbreak", "id": point_id}))
+
     def breaks(self) -> list[dict[str, Any]]:
         return list(self.request({"op": "breaks"}))
 
@@ -147,6 +151,10 @@ class Controller:
                 break
             time.sleep(POLL_S)  # the recorder writes a held row within its commit interval
         return [{"seq": seqs.get(h["ts_ns"]), **h} for h in held]
+
+    def held_frame(self, hold: int) -> str:
+        """The whole text of held frame ``hold`` (``held`` shows its first characters)."""
+        return str(self.request({"op": "held-frame", "hold": hold}))
 
     def _hold_of(self, seq: int) -> int:
         held = self.held()
