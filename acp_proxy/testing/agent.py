@@ -40,7 +40,7 @@ Live control (``control=True``: the proxy runs with ``--control``) reads like th
     result = agent.finish()                                     # bounded like run()
 
 A breakpoint set while frames flow can miss the frame it wants: ``breaks=`` holds from the
-first frame. Leaving a ``hold`` block removes its breakpoint and releases what it still holds
+first frame, and ``hold`` with the same filter is that breakpoint. Leaving a ``hold`` block removes its breakpoint and releases what it still holds
 (a test must not leave its client waiting); a ``fault`` handle removes its rule the same way.
 
 The pytest fixture ``acp_proxy`` (``acp_proxy.testing.pytest_plugin``, loaded automatically when
@@ -200,7 +200,7 @@ class ProxiedAgent:
         while True:
             try:
                 return Controller(self.db, "last")
-            except UsageError:
+            except AcpProxyError:  # no database, no run, or its row not yet recorded
                 if time.monotonic() > deadline or (self.client is not None and self.client.poll() is not None):
                     raise
             time.sleep(POLL_S)  # the client starts the proxy; nothing else says when it listens
@@ -332,7 +332,7 @@ class LiveFault:
 
 class HeldFrames:
     """A breakpoint while a ``with`` block runs. ``wait()`` returns the next frame it holds
-    (``held()``'s entry: seq, dir, method, frame...); ``release(edit=)`` and ``drop()`` decide
+    (``held()``'s entry: seq, dir, method, the whole frame as text...); ``release(edit=)`` and ``drop()`` decide
     the frame ``wait`` returned (waiting first if none). On exit the breakpoint goes and what
     it still holds is released."""
 
@@ -345,7 +345,9 @@ class HeldFrames:
         self.decided: set[int] = set()
 
     def __enter__(self) -> HeldFrames:
-        self.id = int(self.controller.break_(self.filter)["id"])
+        # The same filter given in ``breaks=`` is that breakpoint, set from the first frame.
+        same = [int(b["id"]) for b in self.controller.breaks() if b["filter"] == self.filter]
+        self.id = same[0] if same else int(self.controller.break_(self.filter)["id"])
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -372,8 +374,9 @@ class HeldFrames:
         while True:
             mine = self._mine()
             if mine:
-                self.current = mine[0]
-                return dict(mine[0])
+                # The whole frame (``held`` shows the first characters of each).
+                self.current = {**mine[0], "frame": self.controller.held_frame(int(mine[0]["hold"]))}
+                return dict(self.current)
             if time.monotonic() > deadline:
                 raise AssertionError(f"no frame matching {self.filter!r} was held within the time limit")
             time.sleep(POLL_S)  # polling a live run, under a deadline
