@@ -40,8 +40,9 @@ Live control (``control=True``: the proxy runs with ``--control``) reads like th
     result = agent.finish()                                     # bounded like run()
 
 A breakpoint set while frames flow can miss the frame it wants: ``breaks=`` holds from the
-first frame, and ``hold`` with the same filter is that breakpoint. Leaving a ``hold`` block removes its breakpoint and releases what it still holds
-(a test must not leave its client waiting); a ``fault`` handle removes its rule the same way.
+first frame, and ``hold`` with the same filter is that breakpoint. Leaving a ``hold`` block
+removes its breakpoint and releases what it still holds (a test must not leave its client
+waiting); leaving a ``with agent.fault(...)`` block removes its rule.
 
 The pytest fixture ``acp_proxy`` (``acp_proxy.testing.pytest_plugin``, loaded automatically when
 acp-proxy is installed) makes one of these per call, with a fresh database and stderr file in
