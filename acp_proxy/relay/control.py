@@ -33,6 +33,8 @@ from acp_proxy.store.dbfile import make_private_dir
 MAX_REQUEST = 1024 * 1024
 SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on the BSDs
 BUSY = "another acp-proxy ctl is talking to this run; try again"
+BUSY_READ_S = 2.0  # how long a second controller's request is waited for before it is told
+REQUEST_S = 30.0  # one controller's whole exchange; others are told BUSY meanwhile
 
 
 def socket_path(journal_path: Path) -> Path:
@@ -124,11 +126,15 @@ class ControlServer:
     async def _connection(self, stream: trio.SocketStream) -> None:
         try:
             if self.busy:
+                # Its request is read first: closing on unread bytes would reset the connection,
+                # and the controller would see a broken pipe instead of this line.
+                with trio.move_on_after(BUSY_READ_S):
+                    await _read_line(stream)
                 await stream.send_all(json.dumps({"error": BUSY}).encode() + b"\n")
                 return
             self.busy = True
             try:
-                with trio.move_on_after(30):
+                with trio.move_on_after(REQUEST_S):
                     request = await _read_line(stream)
                     answer = self.handle(request)
                     for steps in self.to_send:

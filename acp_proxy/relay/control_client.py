@@ -60,7 +60,10 @@ class Controller:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.settimeout(self.timeout)
                 sock.connect(self.socket)
-                sock.sendall(line)
+                try:
+                    sock.sendall(line)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the proxy answered before reading it (busy): its answer is still there
                 data = b""
                 while b"\n" not in data:
                     chunk = sock.recv(65536)

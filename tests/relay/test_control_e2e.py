@@ -12,6 +12,7 @@ import json
 import os
 import queue
 import signal
+import socket as socketlib
 import sqlite3
 import stat
 import subprocess
@@ -182,7 +183,8 @@ def test_hold_edit_release_and_a_fault_added_at_run_time(tmp_path: Path) -> None
 
 
 def test_ctl_mistakes_are_one_line_and_exit_2(tmp_path: Path) -> None:
-    with client_behind_control(tmp_path, "--break", "method:session/new kind:response") as (client, db):
+    held_filter = "method:session/new kind:response"
+    with client_behind_control(tmp_path, "--break", held_filter) as (client, db):
         held = held_when(db, "session/new")
         for args, says in [
             (("fault", "add", "explode if dir:c2a"), "explode"),
@@ -199,6 +201,18 @@ def test_ctl_mistakes_are_one_line_and_exit_2(tmp_path: Path) -> None:
             assert result.returncode == 2, (args, result.stderr)
             assert result.stderr.startswith("acp-proxy:") and result.stderr.count("\n") == 1, result.stderr
             assert says in result.stderr
+        with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as other:
+            other.settimeout(CTL_TIMEOUT_S)
+            other.connect(json.loads(run_options(db))["control"])
+            other.sendall(b'{"op": ')  # another controller, mid-request
+            deadline = time.monotonic() + DEADLINE_S
+            busy = ctl(db, "breaks")
+            while busy.returncode == 0 and time.monotonic() < deadline:  # until the proxy took `other`
+                busy = ctl(db, "breaks")
+            assert busy.stderr == "acp-proxy: another acp-proxy ctl is talking to this run; try again\n"
+            other.sendall(b'"breaks"}\n')
+            assert json.loads(other.makefile().readline()) == {"ok": [{"id": 1, "filter": held_filter}]}
+        assert ctl_ok(db, "breaks") == [{"id": 1, "filter": held_filter}]  # the relay is not stuck
         assert ctl_ok(db, "release", str(held["seq"]))["released"] == held["seq"]
         returncode, err = client.finish()
     assert returncode == 0, err
