@@ -14,6 +14,13 @@ Rules: bytes are never altered except by a fault that says so. A direction no ru
 still forwarded chunk by chunk (only observed). Every line of a judged direction is reported to
 the recorder exactly once, with ``forwarded``, ``fault`` and ``note`` saying what happened,
 and before its bytes are written (a ``Note`` precedes its ``Send``s).
+
+Live control (``run --control``), in this order for each line: an answer to a request the
+proxy sent (``ctl send``) is kept and recorded, never forwarded; then breakpoints: a held line
+is recorded at once, not forwarded (its row is what a person names by seq), and waits; then,
+once released, as an ordinary line, the fault rules in force at that moment judge the copy (or
+the edit) that goes out, recorded as a second row. So a person sees and decides the frame the
+peer sent, and the faults act on what is finally forwarded.
 """
 
 from __future__ import annotations

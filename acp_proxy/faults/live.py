@@ -3,7 +3,8 @@
 Owns: ``LiveControl``, the state a person changes through ``acp-proxy ctl`` while the relay
 runs — run-time fault rules (numbered, with the time each was added and removed), breakpoints
 (filters that hold a matching frame instead of forwarding it), the frames held and what was
-decided for them — and ``handle``, which turns one control request (a JSON object) into one
+decided for them, the requests the proxy sent itself (``ctl send``/``resend``: ids of its own,
+answers kept) — and ``handle``, which turns one control request (a JSON object) into one
 answer and a list of what changed. The current ``FaultPlan`` (start-up rules, then run-time
 rules) is rebuilt on each change, keeping every surviving rule's counters and random streams.
 

@@ -32,7 +32,10 @@ events or none, never an exception.
 
 Rule 3: the same frames give the same events in every process (recorder, the relay's gate, the
 checker, ``show``/``diff``). A frame is fed whether or not it was forwarded: a request the proxy
-dropped is still pending for its sender, an answer it withheld leaves its request pending.
+dropped is still pending for its sender, an answer it withheld leaves its request pending. Two
+exceptions follow what was forwarded: a forwarded request reusing the id of a pending one that
+was never forwarded takes its place (a held request, released as a copy or an edit), and the
+answer to a request the proxy sent itself (``origin`` proxy) is the proxy's, never withheld.
 """
 
 from __future__ import annotations

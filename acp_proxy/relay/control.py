@@ -6,7 +6,9 @@ in a 0700 directory, removed at the end), the wire (one JSON request line in, on
 line out, per connection), one controller at a time, and carrying out what a request changed:
 the gate's plan swapped, the run's fault spec journaled (a META record: the run row's
 ``fault_spec`` then holds every run-time rule with the times it was added and removed), a
-direction waiting on a held frame woken.
+direction waiting on a held frame woken, a frame ``ctl send`` asked for written (through the
+relay's ``inject``: journaled, then written under the pipe's lock, between two whole lines),
+and the stderr lines saying what is held and, once decided, for how long (``wait_held``).
 
 Must not know: what a request means (``faults.live``), the rule language, SQL. Only a relay
 with a gate serves a socket: a run without ``--control`` never imports this module.
