@@ -645,10 +645,11 @@ class ConnectionState:
         pending = _Pending(f, unknown)
         key = (f.dir, f.rpc_id)
         first = self._pending.get(key)
+        replaced = None
         if first is not None and not first.forwarded and f.forwarded and not first.later:
             # The receiver never saw the first (held, then released as a copy or an edit): the
             # one forwarded takes its place, and its answer answers the sender's request.
-            del self._pending[key]
+            replaced = self._pending.pop(key)
             first = None
         self._request_transition(NONE if first is None else PENDING, REQUEST)
         if first is None:
@@ -682,6 +683,8 @@ class ConnectionState:
                 message = decode(Request, f.line)
                 if message is not None and message.params is not None and isinstance(message.params.title, str):
                     pending.data = message.params.title
+            elif method == "session/prompt" and replaced is not None and isinstance(replaced.data, _Turn):
+                pending.data = replaced.data  # the sender's turn began with the held prompt: it goes on
             elif method == "session/prompt" and sid is not None:
                 session = self._seen(sid, f, out)
                 assert session is not None

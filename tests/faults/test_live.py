@@ -19,6 +19,7 @@ from acp_proxy.faults.plan import FaultPlan
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.frames import FrameRecord
 from acp_proxy.protocol.framing import Line
+from acp_proxy.protocol.state import ConnectionState
 from acp_proxy.protocol.tracker import Tracker
 from tests.faults.test_gate_playbook import Chunk, Playbook
 
@@ -336,3 +337,20 @@ def test_the_answer_to_a_request_the_proxy_sent_is_not_withheld_from_anyone() ->
     for rec in (sent, answer):
         tracker.observe(rec)
     assert answer.request_seq == 1 and "unanswered" not in (answer.note or "")
+
+
+def test_a_held_prompt_released_as_an_edit_is_one_turn_begun_by_the_held_prompt() -> None:
+    state = ConnectionState()
+    init = line({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
+    ready = line({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1}})
+    new = line({"jsonrpc": "2.0", "id": 9, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}})
+    opened = line({"jsonrpc": "2.0", "id": 9, "result": {"sessionId": S}})
+    answer = line({"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn"}})
+    frames = [
+        *(recorded(1, "c2a", init), recorded(2, "a2c", ready), recorded(3, "c2a", new), recorded(4, "a2c", opened)),
+        *(recorded(5, "c2a", prompt(1), forwarded=0), recorded(6, "c2a", prompt(1, "edited"))),
+        recorded(7, "a2c", answer),
+    ]
+    turns = [(f.seq, type(e).__name__) for f in frames for e in state.feed(f) if "Turn" in type(e).__name__]
+    assert turns == [(5, "TurnStarted"), (7, "TurnEnded")]
+    assert state.finish(100) == ()  # nothing left unfinished
