@@ -33,8 +33,8 @@ events or none, never an exception.
 Rule 3: the same frames give the same events in every process (recorder, the relay's gate, the
 checker, ``show``/``diff``). A frame is fed whether or not it was forwarded: a request the proxy
 dropped is still pending for its sender, an answer it withheld leaves its request pending. Two
-exceptions follow what was forwarded: a forwarded request reusing the id of a pending one that
-was never forwarded takes its place (a held request, released as a copy or an edit), and the
+exceptions follow what was forwarded: a request reusing the id of a pending one that was never
+forwarded takes its place (a held request released as a copy or an edit; a retry), and the
 answer to a request the proxy sent itself (``origin`` proxy) is the proxy's, never withheld.
 """
 
@@ -646,9 +646,10 @@ class ConnectionState:
         key = (f.dir, f.rpc_id)
         first = self._pending.get(key)
         replaced = None
-        if first is not None and not first.forwarded and f.forwarded and not first.later:
-            # The receiver never saw the first (held, then released as a copy or an edit): the
-            # one forwarded takes its place, and its answer answers the sender's request.
+        if first is not None and not first.forwarded and not first.later:
+            # The receiver never saw the first (held, then released as a copy or an edit, or
+            # dropped): the id is not reused from its side. The new one takes the first's place,
+            # and its answer (or a fault's error reply) answers the sender's request.
             replaced = self._pending.pop(key)
             first = None
         self._request_transition(NONE if first is None else PENDING, REQUEST)

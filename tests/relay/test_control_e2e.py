@@ -311,3 +311,22 @@ def test_a_killed_proxys_socket_is_not_live_and_a_new_run_takes_over(tmp_path: P
         ctl_ok(db, "release", str(held["seq"]))
         returncode, err = client.finish()
     assert returncode == 0, err
+
+
+def test_a_released_frame_meets_a_fault_added_while_it_was_held(tmp_path: Path) -> None:
+    with client_behind_control(tmp_path, "--break", "method:session/prompt kind:request") as (client, db):
+        held = held_when(db, "session/prompt")
+        ctl_ok(db, "fault", "add", "error if method:session/prompt kind:request")
+        ctl_ok(db, "clear")
+        ctl_ok(db, "release", str(held["seq"]))
+        returncode, err = client.finish()
+    assert returncode == 1 and "sdk_client:" in err  # the first prompt was answered with an error
+    rows = frames(db)
+    prompts = [r for r in rows if r["method"] == "session/prompt" and r["kind"] == "request"]
+    assert [(p["seq"] == held["seq"], p["forwarded"], p["fault"]) for p in prompts] == [
+        (True, 0, None),
+        (False, 0, "error"),
+    ]
+    assert prompts[1]["note"].startswith("released by acp-proxy ctl after it was held")
+    (reply,) = [r for r in rows if r["kind"] == "error" and r["origin"] == "proxy"]
+    assert reply["request_seq"] == prompts[1]["seq"]  # the error answers what was released
