@@ -149,7 +149,10 @@ def breaks(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def held(ctx: click.Context, as_json: bool) -> None:
     """The frames held now: seq (as in `frames`), direction, method, how long, the frame."""
-    _print(_controller(ctx).held(), as_json)
+    held = _controller(ctx).held()
+    if not as_json:  # the proxy's own keys (hold number, time) are for programs
+        held = [{k: v for k, v in h.items() if k not in ("hold", "ts_ns")} for h in held]
+    _print(held, as_json)
 
 
 @ctl.command("release")
