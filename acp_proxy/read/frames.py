@@ -118,12 +118,24 @@ class Selection:
     (None, or a disabled one: as recorded)."""
 
     def __init__(
-        self, db: Any, expr: filter_tree.Expr, redactor: Redactor | None = None, ref: Ref | None = None
+        self,
+        db: Any,
+        expr: filter_tree.Expr,
+        redactor: Redactor | None = None,
+        ref: Ref | None = None,
+        *,
+        until: Cursor | None = None,
     ) -> None:
         self.db = db
         self.expr = expr
         self.redactor = redactor if redactor is not None and redactor.enabled else None
         self.scope = scope_clause(db, ref)
+        self.until = None if until is None else [until[0], until[0], until[1]]
+        if until is not None:
+            # A live run's last commit: what follows comes from its journal (``read.live``), so a
+            # commit landing meanwhile is neither counted twice nor skipped.
+            scope, params = self.scope
+            self.scope = (f"({scope}) and {_UNTIL}", [*params, until[0], until[0], until[1]])
         # Masking first: a filter that reads what masking changes is matched in Python.
         self.in_python = self.redactor is not None and reads_masked(expr)
         self.needs_findings = self.in_python and _has_findings(expr)
@@ -173,6 +185,8 @@ class Selection:
         candidate, candidate_args = relaxed(self.expr).to_sql()
         later, later_args = (_AFTER, [after[0], after[0], after[1]]) if after is not None else ("1", [])
         runs, runs_args = self.runs
+        if self.until is not None:
+            runs, runs_args = f"({runs}) and {_UNTIL}", [*runs_args, *self.until]
         sql = f"""select frames.*, {_MARK}, coalesce(({scope}) and ({candidate}) and {later}, 0) as _wanted
                   from frames where {runs} order by frames.run_id, frames.seq"""
         shown = 0
@@ -256,6 +270,24 @@ class Selection:
         place = (shown[-1]["run_id"], shown[-1]["seq"]) if shown else after
         return FramePage(shown, count, count > offset + limit, place, masked=True, last=final)
 
+    def extend(self, rows: list[dict[str, Any]], primed: Primed | None = None) -> list[dict[str, Any]]:
+        """Frames that follow every frame of the selection's runs (a live run's journal tail,
+        ``read.live``, in relay order), masked and matched as the selection's own: by its
+        redactor, which has read every earlier frame, when the filter reads masked text (call
+        after a full pass: ``window``, ``total``); else by ``primed`` (every row, in order, so it
+        learns from each), or by the redactor row by row as ``rows`` masks."""
+        if self.in_python:
+            assert self.redactor is not None
+            masked = [self.redactor.frame_row(row) for row in rows]
+            return [row for row in masked if self.expr.matches(SimpleNamespace(**row, findings=[]))]
+        if primed is not None and self.db is not None:
+            masked = primed.masked(self.db, rows)
+        elif self.redactor is not None:
+            masked = [self.redactor.frame_row(row) for row in rows]
+        else:
+            masked = rows
+        return [row for row in masked if self.expr.matches(SimpleNamespace(**row, findings=[]))]
+
     def _record(self, row: dict[str, Any]) -> Any:
         findings: list[tuple[str, str]] = []
         if self.needs_findings:
@@ -271,6 +303,7 @@ class Selection:
 _BATCH = 2000
 
 _AFTER = "(frames.run_id > ? or (frames.run_id = ? and frames.seq > ?))"
+_UNTIL = "(frames.run_id < ? or (frames.run_id = ? and frames.seq <= ?))"
 _MARK = """(select coalesce(marks.note, '') from marks
             where marks.run_id = frames.run_id and marks.seq = frames.seq) as mark"""
 """A person's mark on the frame (``acp-proxy mark``): its comment, "" for none; NULL: unmarked."""

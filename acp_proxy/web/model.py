@@ -23,7 +23,7 @@ from typing import Any
 
 from acp_proxy.protocol import filters, wire
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.read import compare, latency, listing, queries
+from acp_proxy.read import compare, latency, listing, live, queries
 from acp_proxy.read import conversation as folding
 from acp_proxy.read import diff as df
 from acp_proxy.read import faults as notes
@@ -237,6 +237,7 @@ def frames_page(
     after: str | None = None,
     limit: int = PAGE_LIMIT,
     at: str | None = None,
+    journals: live.Journals | None = None,
 ) -> dict[str, Any]:
     """One page of a run's or a session's frames, for the virtual timeline: ``limit`` frames of
     the selection from ``offset`` (or, with ``after``, a ``RUN:SEQ`` cursor, the frames recorded
@@ -247,7 +248,10 @@ def frames_page(
     server's, which masks the frames of a page. ``total`` is the selection's size (with
     ``after``: how many follow the cursor); ``last`` (without ``after``) the place of its last
     frame: the cursor a live page asks after; with ``at`` (``RUN:SEQ``), ``position`` is that
-    frame's index in the selection (None: not in it), so that a page can scroll to it."""
+    frame's index in the selection (None: not in it), so that a page can scroll to it.
+
+    ``journals`` (the server's ``read.live.Journals``): a live run's frames are shown as soon as
+    its relay journaled them, before the recorder commits them, masked as committed ones are."""
     ref = resolve(db, kind, ident)
     run_ids = queries.run_ids_of(db, ref)
     out: dict[str, Any] = {"filter": filter_text or "", "filter_error": None, "offset": offset}
@@ -260,30 +264,47 @@ def frames_page(
         return out
     limit = max(0, min(int(limit), MAX_PAGE))
     cursor = parse_cursor(after)
-    if redactor.enabled and selections.reads_masked(expr):
-        # The filter reads masked text: the selection masks every frame in relay order itself,
-        # with this request's own redactor (the primed one is shared between threads).
-        selection = selections.Selection(db, expr, redactor, ref)
-        page = selection.window(cursor, limit, offset)
-        rows = page.frames
-    else:
-        selection = selections.Selection(db, expr, None, ref)
-        page = selection.window(cursor, limit, offset)
-        rows = primed.masked(db, page.frames)
-    total = page.total
+    # A live run: committed rows up to its last commit, then its journal's tail (read.live).
+    run_id = ref.run_id
+    tail = None
+    if journals is not None and out["live"] and not ref.is_session and run_id is not None:
+        tail = journals.tail(db, run_id)
+    until = (run_id, tail.committed) if tail is not None and tail.committed is not None and run_id else None
+    in_python = redactor.enabled and selections.reads_masked(expr)
+    # The filter reads masked text: the selection masks every frame in relay order itself,
+    # with this request's own redactor (the primed one is shared between threads).
+    selection = selections.Selection(db, expr, redactor if in_python else None, ref, until=until)
+    page = selection.window(cursor, limit, offset)
+    rows = page.frames if in_python else primed.masked(db, page.frames)
+    total, more, last, place = page.total, page.more, page.last, page.cursor
+    fresh: list[dict[str, Any]] = []
+    if until is not None and tail is not None and tail.rows:
+        # Every journal frame is masked, in order (each can teach a secret a later one repeats).
+        fresh = [r for r in selection.extend(tail.rows, primed) if cursor is None or (r["run_id"], r["seq"]) > cursor]
+    if fresh:
+        start = max(0, offset - page.total)
+        taken = fresh[start : start + max(0, limit - len(rows))]
+        rows = [*rows, *taken]
+        total += len(fresh)
+        more = total > offset + len(rows)
+        last = (fresh[-1]["run_id"], fresh[-1]["seq"])
+        place = (rows[-1]["run_id"], rows[-1]["seq"]) if rows else place
     if cursor is None:
-        out["last"] = f"{page.last[0]}:{page.last[1]}" if page.last else None
+        out["last"] = f"{last[0]}:{last[1]}" if last else None
     wanted = parse_cursor(at)
     if wanted is not None:
         out["position"] = selection.position(wanted)
+        if out["position"] is None:
+            found = [i for i, r in enumerate(fresh) if (r["run_id"], r["seq"]) == wanted]
+            out["position"] = selection.total() + found[0] if found else None
     faults, findings = _annotations(db, run_ids, redactor)
     out["rows"] = [
         timeline.timeline_row(r, faults.get((r["run_id"], r["seq"]), ()), findings.get((r["run_id"], r["seq"]), ()))
         for r in rows
     ]
     out["total"] = total
-    out["more"] = page.more
-    out["cursor"] = f"{page.cursor[0]}:{page.cursor[1]}" if page.cursor else None
+    out["more"] = more
+    out["cursor"] = f"{place[0]}:{place[1]}" if place else None
     return out
 
 
