@@ -68,7 +68,10 @@ def recorder_of(proxy: int) -> int:
 
 
 def committed(db: Path) -> int:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    except sqlite3.OperationalError:
+        return 0  # not created yet
     try:
         return int(conn.execute("select coalesce(max(seq), 0) from frames").fetchone()[0])
     except sqlite3.OperationalError:
