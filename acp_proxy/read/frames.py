@@ -355,6 +355,11 @@ class Primed:
                 self._upto[run_id] = seq - 1
             return self.redactor
 
+    def read_to(self, run_id: int) -> int:
+        """The last seq of ``run_id`` this redactor has read (0: none)."""
+        with self._lock:
+            return self._upto.get(run_id, 0)
+
     def masked(self, db: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``rows`` (unmasked frames, in relay order) masked, each after all that came before."""
         out = []

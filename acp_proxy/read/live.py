@@ -27,7 +27,9 @@ and the relay hold their locks; a reader must not make a live run look dead or a
 
 from __future__ import annotations
 
+import bisect
 import json
+import operator
 import os
 import threading
 from collections.abc import Iterator
@@ -43,6 +45,7 @@ from acp_proxy.read import queries
 from acp_proxy.record import journal as jr
 from acp_proxy.record.indexer import Indexer
 
+_SEQ = operator.attrgetter("seq")
 ROW_MARGIN = 64 * 1024  # as the recorder's session leaves under SQLite's length limit
 MAX_BUFFERED = 200_000
 """Journal frames kept at most per run (a flood the recorder yields to is ~10 s behind): the
@@ -146,19 +149,15 @@ class _RunJournal:
         if len(self.rows) > MAX_BUFFERED:
             del self.rows[: len(self.rows) - MAX_BUFFERED]
 
-    def after(self, seq: int) -> list[dict[str, Any]]:
-        """Frames after ``seq`` (and drops those the database holds by now)."""
-        keep = [r for r in self.rows if r.seq > seq]
-        self.rows = keep
-        return [_row(r) for r in keep]
+    def after(self, committed: int, seq: int) -> list[dict[str, Any]]:
+        """Frames after ``seq``, dropping those the database holds by now (``committed``)."""
+        held = bisect.bisect_right(self.rows, committed, key=_SEQ)
+        if held:
+            del self.rows[:held]
+        return [r.as_dict() for r in self.rows[bisect.bisect_right(self.rows, seq, key=_SEQ) :]]
 
     def close(self) -> None:
         os.close(self.fd)
-
-
-def _row(rec: FrameRecord) -> dict[str, Any]:
-    row = rec.as_dict()
-    return row
 
 
 class Journals:
@@ -170,8 +169,9 @@ class Journals:
         self._runs: dict[int, _RunJournal] = {}
         self._lock = threading.Lock()
 
-    def tail(self, db: Any, run_id: int) -> Tail:
-        """``run_id``'s frames beyond its last commit, read from its journal now."""
+    def tail(self, db: Any, run_id: int, after: int = 0) -> Tail:
+        """``run_id``'s frames beyond its last commit (and after seq ``after``), read from its
+        journal now."""
         row = db.execute("select status, journal, journal_state from runs where id = ?", [run_id]).fetchone()
         if row is None:
             return Tail(None)
@@ -202,7 +202,7 @@ class Journals:
                     state = _state(row[0] if row else None)
                     committed = int(state["seq"]) if state else 0
             assert follower is not None
-            return Tail(committed, follower.after(committed), True)
+            return Tail(committed, follower.after(committed, max(after, committed)), True)
 
     def _forget(self, run_id: int) -> None:
         with self._lock:

@@ -267,10 +267,13 @@ def frames_page(
     # A live run: committed rows up to its last commit, then its journal's tail (read.live).
     run_id = ref.run_id
     tail = None
-    if journals is not None and out["live"] and not ref.is_session and run_id is not None:
-        tail = journals.tail(db, run_id)
-    until = (run_id, tail.committed) if tail is not None and tail.committed is not None and run_id else None
     in_python = redactor.enabled and selections.reads_masked(expr)
+    if journals is not None and out["live"] and not ref.is_session and run_id is not None:
+        # Every journal frame the masking has not read yet is masked, in order (each can teach a
+        # secret a later one repeats): after the cursor, or where the primed redactor stopped.
+        known = 0 if in_python or cursor is None else min(cursor[1], primed.read_to(run_id))
+        tail = journals.tail(db, run_id, known)
+    until = (run_id, tail.committed) if tail is not None and tail.committed is not None and run_id else None
     # The filter reads masked text: the selection masks every frame in relay order itself,
     # with this request's own redactor (the primed one is shared between threads).
     selection = selections.Selection(db, expr, redactor if in_python else None, ref, until=until)
@@ -279,7 +282,6 @@ def frames_page(
     total, more, last, place = page.total, page.more, page.last, page.cursor
     fresh: list[dict[str, Any]] = []
     if until is not None and tail is not None and tail.rows:
-        # Every journal frame is masked, in order (each can teach a secret a later one repeats).
         fresh = [r for r in selection.extend(tail.rows, primed) if cursor is None or (r["run_id"], r["seq"]) > cursor]
     if fresh:
         start = max(0, offset - page.total)
