@@ -60,8 +60,17 @@ class Tail:
     already applied), ``live`` whether the run is still recording."""
 
     committed: int | None
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    records: list[FrameRecord] = field(default_factory=list)
     live: bool = False
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """Every frame of the tail as a ``frames`` row."""
+        return [r.as_dict() for r in self.records]
+
+    def index_after(self, seq: int) -> int:
+        """How many frames of the tail have a seq up to ``seq``."""
+        return bisect.bisect_right(self.records, seq, key=_SEQ)
 
 
 class _Collector:
@@ -149,12 +158,12 @@ class _RunJournal:
         if len(self.rows) > MAX_BUFFERED:
             del self.rows[: len(self.rows) - MAX_BUFFERED]
 
-    def after(self, committed: int, seq: int) -> list[dict[str, Any]]:
+    def after(self, committed: int, seq: int) -> list[FrameRecord]:
         """Frames after ``seq``, dropping those the database holds by now (``committed``)."""
         held = bisect.bisect_right(self.rows, committed, key=_SEQ)
         if held:
             del self.rows[:held]
-        return [r.as_dict() for r in self.rows[bisect.bisect_right(self.rows, seq, key=_SEQ) :]]
+        return self.rows[bisect.bisect_right(self.rows, seq, key=_SEQ) :]
 
     def close(self) -> None:
         os.close(self.fd)
@@ -265,7 +274,7 @@ class Follower:
     def _seen_now(self, run_id: int) -> int:
         high = int(self.db.execute("select coalesce(max(seq), 0) from frames where run_id = ?", [run_id]).fetchone()[0])
         tail = self.journals.tail(self.db, run_id)
-        return max([high, *(r["seq"] for r in tail.rows[-1:])])
+        return max([high, *(r.seq for r in tail.records[-1:])])
 
     def poll(self, expr: filter_tree.Expr) -> Iterator[dict[str, Any]]:
         """The frames recorded (or journaled) since the last poll that ``expr`` selects."""
@@ -277,7 +286,7 @@ class Follower:
         where, params = expr.to_sql()
         sql = f"select * from frames where run_id = ? and seq > ? and seq <= ? and ({where}) order by seq"
         for run_id in sorted(self.last):
-            tail = self.journals.tail(self.db, run_id)
+            tail = self.journals.tail(self.db, run_id, self.last[run_id])
             if tail.committed is None:  # ended (or unknown): the database holds everything
                 high = int(
                     self.db.execute("select coalesce(max(seq), 0) from frames where run_id = ?", [run_id]).fetchone()[0]
@@ -287,9 +296,10 @@ class Follower:
             if high > self.last[run_id]:
                 yield from queries.iter_rows(self.db, sql, [run_id, self.last[run_id], high, *params])
                 self.last[run_id] = high
-            for row in tail.rows:
-                if row["seq"] > self.last[run_id]:
-                    self.last[run_id] = row["seq"]
+            for rec in tail.records:
+                if rec.seq > self.last[run_id]:
+                    self.last[run_id] = rec.seq
+                    row = rec.as_dict()
                     if expr.matches(record_of(row)):
                         yield row
             if run_id in self.ending:

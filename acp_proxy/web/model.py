@@ -269,10 +269,7 @@ def frames_page(
     tail = None
     in_python = redactor.enabled and selections.reads_masked(expr)
     if journals is not None and out["live"] and not ref.is_session and run_id is not None:
-        # Every journal frame the masking has not read yet is masked, in order (each can teach a
-        # secret a later one repeats): after the cursor, or where the primed redactor stopped.
-        known = 0 if in_python or cursor is None else min(cursor[1], primed.read_to(run_id))
-        tail = journals.tail(db, run_id, known)
+        tail = journals.tail(db, run_id)
     until = (run_id, tail.committed) if tail is not None and tail.committed is not None and run_id else None
     # The filter reads masked text: the selection masks every frame in relay order itself,
     # with this request's own redactor (the primed one is shared between threads).
@@ -281,24 +278,25 @@ def frames_page(
     rows = page.frames if in_python else primed.masked(db, page.frames)
     total, more, last, place = page.total, page.more, page.last, page.cursor
     fresh: list[dict[str, Any]] = []
-    if until is not None and tail is not None and tail.rows:
-        fresh = [r for r in selection.extend(tail.rows, primed) if cursor is None or (r["run_id"], r["seq"]) > cursor]
-    if fresh:
-        start = max(0, offset - page.total)
-        taken = fresh[start : start + max(0, limit - len(rows))]
-        rows = [*rows, *taken]
-        total += len(fresh)
-        more = total > offset + len(rows)
-        last = (fresh[-1]["run_id"], fresh[-1]["seq"])
-        place = (rows[-1]["run_id"], rows[-1]["seq"]) if rows else place
+    if until is not None and tail is not None and tail.records:
+        fresh, count, final = _journal_rows(
+            selection, tail, primed, cursor, max(0, offset - page.total), limit - len(rows)
+        )
+        if count:
+            rows = [*rows, *fresh]
+            total += count
+            more = total > offset + len(rows)
+            last = (until[0], final)
+            place = (rows[-1]["run_id"], rows[-1]["seq"]) if rows else place
     if cursor is None:
         out["last"] = f"{last[0]}:{last[1]}" if last else None
     wanted = parse_cursor(at)
     if wanted is not None:
         out["position"] = selection.position(wanted)
-        if out["position"] is None:
-            found = [i for i, r in enumerate(fresh) if (r["run_id"], r["seq"]) == wanted]
-            out["position"] = selection.total() + found[0] if found else None
+        if out["position"] is None and tail is not None and tail.records and wanted[0] == run_id:
+            index = tail.index_after(wanted[1]) - 1
+            held = index >= 0 and tail.records[index].seq == wanted[1] and isinstance(expr, filters.Const)
+            out["position"] = selection.total() + index if held else None
     faults, findings = _annotations(db, run_ids, redactor)
     out["rows"] = [
         timeline.timeline_row(r, faults.get((r["run_id"], r["seq"]), ()), findings.get((r["run_id"], r["seq"]), ()))
@@ -308,6 +306,40 @@ def frames_page(
     out["more"] = more
     out["cursor"] = f"{place[0]}:{place[1]}" if place else None
     return out
+
+
+def _journal_rows(
+    selection: selections.Selection,
+    tail: live.Tail,
+    primed: selections.Primed,
+    cursor: tuple[int, int] | None,
+    start: int,
+    room: int,
+) -> tuple[list[dict[str, Any]], int, int]:
+    """A live run's journal frames that follow the selection's committed ones: the ``room``
+    of them from index ``start`` (after ``cursor``), masked, and how many there are.
+
+    With no filter this costs the page, not the tail (a flood leaves the recorder ~100,000
+    frames behind): the primed masking reads only the frames it has not read up to the page's
+    end, each once. A filter is matched on every frame of the tail, masked in order."""
+    records = tail.records
+    first = tail.index_after(cursor[1]) if cursor is not None else 0
+    if not isinstance(selection.expr, filters.Const) or selection.in_python:
+        matched = selection.extend([r.as_dict() for r in records], primed)
+        if cursor is not None:
+            matched = [r for r in matched if r["seq"] > cursor[1]]
+        return matched[start : start + max(0, room)], len(matched), matched[-1]["seq"] if matched else 0
+    if not selection.expr.value:
+        return [], 0, 0
+    count = len(records) - first
+    begin = first + start
+    end = min(len(records), begin + max(0, room))
+    if begin >= end:
+        return [], count, records[-1].seq
+    # Every frame the masking has not read yet, up to the page's end, in order.
+    learn = min(begin, tail.index_after(primed.read_to(records[0].run_id)))
+    masked = primed.masked(selection.db, [r.as_dict() for r in records[learn:end]])
+    return masked[begin - learn :], count, records[-1].seq
 
 
 def _conversation_json(conv: fd.Conversation) -> dict[str, Any]:
