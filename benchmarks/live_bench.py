@@ -111,10 +111,8 @@ def _stamp(text: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def measure(rate: int, seconds: float, scratch: Path, timeout: float = 300.0) -> dict[str, Any]:
-    """One paced run, read by both readers; their lags and the run's counts."""
-    db = scratch / "live.db"
-    scratch.mkdir(parents=True, exist_ok=True)
+def measure(rate: int, seconds: float, db: Path, timeout: float = 300.0) -> dict[str, Any]:
+    """One paced run recorded into ``db``, read by both readers; their lags and the run's counts."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     argv = [sys.executable, "-m", "acp_proxy", "run", "--db", str(db), "--"]
@@ -165,6 +163,11 @@ def measure(rate: int, seconds: float, scratch: Path, timeout: float = 300.0) ->
             "requests": reader.requests,
             "ms_per_request": 1e3 * reader.request_s / max(1, reader.requests),
         }
+        for figure in ("p50_ms", "max_ms", "last_ms"):  # flat, for relay_bench's table
+            if out[name][figure] is not None:
+                out[f"{name}_{figure}"] = out[name][figure]
+    if readers["journal"].last_seen < int(rate * seconds):
+        raise RuntimeError(f"the page never got the last frame ({readers['journal'].last_seen} seen)")
     return out
 
 
@@ -179,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="acp-live-bench-") as tmp:
         for rate in args.rate or [2000, 10000]:
-            results.append(measure(rate, args.seconds, Path(tmp) / f"r{rate}"))
+            results.append(measure(rate, args.seconds, Path(tmp) / f"r{rate}.db"))
     print(f"{'frames/s':>9} {'reader':<9} {'seen':>8} {'p50 ms':>8} {'max ms':>9} {'last ms':>9} {'ms/req':>7}")
     failed = False
     for r in results:
