@@ -177,6 +177,8 @@ def conversation(
     after: str | None = None,
     limit: int = DEFAULT_LIMIT,
     parts: Iterable[str] = ("summary", "conversation", "timeline", "charts", "latency"),
+    journals: live.Journals | None = None,
+    primed: selections.Primed | None = None,
 ) -> dict[str, Any]:
     """A run's or a session's page: what ``show`` rebuilds beside the frame timeline.
 
@@ -185,22 +187,32 @@ def conversation(
     which sections to compute (``summary``, ``conversation``, ``timeline``, ``charts``,
     ``latency``: the per-method table, by SQL). Above ``FOLD_LIMIT`` frames the conversation
     and the charts are left out (``folded`` is false): the page pages through the frames.
+    ``journals`` and ``primed`` (the server's): a live run's timeline goes on past its last
+    commit, from its journal; each frame is masked after every frame before it.
     """
     parts = set(parts)
     ref = resolve(db, kind, ident)
     run_ids = queries.run_ids_of(db, ref)
-    every = selections.Selection(db, filters.Const(True), None, ref)
+    # The summary is cheap and says whether a run is still recording: live follow needs it.
+    runs = [run_summary(r, redactor) for r in queries.runs_by_id(db, run_ids)]
+    running = any(r["status"] == "running" for r in runs)
+    # A live run: committed rows up to its last commit, then its journal's tail (read.live).
+    tail = None
+    if journals is not None and running and not ref.is_session and ref.run_id is not None:
+        tail = journals.tail(db, ref.run_id)
+    until = (ref.run_id, tail.committed) if tail is not None and tail.committed is not None and ref.run_id else None
+    every = selections.Selection(db, filters.Const(True), None, ref, until=until)
     last = every.last()
+    if until is not None and tail is not None and tail.records:
+        last = (until[0], tail.records[-1].seq)
     out: dict[str, Any] = {
         "ref": {"kind": kind, "id": ref.run_id if kind == "run" else ref.session_id, "describe": ref.describe()},
         "run_ids": run_ids,
         "redacted": redactor.enabled,
-        "frames_total": every.total(),
+        "frames_total": every.total() + (len(tail.records) if until is not None and tail is not None else 0),
         "cursor": f"{last[0]}:{last[1]}" if last else None,
     }
-    # The summary is cheap and says whether a run is still recording: live follow needs it.
-    runs = [run_summary(r, redactor) for r in queries.runs_by_id(db, run_ids)]
-    out["live"] = any(r["status"] == "running" for r in runs)
+    out["live"] = running
     if "summary" in parts:
         out["runs"] = runs
     out["folded"] = out["frames_total"] <= FOLD_LIMIT
@@ -221,7 +233,8 @@ def conversation(
             ts_of = {(r["run_id"], r["seq"]): r["ts_ns"] for r in folded.frames}
             out["waterfall"] = timeline.waterfall(convs, ts_of)
     if "timeline" in parts:
-        out.update(_timeline(db, ref, run_ids, redactor, filter_text, parse_cursor(after), limit))
+        fresh = tail if until is not None else None
+        out.update(_timeline(db, ref, run_ids, redactor, filter_text, parse_cursor(after), limit, fresh, until, primed))
     return out
 
 
@@ -364,6 +377,9 @@ def _timeline(
     filter_text: str | None,
     cursor: tuple[int, int] | None,
     limit: int,
+    tail: live.Tail | None = None,
+    until: tuple[int, int] | None = None,
+    primed: selections.Primed | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"filter": filter_text or "", "filter_error": None}
     try:
@@ -373,7 +389,21 @@ def _timeline(
         return out
     limit = max(1, min(int(limit), MAX_LIMIT))
     # Masked before the filter reads it: a text: term matches what the page shows, no more.
-    selected = list(selections.Selection(db, expr, redactor, ref).rows(cursor, limit + 1))
+    # Each frame masked after every frame before it (a value named in one is masked where a
+    # later one repeats it): by the selection's own pass when the filter reads masked text,
+    # else by a primed redactor that reads the run up to the page.
+    in_python = redactor.enabled and selections.reads_masked(expr)
+    primed = primed if primed is not None else selections.Primed(redactor)
+    selection = selections.Selection(db, expr, redactor if in_python else None, ref, until=until)
+    selected = list(selection.rows(cursor, limit + 1))
+    if not in_python:
+        selected = primed.masked(db, selected)
+    if tail is not None and tail.records and len(selected) <= limit:
+        # Past the last commit: the journal's frames, masked and matched as the committed ones
+        # (the selection has read every committed frame by now: it found fewer than it wanted).
+        later = selection.extend(tail.rows, primed)
+        later = [r for r in later if cursor is None or (r["run_id"], r["seq"]) > cursor]
+        selected += later[: limit + 1 - len(selected)]
     out["more"] = len(selected) > limit
     selected = selected[:limit]
     faults, findings = _annotations(db, run_ids, redactor)

@@ -212,6 +212,8 @@ async def conversation_view(datasette: Any, request: Any) -> Response:
         "filter_text": request.args.get("filter"),
         "after": request.args.get("after"),
         "limit": _int(request.args.get("limit"), model.DEFAULT_LIMIT),
+        "journals": journals_for(datasette),
+        "primed": primed_for(datasette),
     }
     if parts:
         kwargs["parts"] = [p for p in parts.split(",") if p]

@@ -177,6 +177,16 @@ def test_a_live_page_shows_journal_frames_masked_as_committed_ones(paused: tuple
             assert found["total"] == 0, probe
         plain = model.frames_page(conn, "run", "1", Redactor(), primed, filter_text='text:"chunk 1"', journals=journals)
         assert plain["total"] == 10 * 2  # chunks 10-19, both ways
+        # The page before it outgrows a whole table: the conversation's timeline, live too.
+        whole = model.conversation(
+            conn, "run", "1", Redactor(), parts=("summary", "timeline"), after=f"1:{before}", journals=journals
+        )
+        assert whole["frames_total"] == before + 104 and whole["cursor"] == f"1:{before + 104}"
+        assert whole["shown"] == 104 and TOKEN not in json.dumps(whole) and PASSWORD not in json.dumps(whole)
+        probed = model.conversation(
+            conn, "run", "1", Redactor(), parts=("timeline",), filter_text=f'text:"{PASSWORD[:8]}"', journals=journals
+        )
+        assert probed["shown"] == 0
         # Unmasked (ui --no-redact), the same page holds the secret: the masking above is real.
         bare = model.frames_page(
             conn, "run", "1", Redactor(enabled=False), selections.Primed(Redactor(enabled=False)), journals=journals
