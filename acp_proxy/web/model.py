@@ -286,7 +286,7 @@ def frames_page(
     until = (run_id, tail.committed) if tail is not None and tail.committed is not None and run_id else None
     # The filter reads masked text: the selection masks every frame in relay order itself,
     # with this request's own redactor (the primed one is shared between threads).
-    selection = selections.Selection(db, expr, redactor if in_python else None, ref, until=until)
+    selection = selections.Selection(db, expr, redactor if in_python else None, ref, until=until, primed=primed)
     page = selection.window(cursor, limit, offset)
     rows = page.frames if in_python else primed.masked(db, page.frames)
     total, more, last, place = page.total, page.more, page.last, page.cursor
