@@ -492,17 +492,17 @@ class Primed:
                 # anywhere (told from the batch's text joined — by SQLite, so a million lines
                 # cross into Python as 500 strings — by the same substring tests that tell one
                 # line) is skipped whole; a hit reads it line by line.
-                joined = """select seq / ?, group_concat(raw, char(0)) from frames
-                            where run_id = ? and seq > ? and seq < ? and raw is not null
-                            group by seq / ? order by seq / ?"""
-                lines = """select seq, raw from frames where run_id = ? and seq >= ? and seq < ? and seq > ?
-                           and seq < ? and raw is not null order by seq"""
+                joined = """select group_concat(raw, char(0)) from frames
+                            where run_id = ? and seq >= ? and seq < ? and raw is not null"""
+                lines = """select seq, raw from frames where run_id = ? and seq >= ? and seq < ?
+                           and raw is not null order by seq"""
                 dirty = self._dirty.setdefault(run_id, set())
-                for block, text in db.execute(joined, [_BATCH, run_id, done, seq, _BATCH, _BATCH]):
-                    if self.redactor.plainly_clean(text):
+                for start in range(done + 1, seq, _BATCH):
+                    end = min(seq, start + _BATCH)
+                    (text,) = db.execute(joined, [run_id, start, end]).fetchone()
+                    if text is None or self.redactor.plainly_clean(text):
                         continue
-                    start = block * _BATCH
-                    for place, raw in db.execute(lines, [run_id, start, start + _BATCH, done, seq]):
+                    for place, raw in db.execute(lines, [run_id, start, end]):
                         if self.redactor.raw(raw) != raw:
                             dirty.add(place)
                 self._upto[run_id] = seq - 1
