@@ -1012,7 +1012,11 @@ def make_plans(cfg: Config, examples: Path, skip_sdk: str | None) -> list[Plan]:
     plans.append(Plan("startup", ["direct", "cat", "proxy", "proxy_rec"], lambda r, s: startup(r, cfg, s)))
     plans.append(Plan("lock", ["proxy_rec"], lambda relay, scratch: locked_database(relay, cfg, scratch)))
     for rate, seconds in cfg.live:
-        plans.append(Plan(f"live:{rate}", ["proxy_rec"], lambda r, s, a=rate, b=seconds: live_lag(a, b, cfg, s)))
+
+        def live_plan(relay: Relay, scratch: Path, rate: int = rate, seconds: float = seconds) -> dict:
+            return live_lag(rate, seconds, cfg, scratch)
+
+        plans.append(Plan(f"live:{rate}", ["proxy_rec"], live_plan))
     if skip_sdk is None:
         plans.append(
             Plan(

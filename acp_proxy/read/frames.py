@@ -527,6 +527,26 @@ class Primed:
                         self._dirty.setdefault(row["run_id"], set()).add(row["seq"])
         return out
 
+    def learn(self, db: Any, run_id: int, lines: list[tuple[int, str | None]]) -> None:
+        """Read ``lines`` — (seq, raw) of frames of ``run_id`` that follow what is recorded, in
+        relay order (a live run's journal tail) — as ``upto`` reads recorded ones: a batch no rule
+        can match anywhere at once, the others line by line."""
+        if not lines or not self.redactor.enabled:
+            return
+        self.upto(db, run_id, lines[0][0])
+        with self._lock:
+            done = self._upto.get(run_id, 0)
+            fresh = [(seq, raw) for seq, raw in lines if seq > done and raw is not None]
+            dirty = self._dirty.setdefault(run_id, set())
+            for start in range(0, len(fresh), _BATCH):
+                batch = fresh[start : start + _BATCH]
+                if self.redactor.plainly_clean("\0".join(raw for _, raw in batch)):
+                    continue
+                for seq, raw in batch:
+                    if self.redactor.raw(raw) != raw:
+                        dirty.add(seq)
+            self._upto[run_id] = max(done, lines[-1][0])
+
     def dirty(self, run_id: int) -> list[int]:
         """The frames of ``run_id`` read so far whose line masking changed."""
         with self._lock:

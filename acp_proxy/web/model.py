@@ -349,10 +349,12 @@ def _journal_rows(
     end = min(len(records), begin + max(0, room))
     if begin >= end:
         return [], count, records[-1].seq
-    # Every frame the masking has not read yet, up to the page's end, in order.
+    # Every frame the masking has not read yet, up to the page's end, in order: those before the
+    # page read as recorded frames are (a batch at a time), the page's own masked.
     learn = min(begin, tail.index_after(primed.read_to(records[0].run_id)))
-    masked = primed.masked(selection.db, [r.as_dict() for r in records[learn:end]])
-    return masked[begin - learn :], count, records[-1].seq
+    primed.learn(selection.db, records[0].run_id, [(r.seq, r.raw) for r in records[learn:begin]])
+    masked = primed.masked(selection.db, [r.as_dict() for r in records[begin:end]])
+    return masked, count, records[-1].seq
 
 
 def _conversation_json(conv: fd.Conversation) -> dict[str, Any]:

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.spawns
 
 TOKEN = "ghp_" + "R7kQ2mZx9WpL4vNc8TbY3hJd6FsG1aUe5oXi"
 PASSWORD = "correct-Horse-battery-9"  # no shape of its own: masked where it is named, then learnt
+SECOND = "staple-Orbit-lantern-4"  # named in a frame only the journal holds yet
 SAME = ("run_id", "seq", "ts_ns", "dir", "raw", "raw_bytes", "size", "terminated", "cut", "kind", "rpc_id")
 SAME_TOO = ("session_id", "update_kind", "forwarded", "batch_seq", "batch_index")
 
@@ -39,9 +40,9 @@ def line(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
 
 
-def chunk(n: int, text: str) -> bytes:
+def chunk(n: int, text: str, **more: Any) -> bytes:
     update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
-    params = {"sessionId": "s1", "update": update, "n": n}
+    params = {"sessionId": "s1", "update": update, "n": n, **more}
     return line({"jsonrpc": "2.0", "method": "session/update", "params": params})
 
 
@@ -120,7 +121,10 @@ def paused(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Pat
         proxy.stdin.write(b'[{"jsonrpc":"2.0","id":5,"method":"ping"},{"jsonrpc":"2.0","method":"x"}]\n')
         proxy.stdin.write(b"not json \xff at all\n")
         for n in range(3, 50):
-            proxy.stdin.write(chunk(n, f"chunk {n}"))
+            # Chunk 3 names a second password (journaled only); the last chunk repeats it.
+            text = {3: "x", 49: f"again {SECOND}"}.get(n, f"chunk {n}")
+            meta = {"_meta": {"proxy": {"password": SECOND}}} if n == 3 else {}
+            proxy.stdin.write(chunk(n, text, **meta))
         proxy.stdin.flush()
         wait_for_output(proxy.stdout, b'"n":49', 30)
         yield db, proxy, recorder, 4
@@ -177,6 +181,13 @@ def test_a_live_page_shows_journal_frames_masked_as_committed_ones(paused: tuple
             assert found["total"] == 0, probe
         plain = model.frames_page(conn, "run", "1", Redactor(), primed, filter_text='text:"chunk 1"', journals=journals)
         assert plain["total"] == 10 * 2  # chunks 10-19, both ways
+        # A jump to the last frame, past the journal frame that names a secret it repeats: a
+        # fresh server's masking reads the frames before the page first.
+        end = model.frames_page(
+            conn, "run", "1", Redactor(), selections.Primed(Redactor()), offset=before + 103, journals=journals
+        )
+        assert [r["seq"] for r in end["rows"]] == [before + 104]
+        assert "again" in json.dumps(end) and SECOND not in json.dumps(end)
         # The page before it outgrows a whole table: the conversation's timeline, live too.
         whole = model.conversation(
             conn, "run", "1", Redactor(), parts=("summary", "timeline"), after=f"1:{before}", journals=journals
@@ -193,7 +204,7 @@ def test_a_live_page_shows_journal_frames_masked_as_committed_ones(paused: tuple
         )
         held = json.dumps(bare)
         run_redacted = PASSWORD not in conn.execute("select raw from frames where seq = 1").fetchone()[0]
-        assert (TOKEN in held) == (not run_redacted)
+        assert (TOKEN in held) == (SECOND in held) == (not run_redacted)
     finally:
         conn.close()
     journals.close()
