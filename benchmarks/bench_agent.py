@@ -4,6 +4,7 @@
     python benchmarks/bench_agent.py big COUNT SIZE   # COUNT single-line frames of SIZE bytes each
     python benchmarks/bench_agent.py echo             # one response line per request line
     python benchmarks/bench_agent.py echo SECONDS     # the same, after SECONDS of CPU-bound start-up
+    python benchmarks/bench_agent.py paced RATE SECONDS  # RATE chunk lines a second for SECONDS
 
 ``storm`` and ``big`` build their output before they start, then shake hands: they read one
 request (``HELLO``) and answer it (``READY``) — once the client has that answer, every process
@@ -12,6 +13,10 @@ pipe takes it, in big writes, and exit without waiting for stdin to close. ``ech
 each request with a response carrying the same id, and exits at end of input; with SECONDS it
 first keeps a core busy that long, as a real agent loading its code does (they took 89-1,541
 ms to first answer ``initialize``).
+
+``paced`` shakes hands as ``storm`` does, then writes its chunks on a clock (every 5 ms, the
+lines due by then), each carrying the wall-clock time it was written (``t=NS``, time_ns), so a
+reader can tell how long after the agent wrote a frame it saw it; it exits after SECONDS.
 
 Line sizes include the terminating ``\\n``. Nothing is written to stderr.
 """
@@ -88,6 +93,29 @@ def big(count: int, size: int) -> None:
         write_all(1, tail)
 
 
+def paced(rate: float, seconds: float) -> None:
+    import time
+
+    handshake()
+    begun = time.monotonic()
+    sent = 0
+    total = int(rate * seconds)
+    while sent < total:
+        due = min(total, int((time.monotonic() - begun) * rate) + 1)
+        if due > sent:
+            now = time.time_ns()
+            write_all(1, b"".join(paced_line(i, now) for i in range(sent, due)))
+            sent = due
+        time.sleep(0.005)  # a clock, not synchronisation: the agent writes at a rate
+
+
+def paced_line(index: int, now_ns: int) -> bytes:
+    """A chunk line whose text starts with its index and the time it was written."""
+    room = CHUNK_LINE_BYTES - len(_CHUNK_HEAD) - len(_CHUNK_TAIL)
+    text = f"[{index:07d} t={now_ns}] {_FILLER}"[:room].ljust(room, ".")
+    return (_CHUNK_HEAD + text + _CHUNK_TAIL).encode()
+
+
 def echo(start_up: float = 0.0) -> None:
     if start_up:
         import time
@@ -109,10 +137,12 @@ def main(argv: list[str]) -> None:
         storm(int(args[0]))
     elif mode == "big":
         big(int(args[0]), int(args[1]))
+    elif mode == "paced":
+        paced(float(args[0]), float(args[1]))
     elif mode == "echo":
         echo(float(args[0]) if args else 0.0)
     else:
-        raise SystemExit(f"bench_agent: unknown mode {mode!r} (storm | big | echo)")
+        raise SystemExit(f"bench_agent: unknown mode {mode!r} (storm | big | echo | paced)")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ start-up included. Prints one table. Streaming rows: the time to the first line 
     python benchmarks/query_bench.py                 # 1,000,000 frames in a temporary file
     python benchmarks/query_bench.py --frames 200000 --db /tmp/q.db --keep
     python benchmarks/query_bench.py --frames 201080 --only check   # check's frames/s (target 100,000)
+    python benchmarks/query_bench.py --only inspector --db /tmp/q.db --keep  # the inspector's pages
+
+The inspector's rows time ``web.model.frames_page`` in process on a second database beside the
+first, one run of --frames frames (its first page, the jump to its end, a filter on masked text,
+a secret's prefix probed), as ``tests/web/test_web_browser_scale.py`` builds it.
 """
 
 from __future__ import annotations
@@ -239,6 +244,71 @@ def on_a_terminal(args: list[str], db: Path) -> tuple[float, int]:
     return time.perf_counter() - start, lines
 
 
+PASSWORD = "correct-Horse-battery-9"  # named in initialize, so masked wherever it is repeated
+
+
+def one_long_run(db: Path, frames: int) -> None:
+    """One run of ``frames`` frames, as the inspector's browser tests build it: initialize naming
+    a password, a session, a prompt answered by chunks (every 1,000th quotes the password)."""
+    from acp_proxy.record.importers import Record, write_run
+
+    sid = "s1"
+    chunk = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": {}}}
+
+    def said(text: str) -> bytes:
+        update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+        return frame({**chunk, "params": {"sessionId": sid, "update": update}})[:-1]
+
+    init = {"protocolVersion": 1, "_meta": {"proxy": {"password": PASSWORD}}}
+    records = [
+        Record("c2a", 1_000, frame({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})[:-1]),
+        Record("a2c", 2_000, frame({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1}})[:-1]),
+        Record("c2a", 3_000, frame({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/"}})[:-1]),
+        Record("a2c", 4_000, frame({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": sid}})[:-1]),
+        Record("c2a", 5_000, frame({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {}})[:-1]),
+    ]
+    for i in range(frames - 6):
+        text = f"the password is {PASSWORD} " if i % 1000 == 999 else f"w{i} "
+        records.append(Record("a2c", 6_000 + i, said(text)))
+    records.append(Record("a2c", 10**7, frame({"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}})[:-1]))
+    write_run(db, records, {"argv": ["long-agent"]})
+
+
+def inspector(db: Path, frames: int) -> None:
+    """The inspector's frame pages on one run of ``frames`` frames, in process (the server's
+    work for one request: ``web.model.frames_page``, masked, with the server's primed redactor)."""
+    import sqlite3
+
+    from acp_proxy.protocol.redact import Redactor
+    from acp_proxy.read import frames as selections
+    from acp_proxy.web import model
+
+    if not db.exists():
+        t0 = time.perf_counter()
+        one_long_run(db, frames)
+        print(f"\nbuilt one run of {frames:,} frames in {time.perf_counter() - t0:.1f}s")
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    primed = selections.Primed(Redactor())
+    total = conn.execute("select count(*) from frames").fetchone()[0]
+    title = f"inspector, one run of {total:,} frames"
+    print(f"\n{title:48} {'seconds':>8} {'frames':>7}  target < 1 s")
+    cases: list[tuple[str, dict[str, object], bool]] = [
+        ("first page", {"offset": 0}, True),
+        ("jump to the end (the server's first read)", {"offset": total - 200}, False),
+        ("jump to the end again", {"offset": total - 200}, True),
+        ("text:w99999 (matched on masked frames)", {"filter_text": "text:w99999"}, True),
+        ('text:"correct-H" (a secret\'s prefix: none)', {"filter_text": 'text:"correct-H"'}, True),
+        ("text:w1, a page at the end", {"filter_text": "text:w1", "offset": total // 9 - 200}, True),
+    ]
+    for label, query, judged in cases:
+        start = time.perf_counter()
+        page = model.frames_page(conn, "run", "1", Redactor(), primed, **query)  # type: ignore[arg-type]
+        seconds = time.perf_counter() - start
+        verdict = ("ok" if seconds < 1 else "MISS") if judged else "(once per server and run)"
+        print(f"{label:48} {seconds:8.3f} {page['total']:7d}  {verdict}")
+    conn.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frames", type=int, default=1_000_000)
@@ -250,6 +320,9 @@ def main() -> None:
     if args.db is None:
         tmp = tempfile.TemporaryDirectory()
         args.db = Path(tmp.name) / "bench.db"
+    if args.only == "inspector":  # its own database: the commands' one is not needed
+        inspector(args.db.with_name(args.db.stem + "-one-run.db"), args.frames)
+        return
     if not args.db.exists():
         t0 = time.perf_counter()
         n = build(args.db, args.frames)
@@ -335,6 +408,8 @@ def main() -> None:
             print(f"{label:48} {seconds:8.3f} {lines:7d}  {shown}")
             continue
         print(f"{label:48} {seconds:8.3f} {lines:7d}  {'ok' if seconds < 1 else 'MISS'}")
+    if wanted("inspector"):
+        inspector(args.db.with_name(args.db.stem + "-one-run.db"), args.frames)
     if args.keep:
         print(f"\ndatabase kept at {args.db}")
     if tmp is not None and not args.keep:

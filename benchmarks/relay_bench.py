@@ -52,6 +52,10 @@ Workloads:
   column pays the same wake-ups and the figure is what the relay itself adds; the recorder,
   writer and checker share that CPU too (idle class), the worst case for what they take from
   the conversation.
+- **live**: an agent streams 300-byte chunks at 2,000 and at 10,000 frames/s for 30 s into the
+  recording proxy while a reader polls the run as an open inspector page does; the row is how
+  long after the agent wrote the run's last frame the page got it (``live_bench.py``, which also
+  reads from the database alone, for comparison).
 - **big frames**: COUNT single-line frames of SIZE bytes from agent to client (timed like the
   storm), in MB/s (10^6 bytes per second), and the relay's peak RSS.
 - **start-up**: from spawning the relay (and so the agent) to the first response to
@@ -170,6 +174,7 @@ class Config:
     slow_start: float = 0.3  # seconds of CPU-bound start-up for the "slow" agent
     lock_seconds: float = 25.0  # how long another process holds the database's write lock
     cat_trials: int = 9  # spawns with ``cat`` as the agent (the instant agent's judged row)
+    live: tuple[tuple[int, float], ...] = ((2000, 30.0), (10000, 30.0))  # (frames/s, seconds): live_bench
 
     @classmethod
     def full(cls) -> Config:
@@ -177,7 +182,9 @@ class Config:
 
     @classmethod
     def quick(cls) -> Config:
-        return cls(20_000, 1000, 200, 20, [(16, MiB), (2, 16 * MiB)], 20_000, 300, 60.0, 3, 0.3, 5.0)
+        quick = cls(20_000, 1000, 200, 20, [(16, MiB), (2, 16 * MiB)], 20_000, 300, 60.0, 3, 0.3, 5.0)
+        quick.live = ((2000, 5.0), (10000, 5.0))
+        return quick
 
 
 @dataclass(frozen=True)
@@ -872,6 +879,17 @@ def locked_database(relay: Relay, cfg: Config, scratch: Path) -> dict:
     }
 
 
+def live_lag(rate: int, seconds: float, cfg: Config, scratch: Path) -> dict:
+    """An agent streaming ``rate`` frames/s for ``seconds``, read as an open inspector page reads
+    it (``live_bench.py``: through the journal, and from the database alone, interleaved)."""
+    import live_bench  # imports acp_proxy: only when this workload runs
+
+    try:
+        return live_bench.measure(rate, seconds, scratch, cfg.timeout)
+    except RuntimeError as exc:
+        raise BenchError(str(exc)) from None
+
+
 def sdk_examples(examples: Path) -> tuple[Path, Path] | None:
     agent, client = examples / "sdk_agent.py", examples / "sdk_client.py"
     return (agent, client) if agent.is_file() and client.is_file() else None
@@ -993,6 +1011,12 @@ def make_plans(cfg: Config, examples: Path, skip_sdk: str | None) -> list[Plan]:
         )
     plans.append(Plan("startup", ["direct", "cat", "proxy", "proxy_rec"], lambda r, s: startup(r, cfg, s)))
     plans.append(Plan("lock", ["proxy_rec"], lambda relay, scratch: locked_database(relay, cfg, scratch)))
+    for rate, seconds in cfg.live:
+
+        def live_plan(relay: Relay, scratch: Path, rate: int = rate, seconds: float = seconds) -> dict:
+            return live_lag(rate, seconds, cfg, scratch)
+
+        plans.append(Plan(f"live:{rate}", ["proxy_rec"], live_plan))
     if skip_sdk is None:
         plans.append(
             Plan(
@@ -1267,6 +1291,18 @@ def build_rows(cfg: Config, cells: dict, sdk_note: str | None) -> tuple[list[Row
             {k: (lambda v, b=b: v <= b) for k, b in bound.items()},
         )
 
+    # (e) live: an open page following a streaming run (live_bench.py)
+    for rate, seconds in cfg.live:
+        name = f"live:{rate}"
+        if (name, "proxy_rec") not in cells:
+            continue
+        rows.append(Row(f"live: {rate:,} frames/s for {seconds:.0f} s, agent -> open page", {}, section=True))
+        last = series(name, "journal_last_ms", "min")
+        row("last frame shown, ms", name, last, fmt_int, "rec <= 1000", {"proxy_rec": lambda v: v <= 1000})
+        row("  p50 ms (frames sent)", name, series(name, "journal_p50_ms", "min"), fmt_int)
+        row("  max ms", name, series(name, "journal_max_ms", "min"), fmt_int)
+        row("  database only: last frame, ms", name, series(name, "database_last_ms", "min"), fmt_int)
+
     # (d) the official SDK
     if sdk_note is not None:
         rows.append(Row(f"SDK: skipped — {sdk_note}", {}, section=True))
@@ -1446,7 +1482,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         metavar="WORKLOADS",
-        help="comma-separated workloads to run: storm, rt, big, startup, lock, sdk (default: all)",
+        help="comma-separated workloads to run: storm, rt, big, startup, lock, live, sdk (default: all)",
     )
     parser.add_argument(
         "--relays",

@@ -1,7 +1,8 @@
 """``frames`` and ``tail``: one line per frame, selected by the filter language.
 
 Owns: those commands' options, help and output (lines, JSON, the raw bytes). Must not know: SQL
-or how a filter selects (``read.frames`` selects, masked first; ``read.queries.Follower`` follows).
+or how a filter selects (``read.frames`` selects, masked first; ``read.live.Follower`` follows,
+committed rows and then a live run's journal).
 """
 
 from __future__ import annotations
@@ -148,17 +149,18 @@ def tail(
     import time
 
     from acp_proxy.cli import views
-    from acp_proxy.read import queries
+    from acp_proxy.read import live, queries
 
     expr = parse_filter(filter_words)
-    where, params = expr.to_sql()
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     path = resolve_db(db_path)
     db, waited = _wait_for_database(path, interval, deadline)
     if db is None:
         raise SystemExit(1 if max_count else 0)
     # Started before anything was recorded: everything recorded since is new, shown whole.
-    follower = queries.Follower(db, from_start=from_start or waited)
+    # A live run's frames are read from its journal as soon as the relay wrote them: tail does
+    # not wait for the recorder to commit (it batches, and yields to a flood for seconds).
+    follower = live.Follower(db, live.Journals(path), from_start=from_start or waited)
     shown = 0
     with views.output(page=False) as out:
         lines = views.FrameLines(out, session_len=queries.session_prefix_length(db), verbose=verbose)
@@ -166,7 +168,7 @@ def tail(
             out.data(b"[")
         try:
             while True:
-                for f in follower.poll(where, params):
+                for f in follower.poll(expr):
                     if output.table:
                         out.line(lines.line(f))
                     else:

@@ -23,7 +23,7 @@ from typing import Any
 
 from acp_proxy.protocol import filters, wire
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.read import compare, latency, listing, queries
+from acp_proxy.read import compare, latency, listing, live, queries
 from acp_proxy.read import conversation as folding
 from acp_proxy.read import diff as df
 from acp_proxy.read import faults as notes
@@ -177,6 +177,8 @@ def conversation(
     after: str | None = None,
     limit: int = DEFAULT_LIMIT,
     parts: Iterable[str] = ("summary", "conversation", "timeline", "charts", "latency"),
+    journals: live.Journals | None = None,
+    primed: selections.Primed | None = None,
 ) -> dict[str, Any]:
     """A run's or a session's page: what ``show`` rebuilds beside the frame timeline.
 
@@ -185,22 +187,32 @@ def conversation(
     which sections to compute (``summary``, ``conversation``, ``timeline``, ``charts``,
     ``latency``: the per-method table, by SQL). Above ``FOLD_LIMIT`` frames the conversation
     and the charts are left out (``folded`` is false): the page pages through the frames.
+    ``journals`` and ``primed`` (the server's): a live run's timeline goes on past its last
+    commit, from its journal; each frame is masked after every frame before it.
     """
     parts = set(parts)
     ref = resolve(db, kind, ident)
     run_ids = queries.run_ids_of(db, ref)
-    every = selections.Selection(db, filters.Const(True), None, ref)
+    # The summary is cheap and says whether a run is still recording: live follow needs it.
+    runs = [run_summary(r, redactor) for r in queries.runs_by_id(db, run_ids)]
+    running = any(r["status"] == "running" for r in runs)
+    # A live run: committed rows up to its last commit, then its journal's tail (read.live).
+    tail = None
+    if journals is not None and running and not ref.is_session and ref.run_id is not None:
+        tail = journals.tail(db, ref.run_id)
+    until = (ref.run_id, tail.committed) if tail is not None and tail.committed is not None and ref.run_id else None
+    every = selections.Selection(db, filters.Const(True), None, ref, until=until)
     last = every.last()
+    if until is not None and tail is not None and tail.records:
+        last = (until[0], tail.records[-1].seq)
     out: dict[str, Any] = {
         "ref": {"kind": kind, "id": ref.run_id if kind == "run" else ref.session_id, "describe": ref.describe()},
         "run_ids": run_ids,
         "redacted": redactor.enabled,
-        "frames_total": every.total(),
+        "frames_total": every.total() + (len(tail.records) if until is not None and tail is not None else 0),
         "cursor": f"{last[0]}:{last[1]}" if last else None,
     }
-    # The summary is cheap and says whether a run is still recording: live follow needs it.
-    runs = [run_summary(r, redactor) for r in queries.runs_by_id(db, run_ids)]
-    out["live"] = any(r["status"] == "running" for r in runs)
+    out["live"] = running
     if "summary" in parts:
         out["runs"] = runs
     out["folded"] = out["frames_total"] <= FOLD_LIMIT
@@ -221,7 +233,8 @@ def conversation(
             ts_of = {(r["run_id"], r["seq"]): r["ts_ns"] for r in folded.frames}
             out["waterfall"] = timeline.waterfall(convs, ts_of)
     if "timeline" in parts:
-        out.update(_timeline(db, ref, run_ids, redactor, filter_text, parse_cursor(after), limit))
+        fresh = tail if until is not None else None
+        out.update(_timeline(db, ref, run_ids, redactor, filter_text, parse_cursor(after), limit, fresh, until, primed))
     return out
 
 
@@ -237,6 +250,7 @@ def frames_page(
     after: str | None = None,
     limit: int = PAGE_LIMIT,
     at: str | None = None,
+    journals: live.Journals | None = None,
 ) -> dict[str, Any]:
     """One page of a run's or a session's frames, for the virtual timeline: ``limit`` frames of
     the selection from ``offset`` (or, with ``after``, a ``RUN:SEQ`` cursor, the frames recorded
@@ -247,7 +261,10 @@ def frames_page(
     server's, which masks the frames of a page. ``total`` is the selection's size (with
     ``after``: how many follow the cursor); ``last`` (without ``after``) the place of its last
     frame: the cursor a live page asks after; with ``at`` (``RUN:SEQ``), ``position`` is that
-    frame's index in the selection (None: not in it), so that a page can scroll to it."""
+    frame's index in the selection (None: not in it), so that a page can scroll to it.
+
+    ``journals`` (the server's ``read.live.Journals``): a live run's frames are shown as soon as
+    its relay journaled them, before the recorder commits them, masked as committed ones are."""
     ref = resolve(db, kind, ident)
     run_ids = queries.run_ids_of(db, ref)
     out: dict[str, Any] = {"filter": filter_text or "", "filter_error": None, "offset": offset}
@@ -260,31 +277,84 @@ def frames_page(
         return out
     limit = max(0, min(int(limit), MAX_PAGE))
     cursor = parse_cursor(after)
-    if redactor.enabled and selections.reads_masked(expr):
-        # The filter reads masked text: the selection masks every frame in relay order itself,
-        # with this request's own redactor (the primed one is shared between threads).
-        selection = selections.Selection(db, expr, redactor, ref)
-        page = selection.window(cursor, limit, offset)
-        rows = page.frames
-    else:
-        selection = selections.Selection(db, expr, None, ref)
-        page = selection.window(cursor, limit, offset)
-        rows = primed.masked(db, page.frames)
-    total = page.total
+    # A live run: committed rows up to its last commit, then its journal's tail (read.live).
+    run_id = ref.run_id
+    tail = None
+    in_python = redactor.enabled and selections.reads_masked(expr)
+    if journals is not None and out["live"] and not ref.is_session and run_id is not None:
+        tail = journals.tail(db, run_id)
+    until = (run_id, tail.committed) if tail is not None and tail.committed is not None and run_id else None
+    # The filter reads masked text: the selection masks every frame in relay order itself,
+    # with this request's own redactor (the primed one is shared between threads).
+    selection = selections.Selection(db, expr, redactor if in_python else None, ref, until=until, primed=primed)
+    page = selection.window(cursor, limit, offset)
+    rows = page.frames if in_python else primed.masked(db, page.frames)
+    total, more, last, place = page.total, page.more, page.last, page.cursor
+    fresh: list[dict[str, Any]] = []
+    if until is not None and tail is not None and tail.records:
+        fresh, count, final = _journal_rows(
+            selection, tail, primed, cursor, max(0, offset - page.total), limit - len(rows)
+        )
+        if count:
+            rows = [*rows, *fresh]
+            total += count
+            more = total > offset + len(rows)
+            last = (until[0], final)
+            place = (rows[-1]["run_id"], rows[-1]["seq"]) if rows else place
     if cursor is None:
-        out["last"] = f"{page.last[0]}:{page.last[1]}" if page.last else None
+        out["last"] = f"{last[0]}:{last[1]}" if last else None
     wanted = parse_cursor(at)
     if wanted is not None:
         out["position"] = selection.position(wanted)
+        if out["position"] is None and tail is not None and tail.records and wanted[0] == run_id:
+            index = tail.index_after(wanted[1]) - 1
+            held = index >= 0 and tail.records[index].seq == wanted[1] and isinstance(expr, filters.Const)
+            out["position"] = selection.total() + index if held else None
     faults, findings = _annotations(db, run_ids, redactor)
     out["rows"] = [
         timeline.timeline_row(r, faults.get((r["run_id"], r["seq"]), ()), findings.get((r["run_id"], r["seq"]), ()))
         for r in rows
     ]
     out["total"] = total
-    out["more"] = page.more
-    out["cursor"] = f"{page.cursor[0]}:{page.cursor[1]}" if page.cursor else None
+    out["more"] = more
+    out["cursor"] = f"{place[0]}:{place[1]}" if place else None
     return out
+
+
+def _journal_rows(
+    selection: selections.Selection,
+    tail: live.Tail,
+    primed: selections.Primed,
+    cursor: tuple[int, int] | None,
+    start: int,
+    room: int,
+) -> tuple[list[dict[str, Any]], int, int]:
+    """A live run's journal frames that follow the selection's committed ones: the ``room``
+    of them from index ``start`` (after ``cursor``), masked, and how many there are.
+
+    With no filter this costs the page, not the tail (a flood leaves the recorder ~100,000
+    frames behind): the primed masking reads only the frames it has not read up to the page's
+    end, each once. A filter is matched on every frame of the tail, masked in order."""
+    records = tail.records
+    first = tail.index_after(cursor[1]) if cursor is not None else 0
+    if not isinstance(selection.expr, filters.Const) or selection.in_python:
+        matched = selection.extend([r.as_dict() for r in records], primed)
+        if cursor is not None:
+            matched = [r for r in matched if r["seq"] > cursor[1]]
+        return matched[start : start + max(0, room)], len(matched), matched[-1]["seq"] if matched else 0
+    if not selection.expr.value:
+        return [], 0, 0
+    count = len(records) - first
+    begin = first + start
+    end = min(len(records), begin + max(0, room))
+    if begin >= end:
+        return [], count, records[-1].seq
+    # Every frame the masking has not read yet, up to the page's end, in order: those before the
+    # page read as recorded frames are (a batch at a time), the page's own masked.
+    learn = min(begin, tail.index_after(primed.read_to(records[0].run_id)))
+    primed.learn(selection.db, records[0].run_id, [(r.seq, r.raw) for r in records[learn:begin]])
+    masked = primed.masked(selection.db, [r.as_dict() for r in records[begin:end]])
+    return masked, count, records[-1].seq
 
 
 def _conversation_json(conv: fd.Conversation) -> dict[str, Any]:
@@ -309,6 +379,9 @@ def _timeline(
     filter_text: str | None,
     cursor: tuple[int, int] | None,
     limit: int,
+    tail: live.Tail | None = None,
+    until: tuple[int, int] | None = None,
+    primed: selections.Primed | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"filter": filter_text or "", "filter_error": None}
     try:
@@ -318,7 +391,21 @@ def _timeline(
         return out
     limit = max(1, min(int(limit), MAX_LIMIT))
     # Masked before the filter reads it: a text: term matches what the page shows, no more.
-    selected = list(selections.Selection(db, expr, redactor, ref).rows(cursor, limit + 1))
+    # Each frame masked after every frame before it (a value named in one is masked where a
+    # later one repeats it): by the selection's own pass when the filter reads masked text,
+    # else by a primed redactor that reads the run up to the page.
+    in_python = redactor.enabled and selections.reads_masked(expr)
+    primed = primed if primed is not None else selections.Primed(redactor)
+    selection = selections.Selection(db, expr, redactor if in_python else None, ref, until=until)
+    selected = list(selection.rows(cursor, limit + 1))
+    if not in_python:
+        selected = primed.masked(db, selected)
+    if tail is not None and tail.records and len(selected) <= limit:
+        # Past the last commit: the journal's frames, masked and matched as the committed ones
+        # (the selection has read every committed frame by now: it found fewer than it wanted).
+        later = selection.extend(tail.rows, primed)
+        later = [r for r in later if cursor is None or (r["run_id"], r["seq"]) > cursor]
+        selected += later[: limit + 1 - len(selected)]
     out["more"] = len(selected) > limit
     selected = selected[:limit]
     faults, findings = _annotations(db, run_ids, redactor)

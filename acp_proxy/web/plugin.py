@@ -35,6 +35,7 @@ from datasette.utils.asgi import Response, asgi_static
 
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.read import frames as selections
+from acp_proxy.read import live
 from acp_proxy.store.database import SqlRefused
 from acp_proxy.web import guard as guard_mod
 from acp_proxy.web import masking, model
@@ -107,6 +108,20 @@ def primed_for(datasette: Any) -> selections.Primed:
         cache[key] = selections.Primed(redactor)
     primed: selections.Primed = cache[key]
     return primed
+
+
+def journals_for(datasette: Any) -> live.Journals | None:
+    """The server's followers of live runs' journals (``read.live``): a live page sees a frame
+    once the relay journaled it, not once the recorder committed it."""
+    name = recording_name(datasette)
+    if name is None:
+        return None
+    path = getattr(datasette.get_database(name), "path", None)
+    cache = datasette.__dict__.setdefault("_acp_proxy_journals", {})
+    if path not in cache:
+        cache[path] = live.Journals(path)
+    journals: live.Journals = cache[path]
+    return journals
 
 
 async def _read(datasette: Any, fn: Any) -> Any:
@@ -197,6 +212,8 @@ async def conversation_view(datasette: Any, request: Any) -> Response:
         "filter_text": request.args.get("filter"),
         "after": request.args.get("after"),
         "limit": _int(request.args.get("limit"), model.DEFAULT_LIMIT),
+        "journals": journals_for(datasette),
+        "primed": primed_for(datasette),
     }
     if parts:
         kwargs["parts"] = [p for p in parts.split(",") if p]
@@ -218,6 +235,7 @@ async def frames_view(datasette: Any, request: Any) -> Response:
         "after": request.args.get("after"),
         "limit": _int(request.args.get("limit"), model.PAGE_LIMIT),
         "at": request.args.get("at"),
+        "journals": journals_for(datasette),
     }
     try:
         data = await _read(datasette, lambda conn: model.frames_page(conn, kind, ident, redactor, primed, **kwargs))
