@@ -48,7 +48,8 @@ class MissingExtra(AcpProxyError):
     "fault_rules",
     multiple=True,
     metavar="RULE",
-    help="Inject a fault on WebSocket connections (repeatable; as run --fault). See `acp-proxy faults-help`.",
+    help="Inject a fault on every connection, WebSocket or Streamable HTTP (repeatable; as run --fault,"
+    " plus the remote actions). See `acp-proxy faults-help` and docs/remote-faults.md.",
 )
 @click.option("--seed", type=int, default=None, help="Seed for the random choices of fault rules.")
 def serve(
@@ -93,7 +94,7 @@ def serve(
         raise UsageError(problem)
     from acp_proxy.cli.run_command import build_fault_plan
 
-    plan = build_fault_plan(fault_rules, None, seed)
+    plan = build_fault_plan(fault_rules, None, seed, remote=True)
     record_to = None
     if not no_record:
         from acp_proxy.record import recovery
