@@ -164,9 +164,13 @@ class WebSocketFaults(ConnectionFaults):
                 self.run.message(direction, data, stream="websocket", note=note)
             await self.out(direction, message)
             return
+        closing: list[Step] = []  # a close comes before its frame's Note: it is done after it
         for step in steps:
             if self.ended.is_set():
                 return
+            if isinstance(step, ClosePipe) or (isinstance(step, Wire) and isinstance(step.action, fl.Close)):
+                closing.append(step)
+                continue
             if await self.common(step, "websocket"):
                 continue
             if isinstance(step, Forward | Send):
@@ -178,10 +182,15 @@ class WebSocketFaults(ConnectionFaults):
                     except UnicodeDecodeError:  # a corrupt= fault: it can only travel as binary
                         text = line
                     await self.out(step.direction, text)
-            elif isinstance(step, ClosePipe):
-                await self.close(upstream=step.pipe == "agent-stdin", client=step.pipe == "client-stdout")
             elif isinstance(step, Wire):
                 await self.wire(step.action)
+        for step in closing:
+            if isinstance(step, ClosePipe):
+                self._event(f"close={step.pipe}: the {'agent' if step.pipe == 'agent-stdin' else 'client'} side closed")
+                await self.close(upstream=step.pipe == "agent-stdin", client=step.pipe == "client-stdout")
+            else:
+                self._event("the WebSocket was closed by a fault rule (1000, both sides)")
+                await self.close(upstream=True, client=True)
 
     async def wire(self, action: fl.Action) -> None:
         if isinstance(action, fl.Restart):
@@ -190,8 +199,6 @@ class WebSocketFaults(ConnectionFaults):
             with trio.CancelScope(shield=True):
                 await old.aclose()
             self._event("the upstream WebSocket was restarted by a fault rule (a new connection)")
-        elif isinstance(action, fl.Close):  # close=stream
-            await self.close(upstream=True, client=True)
         elif isinstance(action, fl.Status):
             self._event(f"closed with {WEBSOCKET_TRY_AGAIN_LATER} (try again later) for status={action.code}")
             await self.close(upstream=True, client=True, code=WEBSOCKET_TRY_AGAIN_LATER)
@@ -395,7 +402,10 @@ class HttpFaults(ConnectionFaults):
         return ""
 
     async def _event_steps(self, steps: list[Step], raw: bytes, data: bytes, send: SendAsgi, stream: str) -> str:
+        closed = ""  # a close comes before its frame's Note: the stream ends once that is recorded
         for step in steps:
+            if closed and not isinstance(step, Note):
+                continue
             if await self.common(step, stream):
                 continue
             if isinstance(step, Forward | Send) and step.direction == "a2c":
@@ -410,11 +420,11 @@ class HttpFaults(ConnectionFaults):
                     if self.post is not None:  # the last client POST's headers (its connection)
                         await self.post(line)
             elif isinstance(step, ClosePipe) and step.pipe == "client-stdout":
-                return "closed"
+                closed = "closed"
             elif isinstance(step, Wire):
                 action = step.action
                 if isinstance(action, fl.Close):
-                    return "closed"
+                    closed = "closed"
                 if isinstance(action, fl.Abort):
                     await send({"type": "http.response.body", "body": raw[: len(raw) // 2], "more_body": True})
                     raise StreamCut("aborted mid-event by a fault rule")
@@ -422,7 +432,7 @@ class HttpFaults(ConnectionFaults):
                     await self.restart()
                     if self.run is not None:
                         self.run.event("the upstream HTTP connections were restarted by a fault rule", stream=stream)
-        return ""
+        return closed
 
 
 class SseBlocks:

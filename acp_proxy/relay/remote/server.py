@@ -235,7 +235,9 @@ class ProxyApp:
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         if is_sse and 200 <= status < 300:
             await send({"type": "http.response.start", "status": status, "headers": out_headers})
-            await self._relay_sse(receive, send, response, run, stream)
+            connection = shapes.header(scope["headers"], CONNECTION_ID)
+            faults = self.http_faults.get(connection) if connection else None
+            await self._relay_sse(receive, send, response, run, stream, faults)
             return
         content = b"".join([chunk async for chunk in response.aiter_raw()])
         established = response.headers.get(CONNECTION_ID)
@@ -275,13 +277,18 @@ class ProxyApp:
             await self._finish(run)
 
     async def _relay_sse(
-        self, receive: Receive, send: Send, response: httpx.Response, run: RemoteRun | None, stream: str
+        self,
+        receive: Receive,
+        send: Send,
+        response: httpx.Response,
+        run: RemoteRun | None,
+        stream: str,
+        faults: remote_faults.HttpFaults | None = None,
     ) -> None:
         """Forward an SSE stream chunk by chunk; each event's message is journaled just before
         the chunk that completes it is forwarded. A client that goes away ends it."""
         events = shapes.SseEvents()
         ended = "the upstream ended the stream"
-        faults = self.http_faults.get(run.connection or "") if run is not None else None
         async with trio.open_nursery() as nursery:
 
             async def client_gone() -> None:
@@ -587,7 +594,7 @@ def _not_dropped(record: logging.LogRecord) -> bool:
     exc = record.exc_info[1] if record.exc_info else None
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
-    return not isinstance(exc, _StreamDropped)
+    return not isinstance(exc, remote_faults.StreamCut)
 
 
 def _has_h2() -> bool:
