@@ -198,7 +198,11 @@ class WebSocketFaults(ConnectionFaults):
             self.upstream = await self.reconnect()  # before the old one closes: its reader moves on
             with trio.CancelScope(shield=True):
                 await old.aclose()
-            self._event("the upstream WebSocket was restarted by a fault rule (a new connection)")
+            accepted = dict((k.decode("latin-1").lower(), v) for k, v in self.upstream.handshake_headers)
+            named = accepted.get("acp-connection-id", b"").decode("latin-1")
+            self._event(
+                "the upstream WebSocket was restarted by a fault rule: a new connection " + (named or "(no id)")
+            )
         elif isinstance(action, fl.Status):
             self._event(f"closed with {WEBSOCKET_TRY_AGAIN_LATER} (try again later) for status={action.code}")
             await self.close(upstream=True, client=True, code=WEBSOCKET_TRY_AGAIN_LATER)

@@ -320,7 +320,8 @@ class ProxyApp:
                 # Dropped upstream, dropped here: the client must see the same abrupt end
                 # (no last chunk), not a stream that ended cleanly.
                 raise _StreamDropped(ended)
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        # Out of the cancelled nursery: inside it, this last send would be cancelled unsent.
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     # -- WebSocket ---------------------------------------------------------------------------
 

@@ -50,7 +50,7 @@ def said(exc: BaseException) -> str:
 async def step(name: str, call: Any, wait: float) -> Any:
     try:
         result = await asyncio.wait_for(call, wait)
-    except BaseException as exc:  # noqa: BLE001 - what the client saw is the output
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         print(f"{name}: {said(exc)}", flush=True)
@@ -80,7 +80,9 @@ async def main(args: argparse.Namespace) -> None:
         sid = session.session_id
         if args.two_prompts:
             ECHOES.setdefault("echo: one", asyncio.Event())
-            first = asyncio.ensure_future(step("prompt one", conn.prompt(session_id=sid, prompt=[text_block("one")]), args.wait))
+            first = asyncio.ensure_future(
+                step("prompt one", conn.prompt(session_id=sid, prompt=[text_block("one")]), args.wait)
+            )
             await asyncio.wait_for(ECHOES["echo: one"].wait(), args.wait)
             print("sending two", flush=True)
             second = step("prompt two", conn.prompt(session_id=sid, prompt=[text_block("two")]), args.wait)
@@ -102,7 +104,7 @@ async def main(args: argparse.Namespace) -> None:
         for closing in (conn.close(), transport.close()):
             try:
                 await asyncio.wait_for(closing, args.wait)
-            except BaseException:  # noqa: BLE001 - a faulted connection may not close cleanly
+            except BaseException:
                 pass
 
 
