@@ -101,8 +101,8 @@ def params(action: str, arg: str | None, duration: Any) -> dict[str, Any]:
 
 def drop_params(arg: str | None) -> dict[str, Any]:
     if arg not in (None, "before", "after"):
-        raise BadArgument(f"drop takes before or after (drop=after: delivered, its answer lost), got {arg!r}")
-    return {"after": arg == "after"}
+        raise BadArgument(f"drop takes no argument but before or after (drop=after: its answer lost), got {arg!r}")
+    return {"after": True} if arg == "after" else {}
 
 
 def remote_only(action: str, params: dict[str, Any]) -> bool:

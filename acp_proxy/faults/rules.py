@@ -466,7 +466,7 @@ def _action_params(action: str, arg: str | None, position: str | None) -> dict[s
         return {"signum": signum, "signame": signame}
     if action == "close":
         if arg is not None and arg not in PIPES and arg != "stream":
-            raise _Bad(f"close takes agent-stdin, client-stdout or stream (remote), got {arg!r}")
+            raise _Bad(f"close takes agent-stdin or client-stdout (or stream, on serve), got {arg!r}")
         return {"pipe": arg}
     raise _Bad(_unknown_action(action))
 

@@ -27,8 +27,8 @@ def remote_gate(*rules: str) -> Gate:
     ("rule", "params"),
     [
         ("drop=after if kind:request", {"after": True}),
-        ("drop=before", {"after": False}),
-        ("drop", {"after": False}),
+        ("drop=before", {}),
+        ("drop", {}),
         ("hold=go", {"barrier": "go", "ns": None}),
         ("hold=go@1.5s", {"barrier": "go", "ns": 1_500_000_000}),
         ("release=go if kind:response", {"barrier": "go"}),
@@ -48,7 +48,7 @@ def test_the_remote_actions_parse(rule: str, params: dict[str, object]) -> None:
 @pytest.mark.parametrize(
     ("rule", "said"),
     [
-        ("drop=later", "drop takes before or after"),
+        ("drop=later", "drop takes no argument but before or after"),
         ("hold", "hold needs a barrier name"),
         ("hold=a b", "expected 'if FILTER'"),
         ("hold=x@forever", "bad duration"),
@@ -60,7 +60,7 @@ def test_the_remote_actions_parse(rule: str, params: dict[str, object]) -> None:
         ("half-close=both", "half-close takes c2a or a2c"),
         ("abort=1", "abort takes no argument"),
         ("restart=now", "restart takes no argument"),
-        ("close=socket", "close takes agent-stdin, client-stdout or stream"),
+        ("close=socket", "close takes agent-stdin or client-stdout (or stream, on serve)"),
     ],
 )
 def test_a_bad_remote_rule_is_refused_with_what_is_wrong(rule: str, said: str) -> None:

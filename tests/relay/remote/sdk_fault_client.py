@@ -67,7 +67,7 @@ async def main(args: argparse.Namespace) -> None:
         from acp.http import create_http_stream
 
         transport = create_http_stream(args.url)
-    conn = connect_to_agent(FaultClient(), transport)
+    conn = connect_to_agent(FaultClient(), transport)  # type: ignore[abstract]  # a Protocol with defaults
     try:
         init = await step("initialize", conn.initialize(protocol_version=1), args.wait)
         if init is None:
