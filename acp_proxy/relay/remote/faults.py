@@ -16,6 +16,7 @@ them its fast paths forward bytes as they came. What a fault did is recorded thr
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -85,9 +86,38 @@ class ConnectionFaults:
 
     def __init__(self, plan: Any, run: RemoteRun | None, barriers: Barriers) -> None:
         self.gate = Gate(plan=plan)
+        self.plan = plan
         self.run = run
         self.barriers = barriers
         self.lines = {"c2a": Lines(), "a2c": Lines()}
+        self.pending: list[Callable[[RemoteRun], None]] = []
+        """What happened before the run existed (an HTTP initialize), recorded once it does."""
+
+    # What is recorded goes to the run, or waits for it with the time it happened.
+
+    def _record(self, write: Callable[[RemoteRun, int], None]) -> None:
+        now = time.time_ns()
+        if self.run is not None:
+            write(self.run, now)
+        else:
+            self.pending.append(lambda run: write(run, now))
+
+    def message(self, direction: str, data: bytes, stream: str, note: str | None = None) -> None:
+        self._record(lambda run, ts: run.message(direction, data, stream=stream, ts_ns=ts, note=note))
+
+    def noted(self, direction: str, line: Any, meta: dict[str, Any], stream: str) -> None:
+        self._record(lambda run, ts: run.noted(direction, line, meta, stream=stream, ts_ns=ts))
+
+    def event(self, text: str, stream: str) -> None:
+        self._record(lambda run, ts: run.event(text, stream=stream, ts_ns=ts))
+
+    def adopt(self, run: RemoteRun | None) -> None:
+        """The run now exists: what waited for it is recorded."""
+        self.run = run
+        pending, self.pending = self.pending, []
+        if run is not None:
+            for write in pending:
+                write(run)
 
     def judge(self, direction: str, message: bytes) -> list[Step] | None:
         """The gate's steps for one message; None when the gate cannot judge it as one line
@@ -98,23 +128,19 @@ class ConnectionFaults:
 
     async def common(self, step: Step, stream: str) -> bool:
         """Carry out a step that means the same on every transport; False if it is not one."""
-        run = self.run
         if isinstance(step, Note):
-            if run is not None:
-                run.noted(step.direction, step.line, step.meta, stream=stream)
+            self.noted(step.direction, step.line, step.meta, stream)
         elif isinstance(step, Pause):
             await trio.sleep(step.seconds)
         elif isinstance(step, AwaitBarrier):
             released = await self.barriers.wait(step.barrier, step.seconds)
-            if not released and run is not None:
-                run.event(f"hold={step.barrier}: not released in time, the frame goes on", stream=stream)
+            if not released:
+                self.event(f"hold={step.barrier}: not released in time, the frame goes on", stream)
         elif isinstance(step, ReleaseBarrier):
             self.barriers.release(step.barrier)
-            if run is not None:
-                run.event(f"barrier {step.barrier} released by a fault rule", stream=stream)
+            self.event(f"barrier {step.barrier} released by a fault rule", stream)
         elif isinstance(step, Wire) and isinstance(step.action, fl.HalfClose):
-            if run is not None:
-                run.event(f"{step.action.direction} half-closed by a fault rule", stream=stream)
+            self.event(f"{step.action.direction} half-closed by a fault rule", stream)
         elif isinstance(step, Wire) and isinstance(step.action, fl.Drop):
             pass  # drop=after on a transport without a per-message answer: the gate loses the response
         elif not isinstance(step, Forward | Send | Wire | ClosePipe):
@@ -343,8 +369,8 @@ class HttpFaults(ConnectionFaults):
                 continue
             if isinstance(step, Forward | Send) and step.direction == "c2a":
                 for line in self.lines["c2a"].feed(step.data):
-                    if isinstance(step, Forward) and self.run is not None:
-                        self.run.message("c2a", line, stream=stream)
+                    if isinstance(step, Forward):
+                        self.message("c2a", line, stream)
                     delivered.append((line, await post(line)))
             elif isinstance(step, Send):  # an error reply to the client: the POST's answer
                 for line in self.lines["a2c"].feed(step.data):
@@ -362,9 +388,44 @@ class HttpFaults(ConnectionFaults):
                 answer.status = 202
             else:
                 answer.status, answer.headers, answer.body = own
+                if answer.body:
+                    await self._answer_body(answer, stream)
         if lose_answer:
             answer.cut = True
         return answer
+
+    async def _answer_body(self, answer: Answer, stream: str) -> None:
+        """The upstream's answer to a POST, when it has a body: a JSON-RPC message judged like
+        any other (dropped: the answer is lost, cut off), else recorded as what it was."""
+        status = answer.status or 200
+        kind = next((v.decode("latin-1") for k, v in answer.headers if k.lower() == b"content-type"), "")
+        steps = self.judge("a2c", answer.body) if 200 <= status < 300 and "json" in kind else None
+        if steps is None:
+            note = None if 200 <= status < 300 else f"HTTP {status} answer to a POST"
+            if "json" not in kind:
+                note = f"{note or f'HTTP {status} answer to a POST'} ({kind or 'no content-type'})"
+            self.message("a2c", answer.body, stream, note)
+            return
+        body: bytes | None = None
+        for step in steps:
+            if await self.common(step, stream):
+                continue
+            if isinstance(step, Forward | Send) and step.direction == "a2c":
+                for line in self.lines["a2c"].feed(step.data):
+                    if isinstance(step, Forward):
+                        self.message("a2c", line, stream)
+                    body = line if body is None else body  # one message per body: copies cannot follow
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Abort):
+                answer.cut = True
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Close):
+                answer.status, answer.body, body = 202, b"", b""
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Restart):
+                await self.restart()
+                self.event("the upstream HTTP connections were restarted by a fault rule", stream)
+        if body is None:
+            answer.cut, answer.body = True, b""  # dropped: the answer is lost on its way
+        elif not answer.cut:
+            answer.body = body
 
     async def _wire_post(self, action: fl.Action, answer: Answer, stream: str) -> None:
         if isinstance(action, fl.Status):
@@ -380,8 +441,7 @@ class HttpFaults(ConnectionFaults):
             answer.cut = True
         elif isinstance(action, fl.Restart):
             await self.restart()
-            if self.run is not None:
-                self.run.event("the upstream HTTP connections were restarted by a fault rule", stream=stream)
+            self.event("the upstream HTTP connections were restarted by a fault rule", stream)
         elif isinstance(action, fl.Close):  # close=stream: the POST's exchange ends, accepted
             answer.status = 202
 
@@ -393,8 +453,8 @@ class HttpFaults(ConnectionFaults):
             for raw, data in blocks.feed(chunk):
                 steps = None if data is None else self.judge("a2c", data)
                 if steps is None or data is None:
-                    if data is not None and self.run is not None:
-                        self.run.message("a2c", data, stream=stream)
+                    if data is not None:
+                        self.message("a2c", data, stream)
                     await send({"type": "http.response.body", "body": raw, "more_body": True})
                     continue
                 ended = await self._event_steps(steps, raw, data, send, stream)
@@ -414,8 +474,8 @@ class HttpFaults(ConnectionFaults):
                 continue
             if isinstance(step, Forward | Send) and step.direction == "a2c":
                 for line in self.lines["a2c"].feed(step.data):
-                    if isinstance(step, Forward) and self.run is not None:
-                        self.run.message("a2c", line, stream=stream)
+                    if isinstance(step, Forward):
+                        self.message("a2c", line, stream)
                     # The event as it came when its message is unchanged, else a plain one.
                     body = raw if line == data else b"data: " + line + b"\n\n"
                     await send({"type": "http.response.body", "body": body, "more_body": True})
@@ -434,8 +494,7 @@ class HttpFaults(ConnectionFaults):
                     raise StreamCut("aborted mid-event by a fault rule")
                 if isinstance(action, fl.Restart):
                     await self.restart()
-                    if self.run is not None:
-                        self.run.event("the upstream HTTP connections were restarted by a fault rule", stream=stream)
+                    self.event("the upstream HTTP connections were restarted by a fault rule", stream)
         return closed
 
 

@@ -125,10 +125,8 @@ class ProxyApp:
     def _client_of(self, connection: str | None) -> httpx.AsyncClient:
         return self.run_clients.get(connection or "", self.client)
 
-    def _faults_for(self, run: RemoteRun | None, connection: str, plan: Any) -> None:
-        """An HTTP connection's gate and upstream client, when serve has fault rules."""
-        if plan is None:
-            return
+    def _faults_for(self, connection: str, faults: remote_faults.HttpFaults) -> None:
+        """An HTTP connection's gate and its own upstream client (restart replaces it)."""
         self.run_clients[connection] = _upstream_client(self.tls)
 
         async def restart() -> None:
@@ -138,7 +136,34 @@ class ProxyApp:
                 with trio.CancelScope(shield=True):
                     await old.aclose()
 
-        self.http_faults[connection] = remote_faults.HttpFaults(plan, run, self.barriers, restart)
+        faults.restart = restart
+        self.http_faults[connection] = faults
+
+    async def _faulted_initialize(self, scope: Scope, send: Send, body: bytes, stream: str) -> bool:
+        """A connection-less POST (an initialize) through a new connection's gate; its run and
+        connection exist from the answer on. False: the gate could not judge it."""
+
+        async def not_yet() -> None:  # restart before there is a connection: nothing to restart
+            return None
+
+        plan = self._new_plan()
+        faults = remote_faults.HttpFaults(plan, None, self.barriers, not_yet)
+        answer = await faults.client_message(body, stream, self._poster(scope, None), self._cut_poster(scope, None))
+        if answer is None:
+            return False
+        established = shapes.header(answer.headers, CONNECTION_ID) if answer.status == 200 else None
+        run = self._new_run("http", established, plan)
+        faults.adopt(run)
+        if established:
+            if run is not None:
+                self.http_runs[established] = run
+            self._faults_for(established, faults)
+        try:
+            await _give(send, answer)
+        finally:
+            if not established:
+                await self._finish(run)
+        return True
 
     # -- routing -----------------------------------------------------------------------------
 
@@ -182,6 +207,9 @@ class ProxyApp:
             session = shapes.header(headers, SESSION_ID)
             stream = f"sse:{session}" if session else "sse"
         ts = time.time_ns()
+        initialize = connection is None and method == "POST" and body and self.options.fault_plan
+        if initialize and await self._faulted_initialize(scope, send, body, stream):
+            return
         faults = self.http_faults.get(connection) if connection else None
         if faults is not None and connection and body and method == "POST":
             answer = await faults.client_message(
@@ -244,12 +272,10 @@ class ProxyApp:
         if run is None and method == "POST" and status == 200 and established:
             # initialize: the connection (and so the run) exists from its answer on; its request
             # is recorded at the time it came.
-            plan = self._new_plan()
-            run = self._new_run("http", established, plan)
+            run = self._new_run("http", established)
             if run is not None:
                 self.http_runs[established] = run
                 run.message("c2a", body, stream=stream, ts_ns=ts)
-            self._faults_for(run, established, plan)
         attempt = run is None and method == "POST" and shapes.header(scope["headers"], CONNECTION_ID) is None
         if attempt:
             # A connection-less POST (an initialize) the upstream did not answer with a connection:
@@ -440,7 +466,7 @@ class ProxyApp:
 
     # -- fault rules on HTTP -----------------------------------------------------------------
 
-    def _poster(self, scope: Scope, connection: str) -> remote_faults.Post:
+    def _poster(self, scope: Scope, connection: str | None) -> remote_faults.Post:
         """Send one message upstream as a POST of this exchange (its headers, its path)."""
 
         async def post(line: bytes) -> remote_faults.Got:
@@ -461,7 +487,7 @@ class ProxyApp:
 
         return post
 
-    def _cut_poster(self, scope: Scope, connection: str) -> Callable[[bytes], Awaitable[None]]:
+    def _cut_poster(self, scope: Scope, connection: str | None) -> Callable[[bytes], Awaitable[None]]:
         """Send the upstream a POST whose body stops after ``part`` (abort mid-frame)."""
 
         async def post_cut(part: bytes) -> None:

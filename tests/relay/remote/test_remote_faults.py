@@ -357,6 +357,27 @@ def test_a_transient_status_with_and_without_retry_after(upstream: str, db_path:
     assert [action for _, _, action in faults(db_path)] == ["status", "status"]
 
 
+def test_a_transient_status_for_an_initialize_leaves_no_connection(upstream: str, db_path: Path) -> None:
+    """Rules see an HTTP connection's initialize too: the run is recorded from its first POST."""
+    seen, _ = through(upstream, db_path, "http", ["status=503:3 if method:initialize"])
+    assert seen == ["initialize: error AcpHttpStatusError: HTTP 503: initialize failed"]
+    rows = frames(db_path)
+    assert [(r["dir"], r["method"], r["forwarded"], r["fault"]) for r in rows] == [("c2a", "initialize", 0, "status")]
+    assert rows[0]["connection"] is None  # the agent never made one
+    assert faults(db_path) == [(rows[0]["run_id"], rows[0]["seq"], "status")]
+
+
+def test_a_dropped_json_answer_is_lost_on_its_way(upstream: str, db_path: Path) -> None:
+    """The answer to an HTTP initialize is the POST's JSON body: dropped, it is cut off."""
+    seen, _ = through(upstream, db_path, "http", ["drop if method:initialize kind:response"])
+    assert len(seen) == 1 and seen[0].startswith("initialize: error RemoteProtocolError"), seen
+    rows = frames(db_path)
+    answer = row(rows, "a2c", "response", "initialize")
+    assert (answer["forwarded"], answer["fault"], answer["stream"]) == (0, "drop", "post")
+    assert row(rows, "c2a", "request", "initialize")["forwarded"] == 1  # the agent has a connection
+    assert faults(db_path) == [(answer["run_id"], answer["seq"], "drop")]
+
+
 def test_a_transient_status_on_a_websocket_closes_it_with_try_again_later(upstream: str, db_path: Path) -> None:
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
