@@ -330,9 +330,11 @@ class Answer:
         self.headers: list[tuple[bytes, bytes]] = []
         self.body = b""
         self.cut = False  # the answer is cut off: no complete response reaches the client
+        self.stream: Any = None  # an SSE answer, open: the server relays it through the gate
 
 
-Got = tuple[int, list[tuple[bytes, bytes]], bytes]
+Got = tuple[int, list[tuple[bytes, bytes]], Any]
+"""An upstream answer: status, headers, and its body (bytes), or an open SSE response."""
 Post = Callable[[bytes], Awaitable[Got]]
 
 
@@ -360,7 +362,7 @@ class HttpFaults(ConnectionFaults):
         if steps is None:
             return None
         answer = Answer()
-        delivered: list[tuple[bytes, tuple[int, list[tuple[bytes, bytes]], bytes]]] = []
+        delivered: list[tuple[bytes, Got]] = []
         lose_answer = False
         for step in steps:
             if await self.common(step, stream):
@@ -380,12 +382,19 @@ class HttpFaults(ConnectionFaults):
                 await self._wire_post(step.action, answer, stream)
             elif isinstance(step, ClosePipe):
                 pass  # no pipes on this wire: close=stream says it
+        # The answer of the POST that carried the client's own message (not a copy or an
+        # injected one), else of the last one; none delivered (drop): accepted, as if it was.
+        own = next((got for line, got in delivered if line == body), delivered[-1][1] if delivered else None)
+        taken = own if answer.status is None and not answer.cut and not lose_answer else None
+        for _, got in delivered:
+            if got is not taken and not isinstance(got[2], bytes):
+                await got[2].aclose()  # an SSE answer nobody will read (a copy's, a lost one)
         if answer.status is None and not answer.cut:
-            # The answer of the POST that carried the client's own message (not a copy or an
-            # injected one), else of the last one; none delivered (drop): accepted, as if it was.
-            own = next((got for line, got in delivered if line == body), delivered[-1][1] if delivered else None)
             if own is None:
                 answer.status = 202
+            elif not isinstance(own[2], bytes):
+                answer.status, answer.headers = own[0], own[1]
+                answer.stream = own[2] if taken is not None else None
             else:
                 answer.status, answer.headers, answer.body = own
                 if answer.body:

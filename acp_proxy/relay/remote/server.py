@@ -139,7 +139,7 @@ class ProxyApp:
         faults.restart = restart
         self.http_faults[connection] = faults
 
-    async def _faulted_initialize(self, scope: Scope, send: Send, body: bytes, stream: str) -> bool:
+    async def _faulted_initialize(self, scope: Scope, receive: Receive, send: Send, body: bytes, stream: str) -> bool:
         """A connection-less POST (an initialize) through a new connection's gate; its run and
         connection exist from the answer on. False: the gate could not judge it."""
 
@@ -159,7 +159,7 @@ class ProxyApp:
                 self.http_runs[established] = run
             self._faults_for(established, faults)
         try:
-            await _give(send, answer)
+            await self._give(receive, send, answer, run, stream, faults)
         finally:
             if not established:
                 await self._finish(run)
@@ -208,7 +208,7 @@ class ProxyApp:
             stream = f"sse:{session}" if session else "sse"
         ts = time.time_ns()
         initialize = connection is None and method == "POST" and body and self.options.fault_plan
-        if initialize and await self._faulted_initialize(scope, send, body, stream):
+        if initialize and await self._faulted_initialize(scope, receive, send, body, stream):
             return
         faults = self.http_faults.get(connection) if connection else None
         if faults is not None and connection and body and method == "POST":
@@ -216,7 +216,7 @@ class ProxyApp:
                 body, stream, self._poster(scope, connection), self._cut_poster(scope, connection)
             )
             if answer is not None:
-                await _give(send, answer)
+                await self._give(receive, send, answer, run, stream, faults)
                 return
         if run is not None and body:
             run.message("c2a", body, stream=stream, ts_ns=ts)
@@ -471,19 +471,24 @@ class ProxyApp:
 
         async def post(line: bytes) -> remote_faults.Got:
             client = self._client_of(connection)
+            request = client.build_request(
+                "POST",
+                self._upstream_target(scope, websocket=False),
+                headers=shapes.request_headers(scope["headers"]),
+                content=line,
+            )
             try:
-                got = await client.post(
-                    self._upstream_target(scope, websocket=False),
-                    headers=shapes.request_headers(scope["headers"]),
-                    content=line,
-                )
+                got = await client.send(request, stream=True)
+                headers = shapes.response_headers(list(got.headers.raw))
+                if got.headers.get("content-type", "").startswith("text/event-stream") and got.is_success:
+                    return got.status_code, headers, got  # an SSE answer: relayed as it streams
+                try:
+                    return got.status_code, headers, await got.aread()
+                finally:
+                    await got.aclose()
             except httpx.HTTPError as exc:
-                return (
-                    502,
-                    [],
-                    json.dumps({"error": f"acp-proxy: the upstream cannot be reached: {_short(exc)}"}).encode(),
-                )
-            return got.status_code, shapes.response_headers(list(got.headers.raw)), got.content
+                said = json.dumps({"error": f"acp-proxy: the upstream cannot be reached: {_short(exc)}"})
+                return 502, [(b"content-type", b"application/json")], said.encode()
 
         return post
 
@@ -504,6 +509,25 @@ class ProxyApp:
                 pass
 
         return post_cut
+
+    async def _give(
+        self,
+        receive: Receive,
+        send: Send,
+        answer: remote_faults.Answer,
+        run: RemoteRun | None,
+        stream: str,
+        faults: remote_faults.HttpFaults,
+    ) -> None:
+        """A POST's answer as the gate decided it; an SSE answer is relayed through the gate."""
+        if answer.stream is None or answer.cut:
+            await _give(send, answer)
+            return
+        try:
+            await send({"type": "http.response.start", "status": answer.status or 200, "headers": answer.headers})
+            await self._relay_sse(receive, send, answer.stream, run, stream, faults)
+        finally:
+            await answer.stream.aclose()
 
 
 async def _give(send: Send, answer: remote_faults.Answer) -> None:
