@@ -423,6 +423,38 @@ def test_restart_the_upstream_connection(upstream: str, db_path: Path, kind: str
         assert any(e.startswith("acp-proxy: the upstream dropped the stream") for e in events(rows))
 
 
+def test_an_sse_answer_to_a_post_streams_through_the_rules(db_path: Path) -> None:
+    """A POST may be answered with an SSE stream of its own: its events are judged one by one."""
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "sse_answer_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    timer = watchdog(proc, 300)
+    try:
+        port = int(wait_for_output(proc.stdout, b"\n", TIMEOUT).split()[1])
+        serve = Serve(f"http://127.0.0.1:{port}/acp", db_path, ["drop if method:session/update"])
+        try:
+            with httpx.Client(timeout=TIMEOUT) as http:
+                init = http.post(serve.url, json=INITIALIZE)
+                connection = {"acp-connection-id": init.headers["acp-connection-id"]}
+                prompt = {"jsonrpc": "2.0", "id": 1, "method": "session/prompt", "params": {"sessionId": "s-1"}}
+                answer = http.post(serve.url, json=prompt, headers=connection)
+            assert "Traceback" not in serve.stop()
+        finally:
+            serve.kill()
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait(timeout=TIMEOUT)
+    assert answer.status_code == 200 and answer.headers["content-type"] == "text/event-stream"
+    assert answer.text == 'data: {"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn"}}\n\n'
+    rows = frames(db_path)
+    update = row(rows, "a2c", "notification", "session/update")
+    response = row(rows, "a2c", "response", "session/prompt")
+    assert (update["forwarded"], update["fault"], update["stream"]) == (0, "drop", "post")
+    assert (response["forwarded"], response["fault"], response["stream"]) == (1, None, "post")
+    assert faults(db_path) == [(update["run_id"], update["seq"], "drop")]
+
+
 # -- the rule language: remote actions are refused where they mean nothing ---------------------
 
 
