@@ -8,7 +8,10 @@ response to a session/prompt"; notice stripping needs its ``UpdateReplayed`` eve
 fault plan for actions and turns them into ``Step``s.
 
 Must not know: trio, pipes, processes, SQL. The relay carries out the steps in order. Without
-such an option the relay never builds a gate, and its fast path forwards chunks as read.
+such an option the relay never builds a gate, and its fast path forwards chunks as read. The
+remote wire's steps (``Wire``, ``AwaitBarrier``, ``ReleaseBarrier``) are carried out by
+``relay/remote/faults.py``; ``run`` refuses the rules that make them (``faults.remote``), except
+``drop=after``, whose ``Wire`` step a stdio relay has nothing to do for.
 
 Rules: bytes are never altered except by a fault that says so. A direction no rule can touch is
 still forwarded chunk by chunk (only observed). Every line of a judged direction is reported to

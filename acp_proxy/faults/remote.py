@@ -13,15 +13,15 @@ REMOTE FAULTS (acp-proxy serve)
 ===============================
 
 Every action above applies to remote messages too (a message is a WebSocket message, a POST
-body, a JSON answer or one SSE event); kill has no process to signal there. These are for the
-remote wire only (run refuses them):
+body, a JSON answer or one SSE event); kill has no process to signal there. These are the
+remote wire's (run refuses all but drop=after):
 
     drop=after           a client message is delivered, then its answer is lost: on HTTP the
-                         POST's own answer is cut off (no status reaches the client), and the
-                         response to a request is dropped wherever it travels. drop (or
-                         drop=before) of a client message: never delivered, and on HTTP the
-                         client is answered 202 Accepted as if it had been. drop=after also
-                         works on run (the response to the request is dropped)
+                         POST's own answer is cut off (no complete response reaches the
+                         client), and the response to a request is dropped wherever it
+                         travels. drop (or drop=before) of a client message: never delivered,
+                         and on HTTP the client is answered 202 Accepted as if it had been.
+                         drop=after also works on run (the response to the request is dropped)
     hold=NAME[@D]        hold the frame (its direction waits behind it) until barrier NAME is
                          released, or D has passed (default: the connection's end)
     release=NAME         release barrier NAME once the matched frame has been written; a
@@ -32,7 +32,8 @@ remote wire only (run refuses them):
                          is closed with 1000 on both sides
     abort                abort the frame's stream mid-frame: half of its bytes are written, then
                          the stream is cut (an SSE stream or POST answer without its end, a
-                         WebSocket dropped without a close frame, a POST body cut upstream)
+                         POST body cut upstream). A WebSocket is cut at the message boundary:
+                         the agent's socket dropped without a close frame, the client's 1011
     status=CODE[:S]      answer a client message with HTTP CODE (400..599), Retry-After: S when
                          given, and do not deliver it. On WebSocket: closed with 1013 (Try
                          Again Later). Matches client-to-agent frames only

@@ -9,7 +9,9 @@ upstream failure is answered with (502, one JSON line) and recorded as.
 Must not know: SQL, JSON-RPC meaning, click. Bytes are forwarded as they came: the same JSON
 text, the same SSE chunks (so the same event boundaries), the same WebSocket message boundaries,
 the same statuses and the end-to-end headers. Recording is ``runs.RemoteRun``: a journal append
-just before each message is forwarded, never a wait for the database.
+just before each message is forwarded, never a wait for the database. With fault rules, messages
+go through ``faults`` (this package's: the gate, barriers, what a fault does on each transport);
+without them these fast paths never build a gate.
 
 Why these libraries: the relay's loop is trio (the stdio relay's, and hypercorn serves under
 trio with HTTP/1.1, HTTP/2 and WebSocket from one socket); httpx runs under trio through anyio
