@@ -3,7 +3,11 @@
 faults: every call has a deadline, and each outcome is one line on stdout, so a test asserts on
 what the client saw (an answer, an error, a timeout, a retry).
 
-``python sdk_fault_client.py http|ws URL [--wait S] [--retry] [--two-prompts] [--again]``
+``python sdk_fault_client.py http|ws URL [--wait S] [--short S] [--again-wait S] [--retry]
+[--two-prompts] [--again]``
+
+- ``--wait``: how long each call may take; ``--short``, ``--again-wait``: how long the prompt,
+  ``--again``'s request may take, for a test where a fault keeps their answer from coming.
 
 - ``--retry``: a prompt that fails with an HTTP status (or a closed socket) is sent once more.
 - ``--two-prompts``: prompt "one", and once its echo arrived, prompt "two" while the first is
@@ -90,14 +94,15 @@ async def main(args: argparse.Namespace) -> None:
                 if result is not None:
                     print(f"stop reason {name}: {result.stop_reason}", flush=True)
             return
-        result = await step("prompt", conn.prompt(session_id=sid, prompt=[text_block(args.prompt)]), args.wait)
+        short = args.short or args.wait
+        result = await step("prompt", conn.prompt(session_id=sid, prompt=[text_block(args.prompt)]), short)
         if result is None and args.retry:
             print("retrying", flush=True)
-            result = await step("prompt", conn.prompt(session_id=sid, prompt=[text_block(args.prompt)]), args.wait)
+            result = await step("prompt", conn.prompt(session_id=sid, prompt=[text_block(args.prompt)]), short)
         if result is not None:
             print(f"stop reason: {result.stop_reason}", flush=True)
         if args.again:
-            again = await step("session again", conn.new_session(cwd=".", mcp_servers=[]), args.wait)
+            again = await step("session again", conn.new_session(cwd=".", mcp_servers=[]), args.again_wait or args.wait)
             if again is not None:
                 print("session again: ok", flush=True)
     finally:
@@ -113,7 +118,9 @@ if __name__ == "__main__":
     parser.add_argument("kind", choices=("http", "ws"))
     parser.add_argument("url")
     parser.add_argument("--prompt", default="hi")
-    parser.add_argument("--wait", type=float, default=5.0)
+    parser.add_argument("--wait", type=float, default=30.0)
+    parser.add_argument("--short", type=float, default=None)
+    parser.add_argument("--again-wait", type=float, default=None)
     parser.add_argument("--retry", action="store_true")
     parser.add_argument("--two-prompts", action="store_true")
     parser.add_argument("--again", action="store_true")

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.spawns
 HERE = Path(__file__).parent
 TIMEOUT = 60
 ANSWERED = "30"  # seconds the client waits for what must come (a loaded machine is slow)
-UNANSWERED = "1.5"  # seconds it waits for what a fault keeps from coming
+UNANSWERED = "3"  # seconds it waits for the prompt's (or --again's) answer a fault keeps away
 BOTH = pytest.mark.parametrize("kind", ["http", "ws"])
 INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
 
@@ -87,7 +87,7 @@ class Serve:
 def client(kind: str, url: str, *args: str, wait: str = UNANSWERED) -> list[str]:
     """What the SDK's client saw, one line per outcome (tests/relay/remote/sdk_fault_client.py)."""
     done = subprocess.run(
-        [sys.executable, str(HERE / "sdk_fault_client.py"), kind, url, "--wait", wait, *args],
+        [sys.executable, str(HERE / "sdk_fault_client.py"), kind, url, "--wait", ANSWERED, "--short", wait, *args],
         capture_output=True,
         timeout=TIMEOUT,
         text=True,
@@ -304,7 +304,8 @@ def test_an_aborted_sse_stream_ends_inside_an_event(upstream: str, db_path: Path
 
 @BOTH
 def test_half_close_one_direction_while_the_other_stays_open(upstream: str, db_path: Path, kind: str) -> None:
-    seen, _ = through(upstream, db_path, kind, ["half-close=c2a if method:session/update"], "--again")
+    rule = "half-close=c2a if method:session/update"
+    seen, _ = through(upstream, db_path, kind, [rule], "--again", "--again-wait", UNANSWERED, wait=ANSWERED)
     # Client to agent is closed from the agent's first update on; the agent's side still
     # delivers the prompt's answer, and the client's next request goes nowhere.
     assert seen == ["initialized", "session: ok", "<< echo: hi", "stop reason: end_turn", "session again: timeout"]
