@@ -53,8 +53,8 @@ def upstream() -> Iterator[str]:
 class Serve:
     """``acp-proxy serve`` with fault rules, recording to ``db_path``."""
 
-    def __init__(self, upstream: str, db_path: Path, rules: list[str]) -> None:
-        faults = [word for rule in rules for word in ("--fault", rule)]
+    def __init__(self, upstream: str, db_path: Path, rules: list[str], *more: str) -> None:
+        faults = [word for rule in rules for word in ("--fault", rule)] + list(more)
         self.proc = subprocess.Popen(
             [*PROXY, "serve", "--listen", "127.0.0.1:0", "--upstream", upstream, "--db", str(db_path), *faults],
             stdin=subprocess.DEVNULL,
@@ -454,6 +454,22 @@ def test_an_sse_answer_to_a_post_streams_through_the_rules(db_path: Path) -> Non
     assert (update["forwarded"], update["fault"], update["stream"]) == (0, "drop", "post")
     assert (response["forwarded"], response["fault"], response["stream"]) == (1, None, "post")
     assert faults(db_path) == [(update["run_id"], update["seq"], "drop")]
+
+
+def test_serve_reads_rules_from_a_file_and_records_the_seed(upstream: str, db_path: Path, tmp_path: Path) -> None:
+    rules = tmp_path / "faults.toml"
+    rules.write_text('seed = 11\n\n[[fault]]\nrule = "status=503 if method:initialize"\n')
+    serve = Serve(upstream, db_path, [], "--faults", str(rules))
+    try:
+        with httpx.Client(timeout=TIMEOUT) as http:
+            assert http.post(serve.url, json=INITIALIZE).status_code == 503
+        serve.stop()
+    finally:
+        serve.kill()
+    with sqlite3.connect(db_path) as conn:
+        (seed,) = conn.execute("select seed from runs").fetchone()
+    assert seed == 11
+    assert [action for _, _, action in faults(db_path)] == ["status"]
 
 
 # -- the rule language: remote actions are refused where they mean nothing ---------------------
