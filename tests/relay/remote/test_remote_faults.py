@@ -63,7 +63,10 @@ class Serve:
             env=proxy_env(),
         )
         self.timer = watchdog(self.proc, 300)
-        said = wait_for_output(self.proc.stderr, b"\n", TIMEOUT).decode()
+        try:
+            said = wait_for_output(self.proc.stderr, b"\n", TIMEOUT).decode()
+        except AssertionError as exc:  # say whether serve died or is only slow to start
+            raise AssertionError(f"{exc}; serve's exit status: {self.proc.poll()}") from None
         assert "serving http://127.0.0.1:" in said, said
         self.url = said.split("serving ", 1)[1].split()[0] + "/acp"
         self.db_path = db_path
