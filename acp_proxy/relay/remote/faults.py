@@ -36,6 +36,7 @@ from acp_proxy.faults.gate import (
     Step,
     Wire,
 )
+from acp_proxy.protocol import transports
 from acp_proxy.relay.remote.runs import RemoteRun
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -410,10 +411,7 @@ class HttpFaults(ConnectionFaults):
         kind = next((v.decode("latin-1") for k, v in answer.headers if k.lower() == b"content-type"), "")
         steps = self.judge("a2c", answer.body) if 200 <= status < 300 and "json" in kind else None
         if steps is None:
-            note = None if 200 <= status < 300 else f"HTTP {status} answer to a POST"
-            if "json" not in kind:
-                note = f"{note or f'HTTP {status} answer to a POST'} ({kind or 'no content-type'})"
-            self.message("a2c", answer.body, stream, note)
+            self.message("a2c", answer.body, stream, transports.http_answer_note(status, "POST", kind))
             return
         body: bytes | None = None
         for step in steps:
