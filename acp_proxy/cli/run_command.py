@@ -244,15 +244,16 @@ def _redirect_stderr(path: Path, db: Path | None) -> None:
     os.close(fd)
 
 
-def build_fault_plan(rules: tuple[str, ...], path: Path | None, seed: int | None) -> Any:
+def build_fault_plan(rules: tuple[str, ...], path: Path | None, seed: int | None, *, remote: bool = False) -> Any:
     """The run's fault plan, or None; a bad rule raises ``RuleError`` (one line: ``bad fault
-    rule: ...``). ``ACP_PROXY_FAULTS`` is read as bytes: it must be UTF-8."""
+    rule: ...``). ``ACP_PROXY_FAULTS`` is read as bytes: it must be UTF-8. ``remote``: serve's
+    plan, where the remote wire's actions are allowed."""
     env_value = _env_text("ACP_PROXY_FAULTS")
     if not rules and path is None and not env_value:
         return None
     from acp_proxy.faults.plan import FaultPlan
 
-    plan = FaultPlan.build(rules, path, env_value, seed)
+    plan = FaultPlan.build(rules, path, env_value, seed, remote=remote)
     return plan if plan else None
 
 

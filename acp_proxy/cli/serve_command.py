@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from acp_proxy.cli.group import cli, resolve_db
-from acp_proxy.cli.options import db_option
+from acp_proxy.cli.options import FilePath, db_option
 from acp_proxy.errors import AcpProxyError, UsageError
 
 
@@ -48,7 +48,15 @@ class MissingExtra(AcpProxyError):
     "fault_rules",
     multiple=True,
     metavar="RULE",
-    help="Inject a fault on WebSocket connections (repeatable; as run --fault). See `acp-proxy faults-help`.",
+    help="Inject a fault on every connection, WebSocket or Streamable HTTP (repeatable; as run --fault,"
+    " plus the remote actions). See `acp-proxy faults-help` and docs/remote-faults.md.",
+)
+@click.option(
+    "--faults",
+    "faults_file",
+    type=FilePath(),
+    default=None,
+    help="A TOML file of fault rules (as run --faults; $ACP_PROXY_FAULTS is read too).",
 )
 @click.option("--seed", type=int, default=None, help="Seed for the random choices of fault rules.")
 def serve(
@@ -58,6 +66,7 @@ def serve(
     db_path: Path | None,
     no_record: bool,
     fault_rules: tuple[str, ...],
+    faults_file: Path | None,
     seed: int | None,
 ) -> None:
     """Relay remote ACP clients to an agent at --upstream, recording every message.
@@ -71,6 +80,7 @@ def serve(
         acp-proxy serve --upstream http://127.0.0.1:8000/acp
         acp-proxy serve --listen 127.0.0.1:0 --upstream wss://agent.example/acp --db remote.db
         acp-proxy serve --upstream ws://h/acp --fault 'drop if method:session/prompt kind:response'
+        acp-proxy serve --upstream http://h/acp --fault 'status=503:2 if method:session/prompt nth=1'
     """
     try:
         import hypercorn  # noqa: F401
@@ -93,7 +103,7 @@ def serve(
         raise UsageError(problem)
     from acp_proxy.cli.run_command import build_fault_plan
 
-    plan = build_fault_plan(fault_rules, None, seed)
+    plan = build_fault_plan(fault_rules, faults_file, seed, remote=True)
     record_to = None
     if not no_record:
         from acp_proxy.record import recovery

@@ -1,7 +1,8 @@
 """What a fault rule is once parsed, and what a fault does: the data the plan and the gate share.
 
 Owns: ``Action`` and its kinds (drop, delay, duplicate, reorder, corrupt, truncate, split, error,
-inject, kill, close, stall), each with what carrying it out needs; ``fault_label`` (the
+inject, kill, close, stall; and the remote wire's hold, release, abort, status, half-close,
+restart), each with what carrying it out needs; ``fault_label`` (the
 frames.fault value); ``Rule`` (one parsed rule: action, filter, counting options) and
 ``RuleSet`` (rules from one source, with its seed).
 
@@ -39,7 +40,13 @@ class Action:
 
 @dataclass(frozen=True, slots=True)
 class Drop(Action):
+    after: bool = False
+    """drop=after: the frame is delivered and its answer is lost (the response to a request,
+    and on HTTP the POST's own answer)."""
     name: ClassVar[str] = "drop"
+
+    def detail(self) -> str:
+        return "after: delivered, its answer lost" if self.after else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +159,64 @@ class Stall(Action):
 
     def detail(self) -> str:
         return self.direction
+
+
+@dataclass(frozen=True, slots=True)
+class Hold(Action):
+    barrier: str
+    seconds: float | None
+    """The longest wait; None: until released or the connection ends."""
+    name: ClassVar[str] = "hold"
+
+    def detail(self) -> str:
+        return self.barrier + ("" if self.seconds is None else f" (at most {self.seconds * 1000:g}ms)")
+
+
+@dataclass(frozen=True, slots=True)
+class Release(Action):
+    barrier: str
+    name: ClassVar[str] = "release"
+
+    def detail(self) -> str:
+        return self.barrier
+
+
+@dataclass(frozen=True, slots=True)
+class Abort(Action):
+    partial: bytes
+    """What is written of the frame before its stream is cut: its first half."""
+    name: ClassVar[str] = "abort"
+
+    def detail(self) -> str:
+        return f"cut after {len(self.partial)} bytes"
+
+
+@dataclass(frozen=True, slots=True)
+class Status(Action):
+    code: int
+    retry_after: int | None
+    name: ClassVar[str] = "status"
+
+    def detail(self) -> str:
+        return f"HTTP {self.code}" + ("" if self.retry_after is None else f", Retry-After: {self.retry_after}")
+
+
+@dataclass(frozen=True, slots=True)
+class HalfClose(Action):
+    direction: str
+    """The direction closed from this frame on."""
+    name: ClassVar[str] = "half-close"
+
+    def detail(self) -> str:
+        return self.direction
+
+
+@dataclass(frozen=True, slots=True)
+class Restart(Action):
+    name: ClassVar[str] = "restart"
+
+
+REMOTE_ACTIONS = (Hold, Release, Abort, Status, HalfClose, Restart)
 
 
 def fault_label(actions: Iterable[Action]) -> str | None:

@@ -8,7 +8,10 @@ response to a session/prompt"; notice stripping needs its ``UpdateReplayed`` eve
 fault plan for actions and turns them into ``Step``s.
 
 Must not know: trio, pipes, processes, SQL. The relay carries out the steps in order. Without
-such an option the relay never builds a gate, and its fast path forwards chunks as read.
+such an option the relay never builds a gate, and its fast path forwards chunks as read. The
+remote wire's steps (``Wire``, ``AwaitBarrier``, ``ReleaseBarrier``) are carried out by
+``relay/remote/faults.py``; ``run`` refuses the rules that make them (``faults.remote``), except
+``drop=after``, whose ``Wire`` step a stdio relay has nothing to do for.
 
 Rules: bytes are never altered except by a fault that says so. A direction no rule can touch is
 still forwarded chunk by chunk (only observed). Every line of a judged direction is reported to
@@ -98,7 +101,31 @@ class Hold:
     number: int
 
 
-Step = Forward | Send | Note | Pause | Signal | ClosePipe | Hold
+@dataclass(frozen=True, slots=True)
+class AwaitBarrier:
+    """Wait, in this direction, until ``barrier`` is released or ``seconds`` have passed (None:
+    no limit). Only the remote relay has barriers (``faults.remote``)."""
+
+    barrier: str
+    seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseBarrier:
+    barrier: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """A fault on the remote transport itself (restart, close=stream, abort, status,
+    half-close, drop=after), for the remote relay to carry out where it stands in the steps.
+    The gate has already decided what happens to the frame's bytes."""
+
+    direction: str
+    action: fl.Action
+
+
+Step = Forward | Send | Note | Pause | Signal | ClosePipe | Hold | AwaitBarrier | ReleaseBarrier | Wire
 
 
 OBSERVED_MAX_KEEP = 16 * 1024 * 1024
@@ -144,6 +171,9 @@ class Gate:
             )
             self.directions[d] = _Direction(judged, LineFramer(None if judged else OBSERVED_MAX_KEEP))
         self.closed: set[str] = set()
+        self.half_closed: set[str] = set()
+        self.lost: set[tuple[str, str]] = set()
+        """(direction, id) of the answers drop=after loses: the response to a delivered request."""
         self.seq = 0
 
     def judged(self, direction: str) -> bool:
@@ -265,10 +295,16 @@ class Gate:
             return self._release(state, [note])
         if state.stalled or PIPE_OF[direction] in self.closed:
             why = "direction stalled by a fault" if state.stalled else "pipe closed by a fault"
+            if direction in self.half_closed:
+                why = "direction half-closed by a fault"
             return [Note(direction, line, {"forwarded": 0, "note": why})]
+        if rec.rpc_id is not None and rec.kind in ("response", "error") and (direction, rec.rpc_id) in self.lost:
+            self.lost.discard((direction, rec.rpc_id))
+            why = "its answer lost: drop=after on the request it answers"
+            return self._release(state, [Note(direction, line, {"forwarded": 0, "note": why})])
         if not actions:
             return self._release(state, [Forward(direction, line.wire_bytes())])
-        return self._apply(direction, state, line, actions)
+        return self._apply(direction, state, line, actions, rec=rec)
 
     def _apply(
         self,
@@ -277,8 +313,10 @@ class Gate:
         line: Line,
         actions: list[fl.Action],
         base: dict[str, Any] | None = None,
+        rec: FrameRecord | None = None,
     ) -> list[Step]:
-        """``base``: a released frame's origin and note, kept beside what the faults did."""
+        """``base``: a released frame's origin and note, kept beside what the faults did;
+        ``rec``: the frame, for drop=after to know which answer to lose."""
         steps: list[Step] = []
         frame_steps: list[Step] = []
         data: bytes | None = line.wire_bytes()
@@ -292,6 +330,10 @@ class Gate:
                 target.extend(self._injected(direction, action))
             elif isinstance(action, fl.Kill):
                 steps.append(Signal(action.signum))
+            elif isinstance(action, fl.Close) and action.pipe == "stream":
+                steps.append(Wire(direction, action))
+                data = None
+                notes.append("its stream was closed")
             elif isinstance(action, fl.Close):
                 steps.append(ClosePipe(action.pipe))
                 self.closed.add(action.pipe)
@@ -302,9 +344,31 @@ class Gate:
                 state.stalled = True
                 data = None
                 notes.append(f"{direction} stalled")
+            elif isinstance(action, fl.Drop) and action.after:
+                if rec is not None and rec.rpc_id is not None and rec.kind == "request":
+                    self.lost.add((OTHER[direction], rec.rpc_id))
+                frame_steps.append(Wire(direction, action))
+                notes.append("delivered; its answer lost")
             elif isinstance(action, fl.Drop):
                 data = None
                 notes.append("dropped")
+            elif isinstance(action, fl.Hold):
+                steps.append(AwaitBarrier(action.barrier, action.seconds))
+            elif isinstance(action, fl.Release):
+                frame_steps.append(ReleaseBarrier(action.barrier))
+            elif isinstance(action, fl.Restart):
+                steps.append(Wire(direction, action))
+            elif isinstance(action, fl.HalfClose):
+                self.directions[action.direction].stalled = True
+                self.half_closed.add(action.direction)
+                steps.append(Wire(direction, action))
+                if action.direction == direction:
+                    data = None
+                    notes.append(f"{direction} half-closed")
+            elif isinstance(action, fl.Status | fl.Abort):
+                data = None
+                frame_steps.append(Wire(direction, action))
+                notes.append("answered " + action.detail() if isinstance(action, fl.Status) else action.detail())
             elif isinstance(action, fl.ErrorReply):
                 if action.to_sender:
                     data = None

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from acp_proxy.faults.actions import (
     DIRECTIONS,
     SUB,
+    Abort,
     Action,
     Close,
     Corrupt,
@@ -32,15 +33,21 @@ from acp_proxy.faults.actions import (
     Drop,
     Duplicate,
     ErrorReply,
+    HalfClose,
+    Hold,
     Inject,
     Kill,
+    Release,
     Reorder,
+    Restart,
     Rule,
     RuleSet,
     Split,
     Stall,
+    Status,
     Truncate,
 )
+from acp_proxy.faults.remote import refuse_on_stdio
 from acp_proxy.faults.rules import (
     MAX_RULES,
     SESSION_PLACEHOLDER,
@@ -73,21 +80,27 @@ class _State:
         self.jitter = random.Random(f"acp-proxy:{seed}:{index}:jitter")
 
 
-_REPLACING = ("drop", "error", "corrupt", "truncate")
+_REPLACING = ("drop", "error", "corrupt", "truncate", "status", "abort")
 _PHASE = {
     "delay": 1,
+    "hold": 1,
     "inject-before": 2,
     "kill": 3,
     "close": 3,
     "stall": 3,
+    "half-close": 3,
+    "restart": 3,
     "drop": 4,
     "error": 4,
     "corrupt": 4,
     "truncate": 4,
+    "status": 4,
+    "abort": 4,
     "split": 5,
     "duplicate": 6,
     "reorder": 7,
     "inject-after": 8,
+    "release": 9,
 }
 _ERRORABLE = ("request", "response", "error")
 
@@ -114,14 +127,21 @@ class FaultPlan:
         env_value: str | None = None,
         seed: int | None = None,
         start_ns: int | None = None,
+        *,
+        remote: bool = False,
     ) -> FaultPlan:
         """All sources together: ``--fault`` rules, then ``ACP_PROXY_FAULTS``, then the file.
+        ``remote``: for ``serve``; otherwise a remote-only rule is refused (``faults.remote``).
 
         The seed: ``seed`` (``--seed``), else the environment's, else the file's, else random.
         """
         cli = parse_rules(cli_rules)
         env = from_env(env_value)
         file = load_toml(toml_path) if toml_path is not None else RuleSet(())
+        if not remote:
+            refused = refuse_on_stdio([*cli, *env.rules, *file.rules])
+            if refused is not None:
+                raise RuleError(refused.removeprefix("bad fault rule: "))
         for candidate in (env.seed, file.seed):
             if seed is None:
                 seed = candidate
@@ -174,6 +194,8 @@ class FaultPlan:
                 continue
             if rule.action == "error" and rec.kind not in _ERRORABLE:
                 continue
+            if rule.action == "status" and direction != "c2a":
+                continue  # an HTTP status answers a client's message
             if rule.expr is not None and not rule.expr.matches(rec):
                 continue
             state.matches += 1
@@ -194,8 +216,10 @@ class FaultPlan:
     def _conflict_key(rule: Rule, index: int, direction: str) -> Any:
         if rule.action in _REPLACING:
             return "replace"
-        if rule.action == "inject":
-            return ("inject", index)
+        if rule.action in ("inject", "release"):
+            return (rule.action, index)
+        if rule.action == "half-close":
+            return ("half-close", rule.params["direction"] or direction)
         if rule.action == "close":
             return ("close", rule.params["pipe"] or _own_pipe(direction))
         return rule.action
@@ -205,12 +229,18 @@ class FaultPlan:
         own_pipe = _own_pipe(direction)
         by_action = {rule.action: rule for _, rule, _ in chosen}
         path_cut = "stall" in by_action or any(
-            rule.action == "close" and (rule.params["pipe"] or own_pipe) == own_pipe for _, rule, _ in chosen
+            (rule.action == "close" and (rule.params["pipe"] or own_pipe) in (own_pipe, "stream"))
+            or (rule.action == "half-close" and (rule.params["direction"] or direction) == direction)
+            for _, rule, _ in chosen
         )
         replacing = next((rule for _, rule, _ in chosen if rule.action in _REPLACING), None)
         nothing_in_place = path_cut or (
             replacing is not None
-            and (replacing.action == "drop" or (replacing.action == "error" and rec.kind == "request"))
+            and (
+                (replacing.action == "drop" and not replacing.params.get("after"))
+                or replacing.action in ("status", "abort")
+                or (replacing.action == "error" and rec.kind == "request")
+            )
         )
         wire = rec.line + (b"\n" if rec.terminated else b"")
         out: list[tuple[int, int, Action]] = []
@@ -243,7 +273,7 @@ class FaultPlan:
         newline = b"\n" if rec.terminated else b""
         match rule.action:
             case "drop":
-                return Drop(index, text)
+                return Drop(index, text, bool(p.get("after")))
             case "delay":
                 ns = p["ns"]
                 if p["jitter_ns"]:
@@ -277,6 +307,18 @@ class FaultPlan:
                 return Close(index, text, p["pipe"] or _own_pipe(rec.dir))
             case "stall":
                 return Stall(index, text, rec.dir)
+            case "hold":
+                return Hold(index, text, p["barrier"], None if p["ns"] is None else p["ns"] / 1e9)
+            case "release":
+                return Release(index, text, p["barrier"])
+            case "abort":
+                return Abort(index, text, wire[: max(1, len(wire) // 2)])
+            case "status":
+                return Status(index, text, p["code"], p["retry_after"])
+            case "half-close":
+                return HalfClose(index, text, p["direction"] or rec.dir)
+            case "restart":
+                return Restart(index, text)
         return None
 
 

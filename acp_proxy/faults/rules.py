@@ -134,6 +134,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acp_proxy.errors import UsageError
+from acp_proxy.faults import remote
 from acp_proxy.faults.actions import DIRECTIONS, Rule, RuleSet
 from acp_proxy.limits import MAX_COUNT, SEED_RANGE
 from acp_proxy.protocol import filters
@@ -143,8 +144,8 @@ from acp_proxy.protocol.vocabulary import A2C, C2A, FAULT_ACTIONS
 if TYPE_CHECKING:
     pass
 
-HELP = __doc__[__doc__.index("FAULT RULES") :] if __doc__ else ""
-"""The rule language, for ``acp-proxy run --help`` and the README."""
+HELP = (__doc__[__doc__.index("FAULT RULES") :] if __doc__ else "") + "\n" + remote.HELP
+"""The rule language, for ``acp-proxy faults-help`` and the README (the remote actions last)."""
 
 ENV_VAR = "ACP_PROXY_FAULTS"
 PIPES = {"agent-stdin": C2A, "client-stdout": A2C}
@@ -403,7 +404,14 @@ def _signal(text: str) -> tuple[int, str]:
 
 def _action_params(action: str, arg: str | None, position: str | None) -> dict[str, Any]:
     """Check an action's argument and parse it into what its faults need."""
-    if action in ("drop", "reorder", "corrupt", "stall"):
+    try:
+        if action == "drop":
+            return remote.drop_params(arg)
+        if action in remote.REMOTE_ONLY:
+            return remote.params(action, arg, _duration)
+    except remote.BadArgument as exc:
+        raise _Bad(str(exc)) from None
+    if action in ("reorder", "corrupt", "stall"):
         if arg is not None:
             raise _Bad(f"{action} takes no argument")
         return {}
@@ -457,8 +465,8 @@ def _action_params(action: str, arg: str | None, position: str | None) -> dict[s
         signum, signame = _signal(arg) if arg is not None else (int(signal.SIGKILL), "SIGKILL")
         return {"signum": signum, "signame": signame}
     if action == "close":
-        if arg is not None and arg not in PIPES:
-            raise _Bad(f"close takes agent-stdin or client-stdout, got {arg!r}")
+        if arg is not None and arg not in PIPES and arg != "stream":
+            raise _Bad(f"close takes agent-stdin or client-stdout (or stream, on serve), got {arg!r}")
         return {"pipe": arg}
     raise _Bad(_unknown_action(action))
 

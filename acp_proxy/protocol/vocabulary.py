@@ -64,6 +64,13 @@ FAULT_ACTIONS: tuple[str, ...] = (
     "kill",
     "close",
     "stall",
+    # The remote wire's (acp-proxy serve; faults.remote):
+    "hold",
+    "release",
+    "abort",
+    "status",
+    "half-close",
+    "restart",
 )
 
 SENDER: dict[str, str] = {C2A: "client", A2C: "agent"}

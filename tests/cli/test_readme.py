@@ -120,7 +120,7 @@ def run_example(example: str, db: Path, session: str, where: Path) -> None:
         if name == "run":
             FaultPlan.build(ctx.params["fault_rules"], None, None, (ctx.params["seeds"] or (None,))[-1])
         elif name == "serve":
-            FaultPlan.build(ctx.params["fault_rules"], None, None, ctx.params["seed"])
+            FaultPlan.build(ctx.params["fault_rules"], None, None, ctx.params["seed"], remote=True)
         return
     if name == "tail":
         args += ["--timeout", "1", "--interval", "0.05"]

@@ -61,14 +61,15 @@ class RemoteRun:
         stamp = time.time_ns() if ts_ns is None else ts_ns
         self.recording.journal.record(jr.LINE, DIRECTIONS[direction], stamp, jr.line_payload(line, meta))
 
-    def noted(self, direction: str, line: Line, meta: dict[str, Any], *, stream: str) -> None:
+    def noted(self, direction: str, line: Line, meta: dict[str, Any], *, stream: str, ts_ns: int | None = None) -> None:
         """Journal a message the fault gate judged, with what it did (forwarded, fault, note)."""
         if self.finished:
             return
         meta = {**meta, "transport": self.transport, "connection": self.connection, "stream": stream}
-        self.recording.journal.record(jr.LINE, DIRECTIONS[direction], time.time_ns(), jr.line_payload(line, meta))
+        stamp = time.time_ns() if ts_ns is None else ts_ns
+        self.recording.journal.record(jr.LINE, DIRECTIONS[direction], stamp, jr.line_payload(line, meta))
 
-    def event(self, text: str, *, stream: str) -> None:
+    def event(self, text: str, *, stream: str, ts_ns: int | None = None) -> None:
         """Journal a transport event (a dropped SSE stream, a WebSocket closed with a code, an
         upstream that cannot be reached) as what it is: a line of the proxy's own, on the stderr
         side of the run (no peer sent it, so it is no message), with its stream beside it."""
@@ -77,7 +78,8 @@ class RemoteRun:
         meta = {"transport": self.transport, "connection": self.connection, "stream": stream, "origin": "proxy"}
         data = f"acp-proxy: {text}".encode()
         line = Line(data, len(data), True, False)
-        self.recording.journal.record(jr.LINE, jr.STDERR, time.time_ns(), jr.line_payload(line, meta))
+        stamp = time.time_ns() if ts_ns is None else ts_ns
+        self.recording.journal.record(jr.LINE, jr.STDERR, stamp, jr.line_payload(line, meta))
 
     async def finish(self, code: int = 0) -> None:
         """End the run: the journal's last records, then the recorder's finish, in a thread

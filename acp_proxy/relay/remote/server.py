@@ -9,7 +9,9 @@ upstream failure is answered with (502, one JSON line) and recorded as.
 Must not know: SQL, JSON-RPC meaning, click. Bytes are forwarded as they came: the same JSON
 text, the same SSE chunks (so the same event boundaries), the same WebSocket message boundaries,
 the same statuses and the end-to-end headers. Recording is ``runs.RemoteRun``: a journal append
-just before each message is forwarded, never a wait for the database.
+just before each message is forwarded, never a wait for the database. With fault rules, messages
+go through ``faults`` (this package's: the gate, barriers, what a fault does on each transport);
+without them these fast paths never build a gate.
 
 Why these libraries: the relay's loop is trio (the stdio relay's, and hypercorn serves under
 trio with HTTP/1.1, HTTP/2 and WebSocket from one socket); httpx runs under trio through anyio
@@ -34,6 +36,7 @@ import trio
 import trio_websocket
 
 from acp_proxy.protocol import transports
+from acp_proxy.relay.remote import faults as remote_faults
 from acp_proxy.relay.remote import shapes
 from acp_proxy.relay.remote.runs import RemoteRun
 from acp_proxy.relay.spawn import say
@@ -48,7 +51,7 @@ UPSTREAM_CONNECT_TIMEOUT = 30.0
 MAX_WEBSOCKET_MESSAGE = 256 * 1024 * 1024  # what one message may be; larger ones close the socket (1009)
 
 
-class _StreamDropped(Exception):
+class _StreamDropped(remote_faults.StreamCut):
     """The upstream dropped an SSE stream: raised to the server, which then aborts the client's."""
 
 
@@ -60,7 +63,7 @@ class ServeOptions:
     listen_port: int
     allowed_hosts: frozenset[str] = frozenset()
     argv: list[str] = field(default_factory=list)  # masked already
-    fault_plan: Any = None  # a FaultPlan: its rules apply to WebSocket connections, each its own plan
+    fault_plan: Any = None  # a FaultPlan: its rules apply to every connection, each its own plan
 
 
 def system_tls() -> ssl.SSLContext:
@@ -78,6 +81,10 @@ class ProxyApp:
         self.http_runs: dict[str, RemoteRun] = {}
         self.live: set[RemoteRun] = set()
         self.tls = system_tls()
+        self.barriers = remote_faults.Barriers()
+        self.http_faults: dict[str, remote_faults.HttpFaults] = {}
+        self.run_clients: dict[str, httpx.AsyncClient] = {}
+        """With fault rules, each HTTP connection's own upstream client (restart= replaces it)."""
 
     # -- runs --------------------------------------------------------------------------------
 
@@ -114,6 +121,52 @@ class ProxyApp:
         for run in list(self.live):
             with trio.CancelScope(shield=True):
                 await self._finish(run)
+        for client in self.run_clients.values():
+            with trio.CancelScope(shield=True):
+                await client.aclose()
+
+    def _client_of(self, connection: str | None) -> httpx.AsyncClient:
+        return self.run_clients.get(connection or "", self.client)
+
+    def _faults_for(self, connection: str, faults: remote_faults.HttpFaults) -> None:
+        """An HTTP connection's gate and its own upstream client (restart replaces it)."""
+        self.run_clients[connection] = _upstream_client(self.tls)
+
+        async def restart() -> None:
+            old = self.run_clients.get(connection)
+            self.run_clients[connection] = _upstream_client(self.tls)
+            if old is not None:
+                with trio.CancelScope(shield=True):
+                    await old.aclose()
+
+        faults.restart = restart
+        self.http_faults[connection] = faults
+
+    async def _faulted_initialize(self, scope: Scope, receive: Receive, send: Send, body: bytes, stream: str) -> bool:
+        """A connection-less POST (an initialize) through a new connection's gate; its run and
+        connection exist from the answer on. False: the gate could not judge it."""
+
+        async def not_yet() -> None:  # restart before there is a connection: nothing to restart
+            return None
+
+        plan = self._new_plan()
+        faults = remote_faults.HttpFaults(plan, None, self.barriers, not_yet)
+        answer = await faults.client_message(body, stream, self._poster(scope, None), self._cut_poster(scope, None))
+        if answer is None:
+            return False
+        established = shapes.header(answer.headers, CONNECTION_ID) if answer.status == 200 else None
+        run = self._new_run("http", established, plan)
+        faults.adopt(run)
+        if established:
+            if run is not None:
+                self.http_runs[established] = run
+            self._faults_for(established, faults)
+        try:
+            await self._give(receive, send, answer, run, stream, faults)
+        finally:
+            if not established:
+                await self._finish(run)
+        return True
 
     # -- routing -----------------------------------------------------------------------------
 
@@ -157,16 +210,27 @@ class ProxyApp:
             session = shapes.header(headers, SESSION_ID)
             stream = f"sse:{session}" if session else "sse"
         ts = time.time_ns()
+        initialize = connection is None and method == "POST" and body and self.options.fault_plan
+        if initialize and await self._faulted_initialize(scope, receive, send, body, stream):
+            return
+        faults = self.http_faults.get(connection) if connection else None
+        if faults is not None and connection and body and method == "POST":
+            answer = await faults.client_message(
+                body, stream, self._poster(scope, connection), self._cut_poster(scope, connection)
+            )
+            if answer is not None:
+                await self._give(receive, send, answer, run, stream, faults)
+                return
         if run is not None and body:
             run.message("c2a", body, stream=stream, ts_ns=ts)
-        request = self.client.build_request(
+        request = self._client_of(connection).build_request(
             method,
             self._upstream_target(scope, websocket=False),
             headers=shapes.request_headers(headers),
             content=body if method != "GET" else None,
         )
         try:
-            response = await self.client.send(request, stream=True)
+            response = await self._client_of(connection).send(request, stream=True)
         except httpx.HTTPError as exc:
             why = f"the upstream cannot be reached: {type(exc).__name__}: {_short(exc)}"
             attempt = run is None and method == "POST" and connection is None
@@ -202,7 +266,9 @@ class ProxyApp:
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         if is_sse and 200 <= status < 300:
             await send({"type": "http.response.start", "status": status, "headers": out_headers})
-            await self._relay_sse(receive, send, response, run, stream)
+            connection = shapes.header(scope["headers"], CONNECTION_ID)
+            faults = self.http_faults.get(connection) if connection else None
+            await self._relay_sse(receive, send, response, run, stream, faults)
             return
         content = b"".join([chunk async for chunk in response.aiter_raw()])
         established = response.headers.get(CONNECTION_ID)
@@ -230,10 +296,20 @@ class ProxyApp:
         if method == "DELETE" and run is not None and 200 <= status < 300:
             connection = run.connection or ""
             self.http_runs.pop(connection, None)
+            self.http_faults.pop(connection, None)
+            client = self.run_clients.pop(connection, None)
+            if client is not None:
+                await client.aclose()
             await self._finish(run)
 
     async def _relay_sse(
-        self, receive: Receive, send: Send, response: httpx.Response, run: RemoteRun | None, stream: str
+        self,
+        receive: Receive,
+        send: Send,
+        response: httpx.Response,
+        run: RemoteRun | None,
+        stream: str,
+        faults: remote_faults.HttpFaults | None = None,
     ) -> None:
         """Forward an SSE stream chunk by chunk; each event's message is journaled just before
         the chunk that completes it is forwarded. A client that goes away ends it."""
@@ -248,11 +324,18 @@ class ProxyApp:
 
             nursery.start_soon(client_gone)
             try:
-                async for chunk in response.aiter_raw():
-                    if run is not None:
-                        for message in events.feed(chunk):
-                            run.message("a2c", message, stream=stream)
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if faults is not None:
+                    if await faults.sse(receive, send, response.aiter_raw(), stream):
+                        ended = "the stream was closed by a fault rule"
+                        if run is not None:
+                            run.event(ended, stream=stream)
+                        ended = "the upstream ended the stream"
+                else:
+                    async for chunk in response.aiter_raw():
+                        if run is not None:
+                            for message in events.feed(chunk):
+                                run.message("a2c", message, stream=stream)
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except httpx.HTTPError as exc:
                 ended = f"the upstream dropped the stream: {type(exc).__name__}: {_short(exc)}"
             if run is not None and ended != "the upstream ended the stream":
@@ -263,7 +346,8 @@ class ProxyApp:
                 # Dropped upstream, dropped here: the client must see the same abrupt end
                 # (no last chunk), not a stream that ended cleanly.
                 raise _StreamDropped(ended)
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        # Out of the cancelled nursery: inside it, this last send would be cancelled unsent.
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     # -- WebSocket ---------------------------------------------------------------------------
 
@@ -295,7 +379,23 @@ class ProxyApp:
                 run = self._new_run("websocket", connection, plan)
                 await send({"type": "websocket.accept", "headers": accepted, "subprotocol": upstream.subprotocol})
                 try:
-                    await self._relay_websocket(receive, send, upstream, run, plan)
+                    if plan:
+
+                        async def reconnect() -> trio_websocket.WebSocketConnection:
+                            with trio.fail_after(UPSTREAM_CONNECT_TIMEOUT):
+                                return await trio_websocket.connect_websocket_url(
+                                    nursery,
+                                    url,
+                                    ssl_context=tls,
+                                    extra_headers=extra,
+                                    subprotocols=scope.get("subprotocols") or None,
+                                    max_message_size=MAX_WEBSOCKET_MESSAGE,
+                                )
+
+                        faults = remote_faults.WebSocketFaults(plan, run, self.barriers, send, upstream, reconnect)
+                        await remote_faults.relay_websocket(receive, faults)
+                    else:
+                        await self._relay_websocket(receive, send, upstream, run)
                 finally:
                     await self._finish(run)
             finally:
@@ -308,34 +408,22 @@ class ProxyApp:
         send: Send,
         upstream: trio_websocket.WebSocketConnection,
         run: RemoteRun | None,
-        plan: Any,
     ) -> None:
-        gate = None
-        if plan:
-            from acp_proxy.faults.gate import Gate
+        """Both directions of a WebSocket without fault rules (``remote_faults`` has them)."""
 
-            gate = Gate(plan=plan)
-
-        async def out(direction: str, message: str | bytes) -> None:
+        async def carry(direction: str, message: str | bytes) -> None:
+            """Journal then forward one message."""
+            if run is not None:
+                if isinstance(message, str):
+                    run.message(direction, message.encode(), stream="websocket")
+                else:
+                    run.message(direction, message, stream="websocket", note="binary WebSocket message")
             if direction == "c2a":
                 await upstream.send_message(message)
             elif isinstance(message, str):
                 await send({"type": "websocket.send", "text": message})
             else:
                 await send({"type": "websocket.send", "bytes": message})
-
-        async def carry(direction: str, message: str | bytes) -> None:
-            """Journal then forward one message; through the fault gate when there are rules."""
-            if gate is None or isinstance(message, bytes) or "\n" in message:
-                # Binary messages and multi-line texts pass the gate by: it judges lines.
-                if run is not None:
-                    if isinstance(message, str):
-                        run.message(direction, message.encode(), stream="websocket")
-                    else:
-                        run.message(direction, message, stream="websocket", note="binary WebSocket message")
-                await out(direction, message)
-                return
-            await self._carry_out(gate.chunk(direction, message.encode() + b"\n"), run, out)
 
         async with trio.open_nursery() as nursery:
 
@@ -376,31 +464,96 @@ class ProxyApp:
             nursery.start_soon(client_to_agent)
             nursery.start_soon(agent_to_client)
 
-    @staticmethod
-    async def _carry_out(
-        steps: list[Any], run: RemoteRun | None, out: Callable[[str, str | bytes], Awaitable[None]]
-    ) -> None:
-        """The gate's steps, on messages: each line it writes is one message. A Signal or a
-        ClosePipe has nothing to act on here (no agent process, no pipe) and is skipped."""
-        from acp_proxy.faults.gate import Forward, Note, Pause, Send
+    # -- fault rules on HTTP -----------------------------------------------------------------
 
-        for step in steps:
-            if isinstance(step, Forward | Send):
-                for line in step.data.split(b"\n"):
-                    if not line:
-                        continue
-                    if isinstance(step, Forward) and run is not None:
-                        run.message(step.direction, line, stream="websocket")
-                    try:
-                        message: str | bytes = line.decode()
-                    except UnicodeDecodeError:  # a corrupt= fault: it can only travel as binary
-                        message = line
-                    await out(step.direction, message)
-            elif isinstance(step, Note):
-                if run is not None:
-                    run.noted(step.direction, step.line, step.meta, stream="websocket")
-            elif isinstance(step, Pause):
-                await trio.sleep(step.seconds)
+    def _poster(self, scope: Scope, connection: str | None) -> remote_faults.Post:
+        """Send one message upstream as a POST of this exchange (its headers, its path)."""
+
+        async def post(line: bytes) -> remote_faults.Got:
+            client = self._client_of(connection)
+            request = client.build_request(
+                "POST",
+                self._upstream_target(scope, websocket=False),
+                headers=shapes.request_headers(scope["headers"]),
+                content=line,
+            )
+            try:
+                got = await client.send(request, stream=True)
+                headers = shapes.response_headers(list(got.headers.raw))
+                if got.headers.get("content-type", "").startswith("text/event-stream") and got.is_success:
+                    return got.status_code, headers, got  # an SSE answer: relayed as it streams
+                try:
+                    return got.status_code, headers, await got.aread()
+                finally:
+                    await got.aclose()
+            except httpx.HTTPError as exc:
+                said = json.dumps({"error": f"acp-proxy: the upstream cannot be reached: {_short(exc)}"})
+                return 502, [(b"content-type", b"application/json")], said.encode()
+
+        return post
+
+    def _cut_poster(self, scope: Scope, connection: str | None) -> Callable[[bytes], Awaitable[None]]:
+        """Send the upstream a POST whose body stops after ``part`` (abort mid-frame)."""
+
+        async def post_cut(part: bytes) -> None:
+            async def body() -> Any:
+                yield part
+                raise remote_faults.StreamCut("cut by a fault rule")
+
+            headers = [h for h in shapes.request_headers(scope["headers"]) if h[0].lower() != b"content-length"]
+            try:
+                await self._client_of(connection).post(
+                    self._upstream_target(scope, websocket=False), headers=headers, content=body()
+                )
+            except (httpx.HTTPError, remote_faults.StreamCut):
+                pass
+
+        return post_cut
+
+    async def _give(
+        self,
+        receive: Receive,
+        send: Send,
+        answer: remote_faults.Answer,
+        run: RemoteRun | None,
+        stream: str,
+        faults: remote_faults.HttpFaults,
+    ) -> None:
+        """A POST's answer as the gate decided it; an SSE answer is relayed through the gate."""
+        if answer.stream is None or answer.cut:
+            await _give(send, answer)
+            return
+        try:
+            await send({"type": "http.response.start", "status": answer.status or 200, "headers": answer.headers})
+            await self._relay_sse(receive, send, answer.stream, run, stream, faults)
+        finally:
+            await answer.stream.aclose()
+
+
+async def _give(send: Send, answer: remote_faults.Answer) -> None:
+    """A POST's answer as the gate decided it; a cut one stops after half its body (or before
+    any, with a length it never reaches), and the connection closes without its end."""
+    headers = [h for h in answer.headers if h[0].lower() != b"content-length"]
+    body = answer.body
+    if answer.cut:
+        length = max(len(body), 1) + 1
+        await send(
+            {
+                "type": "http.response.start",
+                "status": answer.status or 200,
+                "headers": [*headers, (b"content-length", str(length).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body[: len(body) // 2], "more_body": True})
+        raise remote_faults.StreamCut("answer cut by a fault rule")
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": answer.status or 202, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _upstream_client(tls: ssl.SSLContext) -> httpx.AsyncClient:
+    timeout = httpx.Timeout(UPSTREAM_CONNECT_TIMEOUT, read=None)
+    return httpx.AsyncClient(verify=tls, timeout=timeout, http2=_has_h2(), trust_env=False)
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -492,7 +645,7 @@ def _not_dropped(record: logging.LogRecord) -> bool:
     exc = record.exc_info[1] if record.exc_info else None
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
-    return not isinstance(exc, _StreamDropped)
+    return not isinstance(exc, remote_faults.StreamCut)
 
 
 def _has_h2() -> bool:
