@@ -157,6 +157,9 @@ def timeline_row(
         "snippet": snippet(row, message, text),
         "chunk_key": chunk_key(row),
         "text": None,
+        # A person's mark (``acp-proxy mark``, the page's m key): its comment, "" for none.
+        "mark": row.get("mark"),
+        "marked": "mark" in row,
     }
     if out["chunk_key"] is not None:
         chunk = chunk_text(message)
