@@ -150,3 +150,26 @@ def test_the_search_page_is_the_inspectors(ds: Any) -> None:
     response = get(ds, "/search")
     assert response.status_code == 200 and 'data-page="search"' in response.text
     assert TOKEN not in response.text
+
+
+# -- schema and lifecycle marks on demand -------------------------------------------------------
+
+
+def test_marks_on_frames_are_computed_for_a_run_recorded_without_check(ds: Any) -> None:
+    from click.testing import CliRunner
+
+    from acp_proxy.cli.commands import cli
+
+    data = get_json(ds, "/runs/1/checks.json?from=1&to=999")
+    assert data["done"] is True and data["checked"] == 20
+    found = {(f["seq"], f["rule"]) for f in data["findings"]}
+    # The same findings `acp-proxy check` reports for this run.
+    db = ds.databases[next(n for n in ds.databases if not n.startswith("_"))].path
+    checked = json.loads(CliRunner().invoke(cli, ["check", "--db", db, "--json", "1"]).stdout)
+    expected = {(f["seq"], f.get("rule") or f["rule_id"]) for f in checked if f["seq"] is not None}
+    assert found == expected and found, found
+    some_seq = sorted(found)[0][0]
+    window = get_json(ds, f"/runs/1/checks.json?from={some_seq}&to={some_seq}")
+    assert {f["seq"] for f in window["findings"]} == {some_seq}
+    assert get(ds, "/runs/1/checks.json?from=5").status_code == 400
+    assert get(ds, "/runs/9/checks.json?from=1&to=2").status_code == 404
