@@ -136,6 +136,15 @@ async def control_view(doors: Doors, datasette: Any, request: Any) -> Response:
         return doors.error(str(exc), True, 409)
     except control_link.ControlFailed as exc:
         return doors.error(str(exc), True, 409)
+    # A held frame is shown as every frame is: masked (the proxy's answer has it verbatim).
+    redactor = doors.redactor(datasette)
+    if redactor.enabled and isinstance(answer, list):
+        answer = [
+            {**item, "frame": redactor.raw(item["frame"])}
+            if isinstance(item, dict) and isinstance(item.get("frame"), str)
+            else item
+            for item in answer
+        ]
     return doors.json({"ok": True, "op": op, "answer": answer})
 
 

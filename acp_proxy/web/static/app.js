@@ -3,5 +3,6 @@
 // feature scripts) are loaded before this one, which starts the page.
 "use strict";
 
-const PAGES = { index: initIndex, conversation: initConversation, diff: initDiff };
+const PAGES = { index: initIndex, conversation: initConversation, diff: initDiff, search: initSearch };
 (PAGES[document.body.dataset.page] || (() => {}))();
+for (const feature of FEATURES) if (feature.page === document.body.dataset.page) feature.start();

@@ -35,9 +35,10 @@ function initConversation() {
   const showRest = (data) => {
     if (data.runs) document.getElementById("summary-body").replaceChildren(...summaryView(data));
     if (data.latency_table) latencyTable(data.latency_table);
-    if (data.conversations) document.getElementById("conversation").replaceChildren(...conversationView(data.conversations));
+    if (data.conversations) pageState.conversation = data.conversations;
+    if (data.conversations && !pageState.playhead) document.getElementById("conversation").replaceChildren(...conversationView(data.conversations));
     if (data.waterfall || data.latency) charts({ waterfall: data.waterfall || [], latency: data.latency || [] });
-    if (data.folded === false) {
+    if (data.folded === false && !pageState.playhead) {
       const n = data.frames_total.toLocaleString();
       document.getElementById("conversation").replaceChildren(el("p", { class: "dim",
         text: `${n} frames: too many to fold into a conversation on each view. The frames are all here, a page at a time; ` +
@@ -70,6 +71,7 @@ function initConversation() {
       return;
     }
     multiRun = (head.run_ids || []).length > 1;
+    Object.assign(pageState, { base, runIds: head.run_ids || [], runs: head.runs || [], live: head.live });
     framesTotal = head.frames_total;
     folded = head.folded;
     setLive(head.live);
@@ -143,7 +145,8 @@ function initConversation() {
       if (id) { event.preventDefault(); selectFrame(id, false); }
     }
   });
-  load().then(() => poll(async () => {
+  pageState.ready = load();
+  pageState.ready.then(() => poll(async () => {
     const mine = generation;
     if (virtual) {
       const data = await virtual.news();

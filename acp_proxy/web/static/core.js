@@ -105,3 +105,34 @@ function poll(fn) {
   return setInterval(tick, POLL_MS);
 }
 
+
+// Feature scripts (playhead, session panel, marks, checks, control) register here; app.js starts
+// the ones for the page once the page itself has started.
+const FEATURES = [];
+const pageState = { playhead: false, conversation: null };
+
+// A change (a mark, a control request): POST, with this server's CSRF token and Datasette's.
+let csrfTokens = null;
+async function postJSON(url, body) {
+  if (!csrfTokens) {
+    const got = await api("/actions/csrf.json");
+    if (!got.ok) return got;
+    csrfTokens = got;
+  }
+  let response;
+  try {
+    response = await fetch(url, {
+      method: "POST", credentials: "same-origin",
+      headers: { "content-type": "application/json", accept: "application/json",
+        "x-acp-proxy-csrf": csrfTokens.csrf, "x-csrftoken": csrfTokens.datasette_csrf },
+      body: JSON.stringify(body),
+    });
+  } catch (err) {
+    connected(false, "no answer");
+    return { ok: false, error: "the acp-proxy ui server does not answer" };
+  }
+  connected(response.status < 500, `HTTP ${response.status}`);
+  const data = await response.json().catch(() => ({ ok: false, error: `HTTP ${response.status}` }));
+  if (!response.ok && data.ok !== false) data.ok = false;
+  return data;
+}

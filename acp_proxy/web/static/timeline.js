@@ -9,8 +9,10 @@ function laneCell(dir) {
 
 function marksCell(item) {
   const td = el("td", {});
+  if (item.marked) td.append(el("span", { class: "badge marked", title: item.mark || "marked", text: item.mark ? `★ ${short(item.mark, 40)}` : "★" }), " ");
   for (const f of item.faults || []) td.append(badge(`fault: ${f.action}`, "fault"), " ");
   for (const f of item.findings || []) td.append(el("span", { class: `badge finding-${f.severity}`, title: f.message, text: f.rule }), " ");
+  for (const f of item.checks || []) td.append(el("span", { class: `badge checked finding-${f.severity}`, title: `${f.message} (computed from the recording)`, text: f.rule }), " ");
   for (const flag of item.flags || []) td.append(badge(flag, flag === "history" ? "history" : "flag"), " ");
   if (item.error) td.append(el("span", { class: "error", text: item.error }));
   return td;
@@ -34,6 +36,7 @@ function frameRow(row, extraClass) {
     marksCell(row),
     el("td", { class: "preview", text: row.text != null ? row.text : (row.snippet ?? row.preview), title: row.preview }),
   );
+  tr._row = row; // features (marks, checks) change a row's data and redraw its marks cell
   return tr;
 }
 
@@ -196,3 +199,13 @@ async function selectFrame(id, scroll) {
   tree.replaceChildren(data.json === null || data.json === undefined ? el("p", { class: "dim", text: "not JSON" }) : treeView(data.json, data.marks));
 }
 
+
+// A frame's row data changed (a mark, computed checks): every row drawn for it shows it now.
+function patchFrame(id, fields) {
+  for (const tr of document.querySelectorAll(`#timeline tr[data-frame="${CSS.escape(id)}"]:not(.chunks)`)) {
+    if (!tr._row) continue;
+    Object.assign(tr._row, fields);
+    tr.children[7].replaceWith(marksCell(tr._row));
+  }
+  if (virtual) virtual.patch(id, fields);
+}

@@ -140,6 +140,12 @@ function virtualTimeline(base, filterText, onCount) {
       draw(true);
     },
     selected() { draw(true); },
+    // A row's data changed (a mark, computed checks): kept in its page, drawn again.
+    patch(id, fields) {
+      for (const page of pages.values()) for (const r of page) if (r.id === id) Object.assign(r, fields);
+      draw(true);
+    },
+    rows() { return [...pages.values()].flat(); },
     stop() { dead = true; table.classList.remove("virtual"); scroll.classList.remove("virtual"); },
     get total() { return total; },
   };

@@ -1,0 +1,65 @@
+// acp-proxy inspector: live control of a run started with `run --control` — release or drop a
+// held frame, set and clear breakpoints, add and clear fault rules — each a POST (with the CSRF
+// tokens) that the server passes to the run's control socket. Held frames come back masked.
+// Text only ever reaches the page through textContent.
+"use strict";
+
+FEATURES.push({ page: "conversation", async start() {
+  await pageState.ready;
+  const runs = pageState.runs || [];
+  const run = runs.length === 1 ? runs[0] : null;
+  if (!run || !run.options || !run.options.control || run.status !== "running") return;
+  const section = document.getElementById("control");
+  const error = document.getElementById("control-error");
+  section.classList.remove("hidden");
+  const ask = async (request) => {
+    const data = await postJSON(`/runs/${run.id}/control`, request);
+    error.classList.toggle("hidden", data.ok);
+    error.textContent = data.ok ? "" : data.error;
+    if (!data.ok && /has ended|is gone|nothing to control/.test(data.error || "")) stop();
+    return data.ok ? data.answer : null;
+  };
+  const heldBody = document.querySelector("#held tbody");
+  const faultsBody = document.querySelector("#faults tbody");
+  const refresh = async () => {
+    const held = await ask({ op: "held" });
+    if (held) {
+      heldBody.replaceChildren(...held.map((h) => el("tr", { dataset: { held: h.seq } },
+        el("td", { class: "mono", text: h.seq }),
+        laneCell(h.dir),
+        el("td", { text: h.method || h.kind || "" }),
+        el("td", { text: `${h.held_s.toFixed(1)} s` }),
+        el("td", { class: "preview", text: short(h.frame, 160), title: h.frame }),
+        el("td", {},
+          el("button", { type: "button", class: "release", text: "Release", onclick: async () => { await ask({ op: "release", seq: h.seq }); refresh(); } }), " ",
+          el("button", { type: "button", class: "drop", text: "Drop", onclick: async () => { await ask({ op: "drop", seq: h.seq }); refresh(); } })))));
+    }
+    const faults = await ask({ op: "fault-list" });
+    if (faults) {
+      faultsBody.replaceChildren(...faults.map((f) => el("tr", { dataset: { rule: f.id } },
+        el("td", { class: "mono", text: f.id }),
+        el("td", { class: "mono", text: f.rule || JSON.stringify(f) }),
+        el("td", {}, el("button", { type: "button", text: "Remove", onclick: async () => { await ask({ op: "fault-remove", id: f.id }); refresh(); } })))));
+    }
+    const breaks = await ask({ op: "breaks" });
+    if (breaks) document.getElementById("breaks").textContent = breaks.length ? "breakpoints: " + breaks.map((b) => b.filter).join(" · ") : "no breakpoint";
+    document.body.dataset.control = "ready";
+  };
+  document.getElementById("break-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const input = document.getElementById("break-filter");
+    if (input.value.trim() && await ask({ op: "break", filter: input.value.trim() })) input.value = "";
+    refresh();
+  });
+  document.getElementById("breaks-clear").addEventListener("click", async () => { await ask({ op: "clear" }); refresh(); });
+  document.getElementById("fault-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const input = document.getElementById("fault-rule");
+    if (input.value.trim() && await ask({ op: "fault-add", rule: input.value.trim() })) input.value = "";
+    refresh();
+  });
+  document.getElementById("faults-clear").addEventListener("click", async () => { await ask({ op: "fault-clear" }); refresh(); });
+  const timer = poll(refresh);
+  const stop = () => { clearInterval(timer); section.classList.add("hidden"); };
+  refresh();
+} });
