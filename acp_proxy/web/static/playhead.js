@@ -51,11 +51,14 @@ FEATURES.push({ page: "conversation", start() {
     const m = (selected || "").match(/^(\d+):(\d+)$/);
     return m && m[1] === run ? Number(m[2]) : null;
   };
-  const step = (dir) => {
+  // Steps queue up: a key held down steps once per frame, each from where the last one landed.
+  let queue = Promise.resolve();
+  const stepNow = (dir) => {
     if (!at) return show(here() ?? null);
     if (dir > 0 && at.next !== null) return show(at.next);
     if (dir < 0) return at.previous === null ? show(null) : show(at.previous);
   };
+  const step = (dir) => { queue = queue.then(() => stepNow(dir)); return queue; };
   enter.addEventListener("click", () => show(here()));
   document.getElementById("ph-first").addEventListener("click", () => show(null));
   document.getElementById("ph-prev").addEventListener("click", () => step(-1));

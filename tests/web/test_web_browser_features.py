@@ -1,0 +1,179 @@
+"""The inspector's features in a real browser (Playwright, the system Chromium) against
+`acp-proxy ui` as a subprocess: the playhead, the session panel, marks computed from the
+recording and marks a person sets with a key, search across runs, the run picker of the diff,
+and the live control panel of a run started with `run --control` by the official SDK pair.
+
+Recordings are the real recorder's (the synthetic conversation of every entity kind, the SDK
+pair through the proxy); what a page did is checked in the database afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.web.test_web_browser import CHROMIUM, Server, browser, open_page, screenshot  # noqa: F401
+from tests.web_support import SECRETS, SESSION, conversation_traffic, record
+
+pytestmark = pytest.mark.spawns  # a browser, the proxy, the web inspector
+
+assert CHROMIUM.exists()
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two runs of the synthetic conversation, the second with its last chunk changed."""
+    db = tmp_path_factory.mktemp("features") / "rec.db"
+    traffic = conversation_traffic()
+    record(db, traffic)
+    changed = [(d, line.replace(b"Hello, ", b"Howdy, ")) for d, line in traffic]
+    record(db, changed)
+    return db
+
+
+@pytest.fixture(scope="module")
+def server(two_runs: Path) -> Iterator[Server]:
+    s = Server(two_runs)
+    yield s
+    s.stop()
+
+
+def marks_in(db: Path) -> list[tuple[int, int, str | None]]:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return [tuple(r) for r in conn.execute("select run_id, seq, note from marks order by run_id, seq")]
+
+
+# -- the playhead -------------------------------------------------------------------------------
+
+
+def test_the_playhead_steps_through_the_conversation_frame_by_frame(browser: Any, server: Server) -> None:
+    page = open_page(browser, server, "/runs/1")
+    conversation = page.locator("#conversation")
+    conversation.get_by_text("edit a file.").first.wait_for()
+    page.click("#ph-enter")
+    page.wait_for_function("document.body.dataset.playhead === 'start'")
+    assert "Nothing said yet" in conversation.inner_text()
+    for _ in range(5):
+        page.keyboard.press("]")
+    page.wait_for_function("document.body.dataset.playhead === '5'")
+    assert "frame 5 of 19" in page.inner_text("#ph-where") and "session/prompt" in page.inner_text("#ph-where")
+    text = conversation.inner_text()
+    assert "use [redacted]" in text or "use " in text
+    assert "Hello" not in text, "the agent has said nothing at the prompt"
+    assert page.locator('#timeline tr.selected[data-frame="1:5"]').count() == 1, "the frame is selected in the list"
+    page.click("#ph-next")
+    page.click("#ph-next")
+    page.wait_for_function("document.body.dataset.playhead === '7'")
+    assert "Hello, I will" in conversation.inner_text() and "edit a file." not in conversation.inner_text()
+    page.keyboard.press("[")
+    page.wait_for_function("document.body.dataset.playhead === '6'")
+    assert "I will" not in conversation.inner_text()
+    page.click("#ph-last")
+    page.wait_for_function("document.body.dataset.playhead === '20'")
+    assert page.locator("#ph-next").is_disabled()
+    screenshot(page, "playhead.png")
+    page.click("#ph-leave")
+    conversation.get_by_text("edit a file.").first.wait_for()
+    assert SECRETS["key"] not in page.content()
+    assert page.js_errors == []
+    page.close()
+
+
+# -- the session panel --------------------------------------------------------------------------
+
+
+def test_the_session_panel_shows_both_sides_and_their_capabilities(browser: Any, server: Server) -> None:
+    page = open_page(browser, server, "/runs/2")
+    facts = page.locator("#session-facts")
+    facts.locator('dd[data-fact="client"]').wait_for()
+    assert facts.locator('dd[data-fact="client"]').inner_text() == "web-test-client 1"
+    assert facts.locator('dd[data-fact="agent"]').inner_text() == "web-test-agent 2"
+    assert facts.locator('dd[data-fact="protocol version"]').inner_text() == "1"
+    assert f"{SESSION} (run 2" in facts.locator('dd[data-fact="session"]').inner_text()
+    assert "readTextFile" in facts.locator('dd[data-fact="client capabilities"]').inner_text()
+    assert "1 turn(s)" in facts.locator('dd[data-fact="state"]').inner_text()
+    # Addressed by run and id: the same session id in the other run is that run's.
+    other = open_page(browser, server, "/runs/1")
+    other.locator('#session-facts dd[data-fact="session"]', has_text="(run 1").wait_for()
+    assert other.locator("#session-pick option").all_inner_texts() == [f"run 1 · session {SESSION}"]
+    assert page.js_errors == [] and other.js_errors == []
+    page.close()
+    other.close()
+
+
+# -- marks --------------------------------------------------------------------------------------
+
+
+def test_schema_and_lifecycle_marks_are_computed_for_a_run_recorded_without_check(
+    browser: Any, server: Server
+) -> None:
+    page = open_page(browser, server, "/runs/1")
+    badge = page.locator('#timeline tr[data-frame="1:13"] .badge.checked')
+    badge.wait_for()
+    assert badge.inner_text() == "capability/missing" and "terminal" in (badge.get_attribute("title") or "")
+    assert page.locator("#timeline .badge.checked").count() == 1
+    page.close()
+
+
+def test_m_marks_and_unmarks_the_frame_and_the_recording_keeps_it(
+    browser: Any, server: Server, two_runs: Path
+) -> None:
+    page = open_page(browser, server, "/runs/1")
+    page.locator('#timeline tr[data-frame="1:3"]').click()
+    page.locator("#detail-raw").wait_for()
+    page.keyboard.press("m")
+    page.locator('#timeline tr[data-frame="1:3"] .badge.marked').wait_for()
+    assert marks_in(two_runs) == [(1, 3, None)]
+    page.once("dialog", lambda dialog: dialog.accept("the session starts here"))
+    page.keyboard.press("M")
+    page.locator('#timeline tr[data-frame="1:3"] .badge.marked', has_text="the session starts").wait_for()
+    assert marks_in(two_runs) == [(1, 3, "the session starts here")]
+    # What `frames marked` finds, the page's filter finds.
+    page.fill("#filter", "marked")
+    page.click("#filter-form button")
+    page.wait_for_function("document.querySelectorAll('#timeline tbody tr[data-frame]').length === 1")
+    page.locator('#timeline tr[data-frame="1:3"]').click()
+    page.keyboard.press("m")
+    page.locator('#timeline tr[data-frame="1:3"] .badge.marked').wait_for(state="detached")
+    assert marks_in(two_runs) == []
+    # A change without the CSRF token is refused, even from the page with its cookie.
+    status = page.evaluate(
+        """async () => (await fetch('/runs/1/frames/3/mark', {method: 'POST',
+            headers: {'content-type': 'application/json'}, body: '{"marked": true}'})).status"""
+    )
+    assert status == 403 and marks_in(two_runs) == []
+    assert page.js_errors == []
+    page.close()
+
+
+# -- search ---------------------------------------------------------------------------------------
+
+
+def test_search_finds_runs_by_agent_and_frames_across_runs_linking_to_them(browser: Any, server: Server) -> None:
+    page = open_page(browser, server, "/search")
+    page.locator("#search-runs tbody tr").first.wait_for()
+    assert page.locator("#search-runs tbody tr").count() == 2
+    page.fill("#search-agent", "nobody")
+    page.click("#runs-form button[type=submit]")
+    page.wait_for_function("document.querySelectorAll('#search-runs tbody tr').length === 0")
+    page.fill("#search-agent", "web-test-agent")
+    page.select_option("#search-status", "ended")
+    page.click("#runs-form button[type=submit]")
+    page.wait_for_function("document.querySelectorAll('#search-runs tbody tr').length === 2")
+    page.fill("#search-filter", 'text:"Howdy"')
+    page.click("#frames-form button")
+    link = page.locator("#search-frames tbody tr a")
+    link.first.wait_for()
+    assert link.all_inner_texts() == ["2:6"]
+    assert "agent=web-test-agent" in page.url and "filter=" in page.url
+    screenshot(page, "search.png")
+    link.first.click()
+    page.wait_for_url("**/runs/2#frame=2:6")
+    page.locator("#detail-title", has_text="Frame 2:6").wait_for()
+    assert page.js_errors == []
+    page.close()
