@@ -9,7 +9,6 @@ pair through the proxy); what a page did is checked in the database afterwards.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,12 +16,27 @@ from typing import Any
 
 import pytest
 
-from tests.web.test_web_browser import CHROMIUM, Server, browser, open_page, screenshot  # noqa: F401
+from tests.web.test_web_browser import CHROMIUM, WAIT_MS, Server, open_page, screenshot, sync_api
 from tests.web_support import SECRETS, SESSION, conversation_traffic, record
 
 pytestmark = pytest.mark.spawns  # a browser, the proxy, the web inspector
 
-assert CHROMIUM.exists()
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One headless Chromium for the module, as ``test_web_browser`` starts it."""
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_api.sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"],
+            viewport={"width": 1500, "height": 1000},
+        )
+        context.set_default_timeout(WAIT_MS)
+        yield context
+        context.close()
 
 
 @pytest.fixture(scope="module")
@@ -109,9 +123,7 @@ def test_the_session_panel_shows_both_sides_and_their_capabilities(browser: Any,
 # -- marks --------------------------------------------------------------------------------------
 
 
-def test_schema_and_lifecycle_marks_are_computed_for_a_run_recorded_without_check(
-    browser: Any, server: Server
-) -> None:
+def test_schema_and_lifecycle_marks_are_computed_for_a_run_recorded_without_check(browser: Any, server: Server) -> None:
     page = open_page(browser, server, "/runs/1")
     badge = page.locator('#timeline tr[data-frame="1:13"] .badge.checked')
     badge.wait_for()
@@ -120,9 +132,7 @@ def test_schema_and_lifecycle_marks_are_computed_for_a_run_recorded_without_chec
     page.close()
 
 
-def test_m_marks_and_unmarks_the_frame_and_the_recording_keeps_it(
-    browser: Any, server: Server, two_runs: Path
-) -> None:
+def test_m_marks_and_unmarks_the_frame_and_the_recording_keeps_it(browser: Any, server: Server, two_runs: Path) -> None:
     page = open_page(browser, server, "/runs/1")
     page.locator('#timeline tr[data-frame="1:3"]').click()
     page.locator("#detail-raw").wait_for()
