@@ -102,6 +102,7 @@ class ToolFailure(UsageError):
     """A tool call that cannot be answered; the message is one line for the caller."""
 
 
+
 class Tools:
     """The tools, over the database at ``db_path``; each returns its structured answer (a model of
     ``shapes``), paged and bounded to ``MAX_ANSWER`` characters."""

@@ -28,6 +28,7 @@ from acp_proxy.protocol.vocabulary import OTHER
 SUCCESSOR = "proxy/successor"
 
 
+
 def _text(line: Any) -> str | None:
     if isinstance(line, bytes):
         return line.decode("utf-8", "replace")
