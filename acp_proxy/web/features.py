@@ -10,12 +10,12 @@ Must not know: SQL, the fold, click; what a feature shows (its module's business
 
 from __future__ import annotations
 
-from acp_proxy.web import actions, frame_marks, playhead, search, session_panel
+from acp_proxy.web import actions, frame_diff, frame_marks, playhead, search, session_panel
 from acp_proxy.web.doors import Doors, Handler, bind
 
 
 def routes(doors: Doors) -> list[tuple[str, Handler]]:
     found: list[tuple[str, Handler]] = []
-    for module in (playhead, session_panel, search, frame_marks, actions):
+    for module in (playhead, session_panel, search, frame_marks, frame_diff, actions):
         found += [(pattern, bind(doors, view)) for pattern, view in module.ROUTES]
     return found

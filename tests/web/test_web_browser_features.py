@@ -187,3 +187,31 @@ def test_search_finds_runs_by_agent_and_frames_across_runs_linking_to_them(brows
     page.locator("#detail-title", has_text="Frame 2:6").wait_for()
     assert page.js_errors == []
     page.close()
+
+
+# -- the diff -------------------------------------------------------------------------------------
+
+
+def test_both_sides_of_a_diff_are_picked_on_the_page_and_frames_show_their_field_changes(
+    browser: Any, server: Server
+) -> None:
+    page = open_page(browser, server, "/diff/1/1")
+    page.locator("#pick-left option").nth(1).wait_for(state="attached")
+    assert page.locator("#pick-right option").count() == 2
+    page.wait_for_function("document.getElementById('frame-diff-counts').textContent.includes('0 changed')")
+    page.select_option("#pick-right", "2")
+    page.click("#diff-pick button")
+    page.wait_for_url("**/diff/1/2")
+    changed = page.locator("#frame-diff tr.changed")
+    changed.first.wait_for()
+    assert changed.count() == 1
+    cells = changed.first.locator("td").all_inner_texts()
+    assert cells[:2] == ["6", "6"] and cells[5] == "params.update.content.text"
+    assert cells[6:] == ['"Hello, "', '"Howdy, "']
+    assert page.locator("#frame-diff tr.same").count() == 0
+    page.check("#frame-diff-same")
+    page.locator("#frame-diff tr.same").first.wait_for()
+    changed.first.locator("a").first.click()
+    page.wait_for_url("**/runs/1#frame=1:6")
+    assert page.js_errors == []
+    page.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -172,3 +173,34 @@ def test_marks_on_frames_are_computed_for_a_run_recorded_without_check(ds: Any) 
     assert {f["seq"] for f in window["findings"]} == {some_seq}
     assert get(ds, "/runs/1/checks.json?from=5").status_code == 400
     assert get(ds, "/runs/9/checks.json?from=1&to=2").status_code == 404
+
+
+# -- the frame-level diff -----------------------------------------------------------------------
+
+
+def test_two_runs_compared_frame_by_frame_say_which_fields_changed(tmp_path: Path) -> None:
+    from tests.web_support import conversation_traffic, record
+
+    db = tmp_path / "two.db"
+    traffic = conversation_traffic()
+    record(db, traffic)
+    dropped = (b"_vendor/ping", b"Method not found")  # the extension request and its error answer
+    changed = [(d, line.replace(b"I will ", b"I shall ")) for d, line in traffic if not any(x in line for x in dropped)]
+    record(db, changed)
+    data = get_json(app(db), "/diff/1/2/frames.json")
+    by_op: dict[str, list[dict[str, Any]]] = {}
+    for row in data["rows"]:
+        by_op.setdefault(row["op"], []).append(row)
+    (chunk,) = by_op["changed"]
+    assert (chunk["left"]["seq"], chunk["right"]["seq"]) == (7, 7)
+    assert chunk["changes"] == [
+        {"path": ["params", "update", "content", "text"], "left": '"I will "', "right": '"I shall "'}
+    ]
+    assert [(r["left"]["method"], r["left"]["kind"]) for r in by_op["only_left"]] == [
+        ("_vendor/ping", "request"),
+        ("_vendor/ping", "error"),
+    ]
+    assert "only_right" not in by_op
+    assert data["counts"]["same"] == len(by_op["same"]) > 10
+    assert SECRETS["key"] not in json.dumps(data)
+    assert get(app(db), "/diff/1/9/frames.json").status_code == 404

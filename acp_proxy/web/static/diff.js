@@ -6,6 +6,8 @@
 
 async function initDiff() {
   const { left, right } = document.body.dataset;
+  pickRuns(left, right);
+  if (/^\d+$/.test(left) && /^\d+$/.test(right)) frameDiff(left, right);
   const data = await api(`/diff/${encodeURIComponent(left)}/${encodeURIComponent(right)}.json`);
   const target = document.getElementById("diff-body");
   if (!data.ok) { target.replaceChildren(el("p", { class: "error", text: data.error })); return; }
@@ -40,3 +42,53 @@ async function initDiff() {
   target.replaceChildren(...out);
 }
 
+
+// Both sides are chosen on the page: every run, newest first (a thousand at most).
+async function pickRuns(left, right) {
+  const data = await api("/search/runs.json?limit=1000");
+  if (!data.ok) return;
+  for (const [id, chosen] of [["pick-left", left], ["pick-right", right]]) {
+    const select = document.getElementById(id);
+    const options = data.runs.map((r) => el("option", { value: r.id, text: `run ${r.id} · ${when(r.started)} · ${r.agent || "?"} · ${r.status}` }));
+    if (!data.runs.some((r) => String(r.id) === chosen)) options.unshift(el("option", { value: chosen, text: chosen }));
+    select.replaceChildren(...options);
+    select.value = chosen;
+  }
+  document.getElementById("diff-pick").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const l = document.getElementById("pick-left").value, r = document.getElementById("pick-right").value;
+    location.href = `/diff/${encodeURIComponent(l)}/${encodeURIComponent(r)}`;
+  });
+}
+
+async function frameDiff(left, right) {
+  const data = await api(`/diff/${left}/${right}/frames.json`);
+  if (!data.ok) return;
+  document.getElementById("frame-diff-section").classList.remove("hidden");
+  const c = data.counts;
+  document.getElementById("frame-diff-counts").textContent =
+    `(${c.changed} changed · ${c.only_left} only left · ${c.only_right} only right · ${c.same} the same${data.cut ? ` · first ${data.limit} frames a side` : ""})`;
+  const tbody = document.querySelector("#frame-diff tbody");
+  const label = { same: "same", changed: "changed", only_left: "only left", only_right: "only right" };
+  const draw = () => {
+    const showSame = document.getElementById("frame-diff-same").checked;
+    const rows = [];
+    for (const r of data.rows) {
+      if (r.op === "same" && !showSame) continue;
+      const side = r.left || r.right;
+      const what = side.update_kind ? `${side.method} · ${side.update_kind}` : side.method || side.kind;
+      const link = (run, s) => s ? el("a", { href: `/runs/${run}#frame=${run}:${s.seq}`, text: s.seq }) : "-";
+      const first = r.changes[0];
+      const cells = (ch) => ch ? [el("td", { class: "path", text: ch.path.join(".") || "(whole frame)" }), el("td", { class: "mono", text: ch.left }), el("td", { class: "mono", text: ch.right })] : [el("td"), el("td"), el("td")];
+      rows.push(el("tr", { class: r.op, dataset: { op: r.op, left: r.left ? r.left.seq : "", right: r.right ? r.right.seq : "" } },
+        el("td", { class: "mono" }, link(data.left, r.left)), el("td", { class: "mono" }, link(data.right, r.right)),
+        laneCell(side.dir), el("td", { text: what || "" }), el("td", { class: "op", text: label[r.op] }), ...cells(first)));
+      for (const ch of r.changes.slice(1)) {
+        rows.push(el("tr", { class: `${r.op} more` }, el("td"), el("td"), el("td"), el("td"), el("td"), ...cells(ch)));
+      }
+    }
+    tbody.replaceChildren(...rows);
+  };
+  document.getElementById("frame-diff-same").addEventListener("change", draw);
+  draw();
+}
