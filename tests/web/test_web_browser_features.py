@@ -215,3 +215,56 @@ def test_both_sides_of_a_diff_are_picked_on_the_page_and_frames_show_their_field
     page.wait_for_url("**/runs/1#frame=1:6")
     assert page.js_errors == []
     page.close()
+
+
+# -- live control ---------------------------------------------------------------------------------
+
+
+def test_the_control_panel_of_a_live_run_releases_held_frames_and_edits_faults(
+    browser: Any, tmp_path: Path
+) -> None:
+    from tests.relay.test_control_e2e import client_behind_control, held_when
+
+    with client_behind_control(tmp_path, "--break", "method:session/new kind:response") as (client, db):
+        held = held_when(db, "session/new")  # the client waits for its session
+        ui = Server(db)
+        try:
+            page = open_page(browser, ui, "/runs/1")
+            row = page.locator(f'#held tr[data-held="{held["seq"]}"]')
+            row.wait_for()
+            assert "session/new" in row.inner_text()
+            # A fault rule added and removed from the page, as `ctl fault add/remove` would.
+            page.fill("#fault-rule", "delay=1ms if method:nothing/here")
+            page.click("#fault-form button")
+            page.locator("#faults tbody tr", has_text="nothing/here").wait_for()
+            page.locator("#faults tbody tr button").click()
+            page.wait_for_function("document.querySelectorAll('#faults tbody tr').length === 0")
+            page.fill("#fault-rule", "explode if dir:c2a")
+            page.click("#fault-form button")
+            page.locator("#control-error", has_text="explode").wait_for()
+            # Hold the agent's first chunk, then release everything from the page.
+            page.fill("#break-filter", "method:session/update")
+            page.click("#break-form button")
+            page.locator("#breaks", has_text="method:session/update").wait_for()
+            row.locator("button.release").click()
+            chunk = page.locator("#held tbody tr", has_text="session/update").first
+            chunk.wait_for()
+            assert client.until("prompt: hello world")[-1] == "prompt: hello world"
+            assert not any(line.startswith("agent:") for line in client.seen_now()), "the chunk is held"
+            assert SECRETS["key"] not in page.content()
+            screenshot(page, "control.png")
+            page.click("#breaks-clear")
+            page.locator("#breaks", has_text="no breakpoint").wait_for()
+            while (left := page.locator("#held tbody tr button.release").count()) > 0:
+                page.locator("#held tbody tr button.release").first.click()
+                page.wait_for_function(f"document.querySelectorAll('#held tbody tr').length < {left}")
+            returncode, err = client.finish()
+            assert page.js_errors == []
+            page.close()
+        finally:
+            ui.stop()
+    assert returncode == 0, err
+    assert "agent: hello world" in client.seen
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        notes = [r[0] for r in conn.execute("select note from frames where note like '%released%'")]
+    assert len(notes) >= 2, notes

@@ -12,17 +12,21 @@ FEATURES.push({ page: "conversation", async start() {
   const section = document.getElementById("control");
   const error = document.getElementById("control-error");
   section.classList.remove("hidden");
-  const ask = async (request) => {
+  // A person's request says how it went until the next one; the panel's own polls only say
+  // when they fail.
+  const ask = async (request, polled) => {
     const data = await postJSON(`/runs/${run.id}/control`, request);
-    error.classList.toggle("hidden", data.ok);
-    error.textContent = data.ok ? "" : data.error;
+    if (!polled || !data.ok) {
+      error.classList.toggle("hidden", data.ok);
+      error.textContent = data.ok ? "" : data.error;
+    }
     if (!data.ok && /has ended|is gone|nothing to control/.test(data.error || "")) stop();
     return data.ok ? data.answer : null;
   };
   const heldBody = document.querySelector("#held tbody");
   const faultsBody = document.querySelector("#faults tbody");
   const refresh = async () => {
-    const held = await ask({ op: "held" });
+    const held = await ask({ op: "held" }, true);
     if (held) {
       heldBody.replaceChildren(...held.map((h) => el("tr", { dataset: { held: h.seq } },
         el("td", { class: "mono", text: h.seq }),
@@ -34,14 +38,14 @@ FEATURES.push({ page: "conversation", async start() {
           el("button", { type: "button", class: "release", text: "Release", onclick: async () => { await ask({ op: "release", seq: h.seq }); refresh(); } }), " ",
           el("button", { type: "button", class: "drop", text: "Drop", onclick: async () => { await ask({ op: "drop", seq: h.seq }); refresh(); } })))));
     }
-    const faults = await ask({ op: "fault-list" });
+    const faults = await ask({ op: "fault-list" }, true);
     if (faults) {
       faultsBody.replaceChildren(...faults.map((f) => el("tr", { dataset: { rule: f.id } },
         el("td", { class: "mono", text: f.id }),
         el("td", { class: "mono", text: f.rule || JSON.stringify(f) }),
         el("td", {}, el("button", { type: "button", text: "Remove", onclick: async () => { await ask({ op: "fault-remove", id: f.id }); refresh(); } })))));
     }
-    const breaks = await ask({ op: "breaks" });
+    const breaks = await ask({ op: "breaks" }, true);
     if (breaks) document.getElementById("breaks").textContent = breaks.length ? "breakpoints: " + breaks.map((b) => b.filter).join(" · ") : "no breakpoint";
     document.body.dataset.control = "ready";
   };
@@ -59,7 +63,14 @@ FEATURES.push({ page: "conversation", async start() {
     refresh();
   });
   document.getElementById("faults-clear").addEventListener("click", async () => { await ask({ op: "fault-clear" }); refresh(); });
-  const timer = poll(refresh);
+  // Once a second, not at the page's poll rate: the run has one control socket, and a person's
+  // `acp-proxy ctl` should rarely find it busy with the page.
+  let busy = false;
+  const timer = setInterval(async () => {
+    if (busy || !document.getElementById("follow").checked) return;
+    busy = true;
+    try { await refresh(); } finally { busy = false; }
+  }, 1000);
   const stop = () => { clearInterval(timer); section.classList.add("hidden"); };
   refresh();
 } });
