@@ -220,9 +220,7 @@ def test_both_sides_of_a_diff_are_picked_on_the_page_and_frames_show_their_field
 # -- live control ---------------------------------------------------------------------------------
 
 
-def test_the_control_panel_of_a_live_run_releases_held_frames_and_edits_faults(
-    browser: Any, tmp_path: Path
-) -> None:
+def test_the_control_panel_of_a_live_run_releases_held_frames_and_edits_faults(browser: Any, tmp_path: Path) -> None:
     from tests.relay.test_control_e2e import client_behind_control, held_when
 
     with client_behind_control(tmp_path, "--break", "method:session/new kind:response") as (client, db):
@@ -253,11 +251,13 @@ def test_the_control_panel_of_a_live_run_releases_held_frames_and_edits_faults(
             assert not any(line.startswith("agent:") for line in client.seen_now()), "the chunk is held"
             assert SECRETS["key"] not in page.content()
             screenshot(page, "control.png")
+            page.check("#follow")  # the screenshot paused live updates
             page.click("#breaks-clear")
             page.locator("#breaks", has_text="no breakpoint").wait_for()
-            while (left := page.locator("#held tbody tr button.release").count()) > 0:
-                page.locator("#held tbody tr button.release").first.click()
-                page.wait_for_function(f"document.querySelectorAll('#held tbody tr').length < {left}")
+            while page.locator("#held tbody tr").count() > 0:
+                seq = page.locator("#held tbody tr").first.get_attribute("data-held")
+                page.locator(f'#held tr[data-held="{seq}"] button.release').click()
+                page.locator(f'#held tr[data-held="{seq}"]').wait_for(state="detached")
             returncode, err = client.finish()
             assert page.js_errors == []
             page.close()
