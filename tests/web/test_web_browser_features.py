@@ -129,6 +129,11 @@ def test_schema_and_lifecycle_marks_are_computed_for_a_run_recorded_without_chec
     badge.wait_for()
     assert badge.inner_text() == "capability/missing" and "terminal" in (badge.get_attribute("title") or "")
     assert page.locator("#timeline .badge.checked").count() == 1
+    # The turn the frame belongs to carries it as well.
+    turn = page.locator("#conversation .turn-head", has_text="Turn 1")
+    turn.locator(".badge.checked").wait_for()
+    assert "1 finding: capability/missing" in turn.inner_text()
+    assert page.locator("#conversation .turn-head .badge.checked").count() == 1
     page.close()
 
 

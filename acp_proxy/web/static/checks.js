@@ -50,4 +50,27 @@ FEATURES.push({ page: "conversation", async start() {
   const schedule = (ms) => { if (!timer) timer = setTimeout(ask, ms); };
   new MutationObserver(() => schedule(120)).observe(tbody, { childList: true });
   schedule(0);
+
+  // Each turn of the conversation carries the findings on its frames (from its prompt to its
+  // end, or to the last frame checked while it is open).
+  const conversation = document.getElementById("conversation");
+  const markTurns = async () => {
+    for (const head of conversation.querySelectorAll(".turn-head[data-run]:not([data-checked])")) {
+      const { run, seq, end } = head.dataset;
+      const to = end || "999999999999999";
+      const data = await api(`/runs/${run}/checks.json?from=${seq}&to=${to}`);
+      if (!data.ok) continue;
+      if (!data.done && (!end || data.checked < Number(end))) { setTimeout(markTurns, 300); continue; }
+      head.dataset.checked = String(data.findings.length);
+      if (!data.findings.length) continue;
+      const worst = ["error", "warning", "info"].find((s) => data.findings.some((f) => f.severity === s)) || "info";
+      const rules = [...new Set(data.findings.map((f) => f.rule))];
+      head.append(" ", el("span", { class: `badge checked finding-${worst}`, title: data.findings.map((f) => `#${f.seq} ${f.rule}: ${f.message}`).join("\n"),
+        text: `${data.findings.length} finding${data.findings.length === 1 ? "" : "s"}: ${rules.join(", ")}` }));
+    }
+  };
+  let turnTimer = null;
+  new MutationObserver(() => { if (!turnTimer) turnTimer = setTimeout(() => { turnTimer = null; markTurns(); }, 150); })
+    .observe(conversation, { childList: true });
+  markTurns();
 } });

@@ -96,7 +96,9 @@ function conversationView(convs) {
           if (t.duration_ms != null) head.push(ms(t.duration_ms));
           if (t.replay) head.push("history");
         }
-        out.push(el("div", { class: "turn-head", text: head.join(" · ") }));
+        // Where the turn's frames are, for the marks the checks put on it (checks.js).
+        const at = t && t.seq != null && t.run != null ? { run: t.run, seq: t.seq, end: t.end_seq ?? "" } : null;
+        out.push(el("div", { class: "turn-head", dataset: at, text: head.join(" · ") }));
       }
       out.push(entityView(e));
     }
