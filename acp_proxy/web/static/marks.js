@@ -31,6 +31,10 @@ FEATURES.push({ page: "conversation", start() {
     }
     patchFrame(id, { marked, mark: marked ? (note ?? (row && row.mark) ?? "") : null });
   };
+  // For the mouse: a button beside the frame's detail does what m does.
+  const button = el("button", { type: "button", id: "detail-mark", title: "mark or unmark this frame (m)", text: "★ mark / unmark",
+    onclick: () => { if (selected) toggle(selected, false); } });
+  document.getElementById("detail-title").after(button);
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (event.target.closest && event.target.closest("input, textarea, select")) return;
