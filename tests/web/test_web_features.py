@@ -204,3 +204,37 @@ def test_two_runs_compared_frame_by_frame_say_which_fields_changed(tmp_path: Pat
     assert data["counts"]["same"] == len(by_op["same"]) > 10
     assert SECRETS["key"] not in json.dumps(data)
     assert get(app(db), "/diff/1/9/frames.json").status_code == 404
+
+
+def test_the_session_panel_follows_mode_model_and_usage_through_the_session(tmp_path: Path) -> None:
+    from acp_proxy.record import journal
+    from tests.web_support import _f, _update, record
+
+    c2a, a2c = journal.C2A, journal.A2C
+    modes = {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]}
+    models = {"currentModelId": "small", "availableModels": [{"modelId": "small"}, {"modelId": "large"}]}
+    answer = {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}}
+
+    def set_model(rpc_id: int, model: str) -> bytes:
+        params = {"sessionId": SESSION, "modelId": model}
+        return _f({"jsonrpc": "2.0", "id": rpc_id, "method": "session/set_model", "params": params})
+
+    traffic = [
+        (c2a, _f({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}})),
+        (a2c, _f({"jsonrpc": "2.0", "id": 0, "result": answer})),
+        (c2a, _f({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w", "mcpServers": []}})),
+        (a2c, _f({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": SESSION, "modes": modes, "models": models}})),
+        (c2a, set_model(2, "large")),
+        (a2c, _f({"jsonrpc": "2.0", "id": 2, "result": {}})),
+        (c2a, set_model(3, "nope")),
+        (a2c, _f({"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": "no such model"}})),
+        (a2c, _update({"sessionUpdate": "current_mode_update", "currentModeId": "code"})),
+        (a2c, _update({"sessionUpdate": "usage_update", "used": 1200, "size": 200000})),
+    ]
+    db = tmp_path / "panel.db"
+    record(db, traffic)
+    panel = get_json(app(db), f"/runs/1/sessions/{SESSION}.json")
+    assert panel["model"] == "large", "an answered set_model changes it, a refused one does not"
+    assert panel["mode"] == "code" and panel["modes"] == ["ask", "code"]
+    assert panel["agent_capabilities"] == {"loadSession": True}
+    assert panel["usage"]["used"] == 1200 and panel["usage"]["size"] == 200000
