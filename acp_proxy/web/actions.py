@@ -22,13 +22,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 from typing import Any
 from urllib.parse import urlsplit
 
 from datasette.utils.asgi import Response
 
 from acp_proxy.errors import UsageError
+from acp_proxy.protocol import wire
 from acp_proxy.read import controls, marks
 from acp_proxy.store import database as store
 from acp_proxy.web import control_link
@@ -71,8 +71,8 @@ async def _checked(doors: Doors, datasette: Any, request: Any) -> tuple[dict[str
     if len(body) > MAX_BODY:
         return None, doors.error("the request is too large", True, 413)
     try:
-        data = json.loads(body or b"{}")
-    except ValueError:
+        data = wire.loads(body or b"{}")
+    except (ValueError, RecursionError):
         return None, doors.error("the body must be a JSON object", True, 400)
     if not isinstance(data, dict):
         return None, doors.error("the body must be a JSON object", True, 400)

@@ -31,9 +31,14 @@ def parse_day(text: str | None, end: bool = False) -> int | None:
     if not text:
         return None
     day = dt.datetime.strptime(text.strip(), "%Y-%m-%d").replace(tzinfo=dt.UTC)
-    if end:
-        day += dt.timedelta(days=1)
-    return int(day.timestamp() * 1e9)
+    try:
+        if end:
+            day += dt.timedelta(days=1)
+        return int(day.timestamp() * 1e9)
+    except (OverflowError, OSError):
+        if end:
+            return None  # the last day there is: no bound
+        raise ValueError(f"{text!r} is out of range") from None
 
 
 async def search_page(doors: Doors, datasette: Any, request: Any) -> Response:

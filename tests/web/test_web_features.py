@@ -99,6 +99,7 @@ def test_runs_are_found_by_agent_client_status_and_date(ds: Any) -> None:
     assert get_json(ds, "/search/runs.json?status=ended")["total"] in (0, 1)
     assert get_json(ds, "/search/runs.json?since=2000-01-01")["total"] == 1
     assert get_json(ds, "/search/runs.json?until=2000-01-01")["total"] == 0
+    assert get_json(ds, "/search/runs.json?since=0001-01-01&until=9999-12-31")["total"] == 1
     for bad in ("status=weird", "since=yesterday"):
         response = get(ds, f"/search/runs.json?{bad}")
         assert response.status_code == 400 and "\n" not in response.json()["error"]
@@ -135,6 +136,8 @@ def test_marking_needs_the_csrf_token_and_writes_what_acp_proxy_mark_writes(ds: 
     assert get_json(ds, "/runs/1/frames.json?filter=marked")["total"] == 0
     assert post(ds, "/runs/1/frames/999/mark", {"marked": True}, headers).status_code == 404
     assert post(ds, path, {"marked": "yes"}, headers).status_code == 400
+    deep = asyncio.run(ds.client.post(path, headers=headers, content=b"[" * 100_000))
+    assert deep.status_code == 400 and "JSON object" in deep.json()["error"]
     assert get(ds, path).status_code == 405
 
 
