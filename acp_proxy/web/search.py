@@ -34,7 +34,8 @@ def parse_day(text: str | None, end: bool = False) -> int | None:
     try:
         if end:
             day += dt.timedelta(days=1)
-        return int(day.timestamp() * 1e9)
+        # SQLite's integers: a date beyond them bounds nothing more than their ends do.
+        return max(-(2**63), min(int(day.timestamp() * 1e9), 2**63 - 1))
     except (OverflowError, OSError):
         if end:
             return None  # the last day there is: no bound
