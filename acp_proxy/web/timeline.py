@@ -1,7 +1,7 @@
 """The inspector's frame timeline and pictures, from recorded rows and a folded conversation.
 
 Owns: one timeline row per frame (direction lane, what it is, its latency, flags, the faults and
-findings on it, a short preview), collapsing consecutive chunks of one message into one row that
+findings on it, a person's mark and its note, a short preview), collapsing consecutive chunks of one message into one row that
 holds them, the per-turn waterfall (acceptance, first output, tool calls, permission waits, end)
 (the latency samples the charts draw are SQL: ``read.latency``).
 
