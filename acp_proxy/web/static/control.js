@@ -13,8 +13,10 @@ FEATURES.push({ page: "conversation", async start() {
   const error = document.getElementById("control-error");
   section.classList.remove("hidden");
   // A person's request says how it went until the next one; the panel's own polls only say
-  // when they fail.
-  const ask = async (request, polled) => {
+  // when they fail. One request at a time: the run's socket serves one controller at a time,
+  // and a poll racing a click would find it busy.
+  let queue = Promise.resolve();
+  const askNow = async (request, polled) => {
     const data = await postJSON(`/runs/${run.id}/control`, request);
     if (!polled || !data.ok) {
       error.classList.toggle("hidden", data.ok);
@@ -22,6 +24,11 @@ FEATURES.push({ page: "conversation", async start() {
     }
     if (!data.ok && /has ended|is gone|nothing to control/.test(data.error || "")) stop();
     return data.ok ? data.answer : null;
+  };
+  const ask = (request, polled) => {
+    const answer = queue.then(() => askNow(request, polled));
+    queue = answer.catch(() => null);
+    return answer;
   };
   const heldBody = document.querySelector("#held tbody");
   const faultsBody = document.querySelector("#faults tbody");
