@@ -2,8 +2,9 @@
 
 Owns: one timeline row per frame (direction lane, what it is, its latency, flags, the faults and
 findings on it, a person's mark and its note, a short preview), collapsing consecutive chunks
-of one message into one row that holds them, the per-turn waterfall (acceptance, first output, tool calls, permission waits, end)
-(the latency samples the charts draw are SQL: ``read.latency``).
+of one message into one row that holds them, the per-turn waterfall (acceptance, first output,
+tool calls, permission waits, end) (the latency samples the charts draw are SQL:
+``read.latency``).
 
 Must not know: SQL, HTTP, Datasette, HTML. Rows in (already redacted), plain dicts out.
 """
