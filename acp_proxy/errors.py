@@ -17,7 +17,7 @@ agent starts.
     │   ├── ImportFormatError     (importers)    a log cannot be read or is not in its format
     │   ├── OtlpError             (otel.endpoints) an OTLP endpoint or option cannot be used
     │   ├── SettingsError         (cli.editors)  an editor's settings file cannot be edited
-    │   ├── ControlFailed         (cli.ctl_command) a live run's proxy said no, or is gone
+    │   ├── ControlFailed         (relay.control_client) a live run's proxy said no, or is gone
     │   ├── ControlError          (faults.live)  a control request the proxy cannot carry out
     │   └── ToolFailure           (mcp.tools)    an MCP tool was called with what it cannot use
     ├── StoreError                (store)    the database cannot be opened, read or written

@@ -77,7 +77,7 @@ RULES: dict[str, Rule] = {
         Rule(
             "ext/update-name",
             "warning",
-            "v1/extensibility.mdx",
+            "v1/extensibility.mdx#extension-methods",
             "session/update variants outside the schema start with _ (others are reserved for ACP)",
             "v2-draft/extensibility.mdx#enum-and-tagged-union-variants",
         ),
@@ -148,14 +148,14 @@ RULES: dict[str, Rule] = {
         Rule(
             "compaction/order",
             "error",
-            "rfds/session-compaction.mdx",
+            "rfds/session-compaction.mdx#streaming-summary-content",
             "compaction: first compaction_update before chunks, chunks only while in progress",
             f"{_P2}#session-compaction",
         ),
         Rule(
             "compaction/terminal",
             "error",
-            "rfds/session-compaction.mdx",
+            "rfds/session-compaction.mdx#identity-and-lifecycle",
             "compaction: exactly one terminal status per compactionId",
             f"{_P2}#session-compaction",
         ),
@@ -229,6 +229,13 @@ RULES: dict[str, Rule] = {
             f"{_JSONRPC}#batch",
             "a non-empty JSON-RPC batch is processed entry by entry, not refused with one error",
             "v2-draft/transports.mdx#json-rpc-batch-messages",
+        ),
+        Rule(
+            "batch/http-501",
+            # No MUST or SHOULD is broken (the RFD documents the 501): said so peers see why.
+            "info",
+            "rfds/streamable-http-websocket-transport.mdx#content-negotiation-and-validation",
+            "Streamable HTTP answers a batch array with 501 (a documented deviation): batches do not cross it",
         ),
         Rule(
             "batch/ignored",

@@ -3,9 +3,10 @@
 Owns: the rules no schema can state (a prompt's ``messageId`` and its ``user_message``,
 ``running`` ... ``idle`` with a stop reason, cancellation, compaction order, history replay on
 restore and its v2 ``replay_complete`` marker, notices not replayed, capabilities, custom names,
-JSON-RPC pairing, batches a peer refuses or ignores, a peer newer than our schemas), calling the
-schema validation (``schema``) of each frame's payload on the way, and checking the conversation
-``proxy/successor`` envelopes carry (``protocol.chains``) with a ``Checker`` of its own per hop.
+JSON-RPC pairing, batches a peer refuses (one -32600; over Streamable HTTP the 501 ``serve``
+records, read through ``protocol.transports``) or ignores, a peer newer than our schemas),
+calling the schema validation (``schema``) of each frame's payload on the way, and checking the
+conversation ``proxy/successor`` envelopes carry (``protocol.chains``) with a ``Checker`` of its own per hop.
 A ``Checker`` is fed frames in relay order — ``FrameRecord`` objects (live) or ``frames`` rows
 as dicts (recorded) — and runs the connection's protocol state machine (``protocol.state``) over
 them: pairing, versions, sessions, replay windows and turns come from its events, never from
@@ -33,8 +34,8 @@ import msgspec
 from acp_proxy.checks.catalogue import RULES, Finding, Severity
 from acp_proxy.checks.schema import SchemaSet, schemas
 from acp_proxy.protocol import events as ev
+from acp_proxy.protocol import transports, wire
 from acp_proxy.protocol import vocabulary as acp
-from acp_proxy.protocol import wire
 from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
 from acp_proxy.protocol.rows import FrameLike, RecordedFrame
 from acp_proxy.protocol.state import ConnectionState
@@ -517,7 +518,23 @@ class Checker:
         # entry of a batch gets its own -32600 inside the response array: batch_seq is set.)
         code = _get(message, "error", "code")
         batch = next((b for b in reversed(self._batches.values()) if b.direction == OTHER[e.direction]), None)
-        if code != -32600 or batch is None or batch.answered or batch.rejected:
+        if batch is None or batch.answered or batch.rejected:
+            return
+        # Over Streamable HTTP the POST of the array is answered 501 (the Python SDK's server:
+        # {"error": "..."}); serve records that body with its status in the note.
+        status = transports.http_status(_field(rec, "note"))
+        if status == 501:
+            batch.rejected = True
+            out.append(
+                self._finding(
+                    "batch/http-501",
+                    rec,
+                    f"the {RECEIVER[batch.direction]} answered the POST of the batch of seq {batch.seq} with HTTP 501: "
+                    f"Streamable HTTP does not carry JSON-RPC batch arrays, so these two peers cannot use them",
+                )
+            )
+            return
+        if code != -32600:
             return
         batch.rejected = True
         receiver = RECEIVER[batch.direction]

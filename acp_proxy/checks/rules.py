@@ -53,6 +53,7 @@ FRAME_COLUMNS: tuple[str, ...] = (
     "forwarded",
     "fault",
     "batch_seq",
+    "note",  # serve's HTTP status of an error answer (protocol.transports): batch/http-501
 )
 """The fields of a ``frames`` row that a check reads (the checker's and ``protocol.state``'s):
 a reader may fetch only these. Half the columns, and a third less time reading rows."""

@@ -216,9 +216,12 @@ def stats(db_path: Path | None, output: Output, ref: str) -> None:
         for row in latency:
             for key in ("p50_ms", "p95_ms", "p99_ms", "max_ms"):
                 row[key] = views.ms(row[key])
+        # A proxy chain's hops (what its proxy/successor envelopes carry) are rows of their own.
+        hop = [C("hop", "hop", right=True)] if any(row.get("hop") for row in latency) else []
         views.table(
             out,
             [
+                *hop,
                 C("method", "method"),
                 C("dir", "dir"),
                 C("count", "count", right=True),
@@ -239,6 +242,7 @@ def stats(db_path: Path | None, output: Output, ref: str) -> None:
             out,
             [
                 C("run_id", "run", keep=True, right=True),
+                *([C("hop", "hop", right=True)] if any(row.get("hop") for row in turns) else []),
                 C("session", "session", keep=True),
                 C("turn_index", "turn", right=True),
                 C("to_acceptance_ms", "accepted", right=True),

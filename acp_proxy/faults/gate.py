@@ -14,6 +14,13 @@ Rules: bytes are never altered except by a fault that says so. A direction no ru
 still forwarded chunk by chunk (only observed). Every line of a judged direction is reported to
 the recorder exactly once, with ``forwarded``, ``fault`` and ``note`` saying what happened,
 and before its bytes are written (a ``Note`` precedes its ``Send``s).
+
+Live control (``run --control``), in this order for each line: an answer to a request the
+proxy sent (``ctl send``) is kept and recorded, never forwarded; then breakpoints: a held line
+is recorded at once, not forwarded (its row is what a person names by seq), and waits; then,
+once released, as an ordinary line, the fault rules in force at that moment judge the copy (or
+the edit) that goes out, recorded as a second row. So a person sees and decides the frame the
+peer sent, and the faults act on what is finally forwarded.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ class Note:
     direction: str
     line: Line
     meta: dict[str, Any]
+    ts_ns: int | None = None  # the record's time when it is a key (a held frame's); else the read's
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +90,8 @@ class ClosePipe:
 @dataclass(frozen=True, slots=True)
 class Hold:
     """Hold this line (a breakpoint matched): the relay waits, in this direction only, for a
-    decision, then carries out ``Gate.released``. Nothing is recorded until then."""
+    decision, then carries out ``Gate.released``. The ``Note`` before it recorded the line,
+    not forwarded, at once: a person names it by the ``frames`` seq it got."""
 
     direction: str
     line: Line
@@ -151,6 +160,8 @@ class Gate:
         steps: list[Step] = []
         for line in lines:
             steps.extend(self._judge_safely(direction, line, now))
+        if self.live is not None and self.live.held:
+            steps = _held_rows_first(steps)
         return _coalesce(steps)
 
     def end(self, direction: str) -> list[Step]:
@@ -167,24 +178,40 @@ class Gate:
         return steps
 
     def released(self, hold: Hold, decision: Decision) -> list[Step]:
-        """The steps of a held line once decided: recorded with how long it was held, then
-        forwarded, or dropped, or replaced by an edited line recorded beside it."""
-        held_for = f"held {decision.held_ns / 1e9:.3f}s by a breakpoint"
-        line = hold.line
+        """The steps of a held line once decided. Its held row is recorded already (not
+        forwarded); a release records the line again as forwarded (an edit: the edited line,
+        ``origin = 'proxy'``), after the fault rules in force then have judged it, as any line:
+        breakpoints first (a person sees the frame as the peer sent it), faults on what is
+        finally forwarded. A drop adds nothing: the held row stays the one not forwarded."""
         if decision.action == "drop":
-            return [Note(hold.direction, line, {"forwarded": 0, "note": f"{held_for}; dropped by acp-proxy ctl"})]
-        if decision.data is None:
-            meta = {"forwarded": 1, "note": f"{held_for}; released by acp-proxy ctl"}
-            return [Note(hold.direction, line, meta), Send(hold.direction, line.wire_bytes())]
-        original = {"forwarded": 0, "note": f"{held_for}; replaced by an edited frame (acp-proxy ctl)"}
-        edited = Line(decision.data, len(decision.data), True, False)
-        self._observe(hold.direction, edited, self.clock())
-        meta = {"forwarded": 1, "origin": "proxy", "note": "edited by acp-proxy ctl, in place of the frame before"}
-        return [
-            Note(hold.direction, line, original),
-            Note(hold.direction, edited, meta),
-            Send(hold.direction, decision.data + b"\n"),
-        ]
+            return []
+        held_for = f"held {decision.held_ns / 1e9:.3f}s by a breakpoint"
+        state = self.directions[hold.direction]
+        line = hold.line
+        if decision.data is None and decision.held is not None:
+            rec = decision.held.rec
+            meta: dict[str, Any] = {"note": f"released by acp-proxy ctl after it was {held_for}"}
+        else:
+            data = decision.data if decision.data is not None else line.data
+            line = Line(data, len(data), True, False)
+            rec = self._observe(hold.direction, line, self.clock(), "proxy")
+            meta = {"origin": "proxy", "note": f"edited by acp-proxy ctl in place of a frame {held_for}"}
+        if state.stalled or PIPE_OF[hold.direction] in self.closed:
+            why = "direction stalled by a fault" if state.stalled else "pipe closed by a fault"
+            return [Note(hold.direction, line, {**meta, "forwarded": 0, "note": f"{meta['note']}; {why}"})]
+        actions = self.plan.decide(rec) if self.plan is not None else []
+        if not actions:
+            return self._release(
+                state, [Note(hold.direction, line, {**meta, "forwarded": 1}), Send(hold.direction, line.wire_bytes())]
+            )
+        return self._apply(hold.direction, state, line, actions, meta)
+
+    def sent(self, direction: str, data: bytes, note: str) -> list[Step]:
+        """A line ``acp-proxy ctl send`` writes towards ``direction``'s receiver: recorded
+        (``origin = 'proxy'``), then written. Not offered to breakpoints or fault rules."""
+        line = Line(data, len(data), True, False)
+        self._observe(direction, line, self.clock(), "proxy")
+        return [Note(direction, line, {"forwarded": 1, "origin": "proxy", "note": note}), Send(direction, data + b"\n")]
 
     # -- internals -------------------------------------------------------------------------
 
@@ -206,9 +233,10 @@ class Gate:
             note = Note(direction, line, {"forwarded": 1, "note": f"not judged ({type(exc).__name__}); forwarded"})
             return self._release(state, [note, Send(direction, line.wire_bytes())])
 
-    def _observe(self, direction: str, line: Line, ts_ns: int) -> FrameRecord:
+    def _observe(self, direction: str, line: Line, ts_ns: int, origin: str | None = None) -> FrameRecord:
         self.seq += 1
         rec = FrameRecord(0, self.seq, ts_ns, direction, line.data, wire.decode(line.data))
+        rec.origin = origin
         self.tracker.observe(rec)
         self.tracker.drain()  # the gate needs the tracker's state, not its rows
         return rec
@@ -220,12 +248,17 @@ class Gate:
         rec.terminated = int(line.terminated)  # what a fault writes keeps the line's end as it was
         events = self.tracker.observe(rec)
         self.tracker.drain()
-        if self.live is not None and not (state.stalled or PIPE_OF[direction] in self.closed):
-            point = self.live.should_hold(rec)
+        if self.live is not None:
+            if self.live.sent and self.live.answer_to_sent(rec, line.data) is not None:
+                kept = "the answer to a request acp-proxy ctl sent: kept by the proxy, not forwarded"
+                return self._release(state, [Note(direction, line, {"forwarded": 0, "note": kept})])
+            point = None if state.stalled or PIPE_OF[direction] in self.closed else self.live.should_hold(rec)
             if point is not None:
-                # A held frame is not offered to the fault plan: a person decides its fate.
-                self.live.hold(self.seq, rec, line.data, point)
-                return self._release(state, [Hold(direction, line, self.seq)])
+                # Faults judge it once released (Gate.released): a person decides its fate first.
+                held = self.live.hold(rec, line.data, point)
+                why = f"held by breakpoint {point} (acp-proxy ctl); forwarded only if released"
+                hold_note = Note(direction, line, {"forwarded": 0, "note": why}, held.since_ns)
+                return self._release(state, [hold_note, Hold(direction, line, held.number)])
         actions = self.plan.decide(rec) if self.plan is not None else []
         if events and direction == A2C and self.strip_replayed_notices and _replayed_notice(events):
             note = Note(direction, line, {"forwarded": 0, "note": f"stripped: {NOTE_NOTICE_REPLAYED}"})
@@ -237,7 +270,15 @@ class Gate:
             return self._release(state, [Forward(direction, line.wire_bytes())])
         return self._apply(direction, state, line, actions)
 
-    def _apply(self, direction: str, state: _Direction, line: Line, actions: list[fl.Action]) -> list[Step]:
+    def _apply(
+        self,
+        direction: str,
+        state: _Direction,
+        line: Line,
+        actions: list[fl.Action],
+        base: dict[str, Any] | None = None,
+    ) -> list[Step]:
+        """``base``: a released frame's origin and note, kept beside what the faults did."""
         steps: list[Step] = []
         frame_steps: list[Step] = []
         data: bytes | None = line.wire_bytes()
@@ -301,6 +342,9 @@ class Gate:
             "fault": fl.fault_label(actions),
             "faults": [{"rule": a.rule_text, "action": a.name, "detail": a.detail()} for a in actions],
         }
+        if base is not None:
+            meta["origin"] = base.get("origin")
+            notes.insert(0, base["note"])
         if notes:
             meta["note"] = "; ".join(notes)
         written.insert(0, Note(direction, line, meta))
@@ -339,6 +383,17 @@ class Gate:
 
 def _replayed_notice(events: tuple[ev.Event, ...]) -> bool:
     return any(isinstance(e, ev.UpdateReplayed) and e.live_only for e in events)
+
+
+def _held_rows_first(steps: list[Step]) -> list[Step]:
+    """Every held line of a read is recorded before the relay waits on the first: a person
+    sees each held frame in ``frames`` (and names it by its seq) while it is held."""
+    first = next((i for i, step in enumerate(steps) if isinstance(step, Hold)), None)
+    if first is None:
+        return steps
+    rows = [s for s in steps[first:] if isinstance(s, Note) and s.ts_ns is not None]
+    rest = [s for s in steps[first:] if not (isinstance(s, Note) and s.ts_ns is not None)]
+    return steps[:first] + rows + rest
 
 
 def _coalesce(steps: list[Step]) -> list[Step]:

@@ -3,7 +3,8 @@
 Owns: ``LiveControl``, the state a person changes through ``acp-proxy ctl`` while the relay
 runs — run-time fault rules (numbered, with the time each was added and removed), breakpoints
 (filters that hold a matching frame instead of forwarding it), the frames held and what was
-decided for them — and ``handle``, which turns one control request (a JSON object) into one
+decided for them, the requests the proxy sent itself (``ctl send``/``resend``: ids of its own,
+answers kept) — and ``handle``, which turns one control request (a JSON object) into one
 answer and a list of what changed. The current ``FaultPlan`` (start-up rules, then run-time
 rules) is rebuilt on each change, keeping every surviving rule's counters and random streams.
 
@@ -17,17 +18,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from acp_proxy.errors import UsageError
 from acp_proxy.faults.actions import Rule
 from acp_proxy.faults.plan import FaultPlan
 from acp_proxy.faults.rules import RuleError, parse_rule
-from acp_proxy.protocol import filters
+from acp_proxy.protocol import filters, wire
 from acp_proxy.protocol.frames import FrameRecord
+from acp_proxy.protocol.vocabulary import OTHER
 
 SOURCE = "ctl"
+SENT_ID_PREFIX = "acp-proxy-ctl-"
+"""Requests the proxy sends get string ids with this prefix and a counter: the ids of its own
+direction's peer are (by every SDK) numbers or strings of their own, so they cannot collide,
+and the answer comes back in the other direction, where peers' ids never pair."""
+RECEIVER = {"c2a": "agent", "a2c": "client"}
+DIRECTION_TO = {"agent": "c2a", "client": "a2c"}
+MAX_SENT_KEPT = 1000  # answers kept for ``sent``; the oldest go first
 MAX_HELD_SHOWN = 200  # characters of a held frame shown by ``held``
 
 
@@ -52,20 +61,24 @@ class Breakpoint:
 
 @dataclass
 class Held:
-    """A frame held by a breakpoint. ``number`` is the gate's count of lines, both directions."""
+    """A frame held by a breakpoint. ``number`` counts holds (1, 2, ...: what the control wire
+    names); ``ts_ns`` is the time its held row was journaled with, unique within the run, which
+    is how a door finds the ``frames`` seq a person sees (``read.controls.held_seqs``)."""
 
     number: int
     direction: str
     data: bytes
     since_ns: int
     breakpoint: int
+    rec: FrameRecord
     method: str | None = None
     kind: str | None = None
 
     def describe(self, now_ns: int) -> dict[str, Any]:
         text = self.data.decode(errors="replace")
         return {
-            "seq": self.number,
+            "hold": self.number,
+            "ts_ns": self.since_ns,
             "dir": self.direction,
             "kind": self.kind,
             "method": self.method,
@@ -76,6 +89,29 @@ class Held:
         }
 
 
+@dataclass
+class Sent:
+    """A request ``acp-proxy ctl send|resend`` wrote: its answer is the proxy's, kept here."""
+
+    id: str
+    direction: str
+    method: str | None
+    sent_ns: int
+    resend_of: int | None = None
+    answer: str | None = None
+    answered_ns: int | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "to": RECEIVER[self.direction],
+            "method": self.method,
+            "resend_of": self.resend_of,
+            "answered": self.answer is not None,
+            "answer": self.answer,
+        }
+
+
 @dataclass(frozen=True)
 class Decision:
     """What to do with a held frame: forward it (``data`` None) or an edit, or drop it."""
@@ -83,6 +119,7 @@ class Decision:
     action: str  # release | drop
     data: bytes | None = None
     held_ns: int = 0
+    held: Held | None = None  # the frame it decides, once taken
 
 
 @dataclass
@@ -91,6 +128,8 @@ class Changes:
 
     plan: bool = False
     decided: list[int] = field(default_factory=list)
+    send: list[tuple[str, bytes, str]] = field(default_factory=list)
+    """Frames to write now: (direction, one line without its newline, the note to record)."""
 
 
 class LiveControl:
@@ -104,7 +143,12 @@ class LiveControl:
         self.breakpoints: list[Breakpoint] = []
         self.held: dict[int, Held] = {}
         self.decisions: dict[int, Decision] = {}
+        self.sent: dict[tuple[str, str], Sent] = {}
+        """Requests the proxy sent, by (direction, id as canonical JSON text)."""
         self._next_rule = 1
+        self._next_hold = 1
+        self._next_sent = 1
+        self._last_hold_ns = 0
         self._next_break = 1
         self.plan: FaultPlan | None = base if base else None
 
@@ -117,16 +161,31 @@ class LiveControl:
                 return point.id
         return None
 
-    def hold(self, number: int, rec: FrameRecord, data: bytes, breakpoint: int) -> Held:
-        held = Held(number, rec.dir, data, self.clock(), breakpoint, rec.method, rec.kind)
-        self.held[number] = held
+    def hold(self, rec: FrameRecord, data: bytes, breakpoint: int) -> Held:
+        # Strictly increasing: the time is the held row's key (two lines of one read differ).
+        now = max(self.clock(), self._last_hold_ns + 1)
+        self._last_hold_ns = now
+        held = Held(self._next_hold, rec.dir, data, now, breakpoint, rec, rec.method, rec.kind)
+        self._next_hold += 1
+        self.held[held.number] = held
         return held
+
+    def answer_to_sent(self, rec: FrameRecord, data: bytes) -> Sent | None:
+        """The request the proxy sent that this frame answers (recorded, kept, not forwarded)."""
+        if rec.kind not in ("response", "error") or rec.rpc_id is None:
+            return None
+        sent = self.sent.get((OTHER[rec.dir], rec.rpc_id))
+        if sent is None or sent.answer is not None:
+            return None
+        sent.answer = data.decode(errors="replace")
+        sent.answered_ns = self.clock()
+        return sent
 
     def take(self, number: int) -> Decision | None:
         """The decision for a held frame, once made (it is no longer held then)."""
         decision = self.decisions.pop(number, None)
         if decision is not None:
-            self.held.pop(number, None)
+            decision = replace(decision, held=self.held.pop(number, None))
         return decision
 
     # -- requests ----------------------------------------------------------------------------
@@ -177,6 +236,12 @@ class LiveControl:
             self._next_break += 1
             self.breakpoints.append(point)
             return {"id": point.id, "filter": text}
+        if op == "unbreak":
+            point_id = _number(request, "id")
+            if not any(p.id == point_id for p in self.breakpoints):
+                raise ControlError(f"no breakpoint {point_id} (see: breaks)")
+            self.breakpoints = [p for p in self.breakpoints if p.id != point_id]
+            return {"removed": point_id}
         if op == "breaks":
             return [{"id": p.id, "filter": p.text} for p in self.breakpoints]
         if op == "clear":
@@ -186,19 +251,61 @@ class LiveControl:
         if op == "held":
             now = self.clock()
             return [self.held[n].describe(now) for n in sorted(self.held)]
+        if op == "held-frame":
+            number = _number(request, "hold")
+            if number not in self.held:
+                raise ControlError(f"hold {number} is not held")
+            return self.held[number].data.decode(errors="replace")
         if op in ("release", "drop"):
-            number = _number(request, "seq")
+            number = _number(request, "hold")
             held = self.held.get(number)
             if held is None or number in self.decisions:
                 holding = ", ".join(str(n) for n in sorted(self.held) if n not in self.decisions) or "none"
-                raise ControlError(f"frame {number} is not held (held: {holding})")
+                raise ControlError(f"hold {number} is not held (holds: {holding})")
             data = None
             if op == "release" and request.get("with") is not None:
                 data = edited_frame(_text(request, "with"))
             self.decisions[number] = Decision(op, data, self.clock() - held.since_ns)
             changes.decided.append(number)
             return {op + "d" if op == "release" else "dropped": number}
+        if op == "send":
+            return self._send(request, changes)
+        if op == "sent":
+            return [s.describe() for s in self.sent.values()]
         raise ControlError(f"unknown control request {op!r}")
+
+    def _send(self, request: dict[str, Any], changes: Changes) -> dict[str, Any]:
+        """A frame written to one peer as if the other had sent it. A request gets a fresh id
+        of the proxy's own (``SENT_ID_PREFIX``): its answer comes back to the proxy."""
+        to = request.get("to")
+        direction = DIRECTION_TO.get(to) if isinstance(to, str) else None
+        if direction is None:
+            raise ControlError("send needs --to agent or --to client")
+        value = _frame_object(_text(request, "frame"), "the frame")
+        resend_of = request.get("resend_of")
+        resend_of = resend_of if isinstance(resend_of, int) and not isinstance(resend_of, bool) else None
+        method = value.get("method")
+        sent: Sent | None = None
+        if isinstance(method, str) and "id" in value:
+            rpc_id = f"{SENT_ID_PREFIX}{self._next_sent}"
+            self._next_sent += 1
+            value["id"] = rpc_id
+            sent = Sent(rpc_id, direction, method, self.clock(), resend_of)
+        elif "method" not in value and "id" not in value:
+            raise ControlError("the frame is neither a request, a notification nor a response (no method, no id)")
+        data = compact(value)
+        if sent is not None:
+            key = (direction, wire.decode(data).rpc_id or "")
+            if len(self.sent) >= MAX_SENT_KEPT:
+                self.sent.pop(next(iter(self.sent)))
+            self.sent[key] = sent
+        what = (
+            f"resent by acp-proxy ctl (frame {resend_of} again)" if resend_of is not None else "sent by acp-proxy ctl"
+        )
+        if sent is not None:
+            what += "; its answer is the proxy's, not forwarded"
+        changes.send.append((direction, data, what))
+        return {"sent": RECEIVER[direction], "id": value.get("id"), "method": method}
 
     def spec(self) -> dict[str, Any]:
         """The run's fault spec: the plan's rules and seed, plus every run-time rule's history."""
@@ -234,13 +341,25 @@ class LiveControl:
 
 def edited_frame(text: str) -> bytes:
     """The line ``release --with`` writes: a JSON object, written compactly on one line."""
+    return compact(_frame_object(text, "--with"))
+
+
+def compact(value: dict[str, Any]) -> bytes:
+    """One JSON line; text that is not valid Unicode (a lone surrogate) is written escaped."""
     try:
-        value = json.loads(text)
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _frame_object(text: str, what: str) -> dict[str, Any]:
+    try:
+        value = wire.loads(text)  # depth-bounded
     except ValueError as exc:
-        raise ControlError(f"--with is not JSON: {exc}") from None
+        raise ControlError(f"{what} is not JSON: {str(exc).splitlines()[0] if str(exc) else exc}") from None
     if not isinstance(value, dict):
-        raise ControlError("--with must be a JSON object (a JSON-RPC message)")
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        raise ControlError(f"{what} must be a JSON object (a JSON-RPC message)")
+    return value
 
 
 def _text(request: dict[str, Any], key: str) -> str:

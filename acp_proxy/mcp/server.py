@@ -7,7 +7,8 @@ answer as structured content plus the same JSON as text (``show``: the conversat
 The tools: ``summary`` (insights: hot spot, long tail, outliers, errors), ``session_info``
 (both sides' capabilities, protocol, mode, model), ``list_runs``, ``list_sessions``,
 ``sessions_by_client``, ``show``, ``exchanges`` (requests paired with their answers),
-``frames`` (the filter language), ``frame``, ``stats``, ``check``, ``diff``.
+``frames`` (the filter language), ``frame``, ``marks`` (marked frames and their notes),
+``stats``, ``check``, ``diff``.
 
 Redacted by default: every frame passes the redactor before it is matched, folded, rendered or
 returned (credential headers and fields, ``env`` values, bearer tokens, API-key and JWT shapes,
@@ -73,7 +74,8 @@ def build_server(tools: Tools) -> Any:
         instructions="Read-only access to acp-proxy recordings of Agent Client Protocol conversations "
         "between an editor and a coding agent. Start with `summary` (insights: hot spot, long tail, "
         "outliers, errors); then `session_info`, `exchanges`, `frames` (the filter language), `show`, "
-        "`stats`, `check` (spec conformance), `diff`, `sessions_by_client`. Every list is paged: "
+        "`stats`, `check` (spec conformance), `diff`, `sessions_by_client`, `marks` (frames people "
+        "marked, with their notes). Every list is paged: "
         "`total`, `next`. Secrets are masked.",
         log_level="WARNING",
     )
@@ -132,7 +134,7 @@ def mcp(db_path: Path | None, redact_rules: tuple[str, ...], no_redact: bool) ->
     """Serve the recordings to a coding agent over MCP (stdio), read-only.
 
     Tools: summary (insights), session_info, list_runs, list_sessions, sessions_by_client,
-    show, exchanges, frames (the filter language), frame, stats, check, diff; every answer
+    show, exchanges, frames (the filter language), frame, marks, stats, check, diff; every answer
     structured and paged. Prompts: triage a slow session, audit spec violations, compare
     clients. Secrets are masked unless --no-redact. Stdout carries MCP only. Add it to an MCP
     client's settings:

@@ -64,6 +64,16 @@ FRAME = {
     "update_kind": _p("string", "The session/update variant (agent_message_chunk, tool_call, ...)."),
     "latency_ns": _p("integer", "On an answer: the time since its request."),
     "raw": _p("string", "The line as it crossed the wire (masked; cut at max_chars)."),
+    "mark": _p("string", "A person's mark (acp-proxy mark): its note, empty for none; absent when unmarked."),
+    "note": _p("string", "What the proxy says about the frame (held, released, edited, a fault...)."),
+}
+MARK = {
+    "run_id": _p("integer", "The run of the marked frame."),
+    "seq": _p("integer", "The marked frame's seq (`frame` gives it whole)."),
+    "note": _p(["string", "null"], "The person's note on it."),
+    "marked_ns": _p("integer", "When it was marked (ns since the Unix epoch)."),
+    "dir": _p(["string", "null"], "The frame's direction: c2a, a2c or stderr."),
+    "method": _p(["string", "null"], "The frame's JSON-RPC method."),
 }
 RUN = {
     "id": _p("integer", "The run id (a REF)."),
@@ -133,6 +143,10 @@ class FramesPage(Page):
         default=None, description="The last frame's RUN:SEQ: pass it as `after` for the next page (faster than offset)."
     )
     masked: bool = Field(description="Whether secrets were masked before the filter read the frames.")
+
+
+class MarksPage(Page):
+    items: list[dict[str, Any]] = _items("Marks, in relay order.", MARK)
 
 
 class ShowAnswer(BaseModel):

@@ -102,7 +102,6 @@ class ToolFailure(UsageError):
     """A tool call that cannot be answered; the message is one line for the caller."""
 
 
-
 class Tools:
     """The tools, over the database at ``db_path``; each returns its structured answer (a model of
     ``shapes``), paged and bounded to ``MAX_ANSWER`` characters."""
@@ -224,7 +223,8 @@ class Tools:
         """Frames selected by acp-proxy's filter language, in relay order, with every recorded
         column (`raw` is the frame's line, cut at `max_chars`). E.g. `run:last dir:a2c
         update:tool_call`, `method:session/prompt kind:response latency>2s`, `kind:error OR
-        unanswered`, `text:"permission denied"`. Paged: `total`, `next` (an offset) and `after`
+        unanswered`, `text:"permission denied"`, `marked` (frames a person marked: each shows
+        its `mark`, the note), `comment:"..."`. Paged: `total`, `next` (an offset) and `after`
         (a cursor); `frame` gives one frame whole."""
         from acp_proxy.protocol import filters
         from acp_proxy.read import exports
@@ -264,6 +264,18 @@ class Tools:
             masked=found.masked,
             items=kept,
         )
+
+    def marks(self, ref: OptionalRef = "", offset: Offset = 0, limit: Limit = 50) -> shapes.MarksPage:
+        """The frames people marked (`acp-proxy mark RUN:SEQ --note TEXT`) with their notes, of
+        a run or session, or of every run without `ref`: what to look at first. `frame` gives
+        a marked frame whole; `frames` with `marked` selects them with every column."""
+        from acp_proxy.read import marks as marked
+
+        offset, limit = _count(offset, "offset"), _limit(limit)
+        with self._db() as db:
+            found = self._answer(lambda: marked.marks(db, ref or None))
+        items = [self.redactor.value({k: v for k, v in m.items() if v is not None}) for m in found]
+        return self._page(shapes.MarksPage, items[offset : offset + limit], offset, len(items))
 
     def frame(self, run_id: RunId, seq: Seq, raw_offset: Offset = 0) -> shapes.FrameAnswer:
         """One frame by its run id and seq, with every recorded column, its `raw` line whole —
@@ -437,6 +449,7 @@ class Tools:
             self.exchanges,
             self.frames,
             self.frame,
+            self.marks,
             self.stats,
             self.check,
             self.diff,

@@ -24,6 +24,9 @@ generative-AI agents and for JSON-RPC:
   belongs to no turn;
 - span events: ``acp.notice`` (live notices), ``acp.cancel``, ``acp.fault`` and ``acp.finding``
   (given with ``annotate``), ``acp.response_unpaired``;
+- a proxy chain's inner conversation (what ``proxy/successor`` envelopes carry, unwrapped by
+  ``protocol.chains``) as spans of its own, from a builder of its own fed the inner frames, each
+  span and measurement with ``acp.hop`` (1 and deeper; the recorded link's own have none);
 - metric measurements (``Point``): ``rpc.client.call.duration`` per answered request,
   ``gen_ai.client.operation.duration`` and ``gen_ai.client.operation.time_to_first_chunk`` per
   turn, ``gen_ai.client.token.usage`` per reported count.
@@ -64,6 +67,7 @@ import msgspec
 
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import output, wire
+from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.protocol.rows import RecordedFrame, RunReader
 from acp_proxy.protocol.vocabulary import A2C, OTHER
@@ -187,8 +191,14 @@ class SpanBuilder:
         redactor: Redactor | None = None,
         ids: Callable[[int], int] = _random_ids,
         start_ns: int | None = None,
+        hop: int = 0,
     ) -> None:
         self.run_id = run_id
+        self.hop = hop
+        """0: the recorded link's conversation; n: the one n ``proxy/successor`` envelopes deep."""
+        self._chain: Unwrapper | None = None
+        self._next: SpanBuilder | None = None
+        """The builder of the next hop, once an envelope was seen."""
         self.content = content
         self.redactor = redactor if redactor is not None else Redactor()
         self._ids = ids
@@ -207,6 +217,8 @@ class SpanBuilder:
             end_ns=-1,
             attributes={} if run_id is None else {"acp.run.id": run_id},
         )
+        if hop:
+            self._connection.attributes["acp.hop"] = hop
         self._turns: dict[int, _Turn] = {}
         """Open turns by the seq of their prompt."""
         self._requests: dict[int, _Request] = {}
@@ -237,7 +249,28 @@ class SpanBuilder:
             self._annotations.setdefault(seq, []).append(event)  # its time: the frame's, if not given
 
     def feed(self, row: Mapping[str, Any]) -> list[Span]:
-        """The spans ``row`` (a ``frames`` row) finished."""
+        """The spans ``row`` (a ``frames`` row) finished, its hop's among them."""
+        own = self._hop_marked(self._feed(row))
+        if self.finished or (self._chain is None and row.get("method") != SUCCESSOR):
+            return own
+        if self._chain is None:
+            self._chain = Unwrapper()
+        inner = self._chain.unwrap(row)
+        if inner is None:
+            return own
+        if self._next is None:
+            self._next = SpanBuilder(
+                run_id=self.run_id, content=self.content, redactor=self.redactor, ids=self._ids, hop=self.hop + 1
+            )
+        return own + self._next.feed(inner)
+
+    def _hop_marked(self, spans: list[Span]) -> list[Span]:
+        if self.hop:
+            for span in spans:
+                span.attributes["acp.hop"] = self.hop
+        return spans
+
+    def _feed(self, row: Mapping[str, Any]) -> list[Span]:
         if self.finished or row.get("dir") not in OTHER or row.get("kind") == "batch":
             return []
         meaning = self.reader.feed(row)
@@ -299,9 +332,13 @@ class SpanBuilder:
 
     def finish(self, ts_ns: int | None = None) -> list[Span]:
         """The run is over (at ``ts_ns``, else its last frame): requests never answered, turns
-        left open and the connection span."""
+        left open and the connection span (its hop's too)."""
         if self.finished:
             return []
+        inner = self._next.finish(ts_ns if ts_ns is not None else self._last_ts) if self._next is not None else []
+        return self._hop_marked(self._finish(ts_ns)) + inner
+
+    def _finish(self, ts_ns: int | None) -> list[Span]:
         end = ts_ns if ts_ns is not None else self._last_ts
         out: list[Span] = []
         for e in self.reader.finish(end):
@@ -332,7 +369,9 @@ class SpanBuilder:
 
     def take_points(self) -> list[Point]:
         points, self._points = self._points, []
-        return points
+        if self.hop:
+            points = [Point(p.metric, p.value, {**p.attributes, "acp.hop": self.hop}) for p in points]
+        return points + (self._next.take_points() if self._next is not None else [])
 
     # -- turns ----------------------------------------------------------------------------------
 

@@ -28,7 +28,6 @@ from acp_proxy.protocol.vocabulary import OTHER
 SUCCESSOR = "proxy/successor"
 
 
-
 def _text(line: Any) -> str | None:
     if isinstance(line, bytes):
         return line.decode("utf-8", "replace")

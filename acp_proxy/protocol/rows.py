@@ -34,6 +34,7 @@ class RecordedFrame:
         "kind",
         "line",
         "method",
+        "origin",
         "rpc_id",
         "seq",
         "session_id",
@@ -57,6 +58,7 @@ class RecordedFrame:
         forwarded = row.get("forwarded")
         self.forwarded: int = 1 if forwarded is None else forwarded
         self.cut: int = row.get("cut") or 0
+        self.origin: str | None = row.get("origin")
 
 
 class Meaning(NamedTuple):

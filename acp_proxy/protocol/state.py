@@ -32,7 +32,10 @@ events or none, never an exception.
 
 Rule 3: the same frames give the same events in every process (recorder, the relay's gate, the
 checker, ``show``/``diff``). A frame is fed whether or not it was forwarded: a request the proxy
-dropped is still pending for its sender, an answer it withheld leaves its request pending.
+dropped is still pending for its sender, an answer it withheld leaves its request pending. Two
+exceptions follow what was forwarded: a request reusing the id of a pending one that was never
+forwarded takes its place (a held request released as a copy or an edit; a retry), and the
+answer to a request the proxy sent itself (``origin`` proxy) is the proxy's, never withheld.
 """
 
 from __future__ import annotations
@@ -134,9 +137,11 @@ class _Pending:
     """A request waiting for its answer."""
 
     __slots__ = (
+        "by_proxy",
         "cancel_seq",
         "data",
         "direction",
+        "forwarded",
         "later",
         "method",
         "rpc_id",
@@ -154,6 +159,9 @@ class _Pending:
         self.method = f.method
         self.session_id = f.session_id
         self.unknown = unknown
+        self.forwarded = f.forwarded
+        # Sent by the proxy itself (acp-proxy ctl send): its answer is the proxy's, never forwarded.
+        self.by_proxy = getattr(f, "origin", None) == "proxy"
         self.data: Any = None
         """What the answer's transition needs from the request (cwd, title, turn, restore)."""
         self.cancel_seq: int | None = None
@@ -637,6 +645,13 @@ class ConnectionState:
         pending = _Pending(f, unknown)
         key = (f.dir, f.rpc_id)
         first = self._pending.get(key)
+        replaced = None
+        if first is not None and not first.forwarded and not first.later:
+            # The receiver never saw the first (held, then released as a copy or an edit, or
+            # dropped): the id is not reused from its side. The new one takes the first's place,
+            # and its answer (or a fault's error reply) answers the sender's request.
+            replaced = self._pending.pop(key)
+            first = None
         self._request_transition(NONE if first is None else PENDING, REQUEST)
         if first is None:
             self._pending[key] = pending
@@ -669,6 +684,8 @@ class ConnectionState:
                 message = decode(Request, f.line)
                 if message is not None and message.params is not None and isinstance(message.params.title, str):
                     pending.data = message.params.title
+            elif method == "session/prompt" and replaced is not None and isinstance(replaced.data, _Turn):
+                pending.data = replaced.data  # the sender's turn began with the held prompt: it goes on
             elif method == "session/prompt" and sid is not None:
                 session = self._seen(sid, f, out)
                 assert session is not None
@@ -809,7 +826,7 @@ class ConnectionState:
         rpc_id = f.rpc_id
         if not f.forwarded:
             withheld = self._pending.get((direction, rpc_id))
-            if withheld is not None:
+            if withheld is not None and not withheld.by_proxy:
                 self._request_transition(PENDING, WITHHELD)
                 out.append(self._paired(f, withheld, withheld.session_id, withheld=True))
                 return

@@ -206,9 +206,9 @@ def load_supplement(version: int) -> dict[str, Any]:
 
 
 def _merge_supplement(schema: dict[str, Any], supplement: dict[str, Any]) -> None:
-    """Add the supplement's variants to ``SessionUpdate``, each a member like the official ones
-    (a ``sessionUpdate`` const and its type), before the open "other" branch, which is told to
-    exclude them. A variant the schema already defines is left as the schema has it."""
+    """Add the supplement's variants to ``SessionUpdate`` (and the types they refer to), each a
+    member like the official ones (a ``sessionUpdate`` const and its type), before the open
+    "other" branch, which is told to exclude them. A variant the schema already defines is left as the schema has it."""
     defs: dict[str, Any] = schema.get("$defs", {})
     update = defs.get("SessionUpdate")
     if not supplement or not isinstance(update, dict):
@@ -222,6 +222,10 @@ def _merge_supplement(schema: dict[str, Any], supplement: dict[str, Any]) -> Non
         if const in known or type_name not in supplement.get("$defs", {}):
             continue
         defs.setdefault(type_name, supplement["$defs"][type_name])
+        # The types a variant refers to (an anchor, a suggestion): where the schema has one of
+        # that name already, the schema's stands.
+        for name, definition in supplement["$defs"].items():
+            defs.setdefault(name, definition)
         tag = {
             "type": "object",
             "properties": {"sessionUpdate": {"type": "string", "const": const}},

@@ -338,10 +338,11 @@ def frame(db: Any, run_id: int, seq: int, redactor: Redactor | None = None) -> d
     """One frame by its place, masked (None when there is no such frame). An earlier frame can
     name a secret (a credential header, a path rule's value) that this one repeats in free text:
     the redactor reads the run's frames up to here first, so it has learnt them."""
-    found = queries.rows(db, "select * from frames where run_id = ? and seq = ?", [run_id, seq])
+    found = queries.rows(db, f"select frames.*, {_MARK} from frames where run_id = ? and seq = ?", [run_id, seq])
     if not found:
         return None
     row = found[0]
+    _unmarked(row)
     if redactor is None or not redactor.enabled:
         return row
     # Every rule can learn a value (a credential's, by its name), not only the user's path rules.

@@ -23,7 +23,7 @@ from typing import Any
 
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.read import queries
+from acp_proxy.read import hops, queries
 from acp_proxy.read.frames import prime
 from acp_proxy.read.queries import Ref
 
@@ -80,7 +80,8 @@ def summary(db: Any, text: str | None, redactor: Redactor | None = None) -> dict
     ).fetchone()
     latencies = _latencies(db, where, args)
     methods = _methods(latencies)
-    turns = queries.turn_stats(db, scope_ids, ref.session_id if ref is not None else None)
+    # A proxy chain's inner turns are turns too (read.hops): counted, and the slowest may be one.
+    turns = hops.every_turn(db, scope_ids, ref.session_id if ref is not None else None)
     errors = queries.rows(
         db,
         f"""select f.run_id, f.seq, f.method, f.error_code, f.error_message from frames f

@@ -1,11 +1,14 @@
 """Marks and comments people put on frames: which frame ``REF:SEQ`` names.
 
-Owns: ``frame_ref`` (the frame a ``mark``/``unmark`` argument names, checked to exist). Must
+Owns: ``frame_ref`` (the frame a ``mark``/``unmark`` argument names, checked to exist) and
+``marks`` (the marks of a run, a session or every run, with what each marked frame is). Must
 not know: how marks are stored (``store.set_mark`` / ``remove_mark`` write them, the filter
 terms ``marked`` and ``comment:`` select by them, ``read.frames`` shows them).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from acp_proxy.errors import UsageError
 from acp_proxy.read import queries
@@ -27,3 +30,20 @@ def frame_ref(db: ReadDb, text: str) -> tuple[int, int]:
         known = f"its frames are 1..{high}" if high else "it has no frames yet"
         raise UsageError(f"run {resolved.run_id} has no frame {seq} ({known})")
     return resolved.run_id, seq
+
+
+def marks(db: ReadDb, ref: str | None = None) -> list[dict[str, Any]]:
+    """Every mark of the run or session ``ref`` names (None: of every run), in relay order, with
+    what the marked frame is (direction, kind, method, update variant) and its note."""
+    where, args = "1", []
+    if ref:
+        run_ids = queries.run_ids_of(db, queries.resolve(db, ref))
+        where = f"m.run_id in ({','.join('?' * len(run_ids)) or 'null'})"
+        args = list(run_ids)
+    return queries.rows(
+        db,
+        "select m.run_id, m.seq, m.note, m.marked_ns, f.dir, f.kind, f.method, f.update_kind"
+        f" from marks m left join frames f on f.run_id = m.run_id and f.seq = m.seq where {where}"
+        " order by m.run_id, m.seq",
+        args,
+    )

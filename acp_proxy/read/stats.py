@@ -2,7 +2,9 @@
 
 Owns: the one report ``acp-proxy stats`` and the MCP ``stats`` tool show, for a run, a session
 or every run, masked by the ``Redactor`` when masking is on (an error message can quote a
-frame). The SQL is ``queries``'.
+frame). The SQL is ``queries``'; a proxy chain's hops are rows of their own, with ``hop`` (0:
+the recorded link's own; 1 and deeper: what its ``proxy/successor`` envelopes carry, from
+``hops``).
 
 Must not know: click, rich, HTTP, MCP. Never writes.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.read import latency, queries
+from acp_proxy.read import hops, latency, queries
 from acp_proxy.read.frames import prime
 
 
@@ -24,7 +26,7 @@ def stats(db: Any, text: str | None, redactor: Redactor | None = None) -> dict[s
     report: dict[str, Any] = {
         "ref": label,
         "latency": latency.latency_table(db, scope),
-        "turns": queries.turn_stats(db, scope, session_id),
+        "turns": hops.every_turn(db, scope, session_id),
         "unanswered": queries.unanswered(db, scope),
         "errors": queries.errors(db, scope),
     }

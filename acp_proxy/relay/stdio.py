@@ -505,7 +505,12 @@ class Relay:
             say(f"cannot create the control socket {path}: {(exc.strerror or str(exc)).lower()}")
             return
         recording = self.recording
-        self.control = ControlServer(self.gate.live, self.gate, recording.meta if recording else lambda _: None)
+
+        async def inject(steps: list[Step]) -> None:
+            await self._carry_out(steps, time.time_ns(), nursery)
+
+        meta = recording.meta if recording else lambda _: None
+        self.control = ControlServer(self.gate.live, self.gate, meta, inject)
         nursery.start_soon(self.control.serve, sock, Path(path))
 
     async def _relay_with_threads(self, signals: Any, flow: Flow) -> ExitStatus:
@@ -651,20 +656,10 @@ class Relay:
         for step in steps:
             if isinstance(step, Hold):
                 # This direction waits (the frames behind it too); the other one flows.
-                assert self.gate is not None and self.gate.live is not None
-                try:
-                    await self._wait_held(step)
-                except BaseException:
-                    if journal is not None:  # the run ends with it held: recorded, never forwarded
-                        meta = {"forwarded": 0, "note": "held by a breakpoint when the run ended"}
-                        code = _DIRECTION_CODE[step.direction]
-                        journal.record(jr.LINE, code, time.time_ns(), jr.line_payload(step.line, meta))
-                    raise
-                decision = self.gate.live.take(step.number)
-                if decision is None:  # no control socket to decide it: the frame goes on
-                    from acp_proxy.faults.live import Decision
+                from acp_proxy.relay.control import wait_held
 
-                    decision = Decision("release")
+                assert self.gate is not None
+                decision = await wait_held(self.control, self.gate, step)
                 await self._carry_out(self.gate.released(step, decision), time.time_ns(), nursery)
             elif isinstance(step, Forward):
                 code = _DIRECTION_CODE[step.direction]
@@ -685,20 +680,14 @@ class Relay:
                         why = "never reached its receiver (the pipe was closed)"
                         note = f"{meta['note']}; {why}" if meta.get("note") else why
                         meta = {**meta, "forwarded": 0, "note": note}
-                    journal.record(jr.LINE, _DIRECTION_CODE[step.direction], ts, jr.line_payload(step.line, meta))
+                    at = step.ts_ns or ts  # a held frame's time is its key (relay/control.py)
+                    journal.record(jr.LINE, _DIRECTION_CODE[step.direction], at, jr.line_payload(step.line, meta))
             elif isinstance(step, Pause):
                 await trio.sleep(step.seconds)
             elif isinstance(step, Signal):
                 self._signal_group(step.signum)
             elif isinstance(step, ClosePipe):
                 await self._close_pipe(step.pipe)
-
-    async def _wait_held(self, hold: Any) -> None:
-        held = self.gate.live.held[hold.number] if self.gate is not None and self.gate.live is not None else None
-        what = f"{held.kind or 'frame'} {held.method or ''}".rstrip() if held is not None else "a frame"
-        say(f"holding {hold.direction} frame {hold.number} ({what}): acp-proxy ctl last release|drop {hold.number}")
-        if self.control is not None:
-            await self.control.wait_decision(hold.number)
 
     async def _close_pipe(self, pipe: str) -> None:
         direction = "c2a" if pipe == "agent-stdin" else "a2c"

@@ -26,6 +26,24 @@ instead of as a client that lost its agent. With ``stderr_file``, the proxy writ
 it would print on stderr — its own lines, the agent's stderr — to that file, and ``stderr()``
 reads it back.
 
+Live control (``control=True``: the proxy runs with ``--control``) reads like the scenario::
+
+    agent = acp_proxy(["my-agent"], control=True, breaks=["method:session/new kind:response"])
+    client = agent.start(["my-client", "--", *agent.argv])      # runs while the test acts
+    slow = agent.fault("delay=2s if method:session/prompt")     # from the next frame on
+    with agent.hold("update:tool_call") as held:                # a breakpoint while in the block
+        agent.release(agent.held()[0]["seq"])                   # the session/new held from the start
+        frame = held.wait()                                     # the first tool call, held
+        held.release(edit=lambda f: {**f, "params": {...}})     # or held.drop()
+    slow.remove()
+    agent.mark(frame["seq"], note="the tool call we edited")
+    result = agent.finish()                                     # bounded like run()
+
+A breakpoint set while frames flow can miss the frame it wants: ``breaks=`` holds from the
+first frame, and ``hold`` with the same filter is that breakpoint. Leaving a ``hold`` block
+removes its breakpoint and releases what it still holds (a test must not leave its client
+waiting); leaving a ``with agent.fault(...)`` block removes its rule.
+
 The pytest fixture ``acp_proxy`` (``acp_proxy.testing.pytest_plugin``, loaded automatically when
 acp-proxy is installed) makes one of these per call, with a fresh database and stderr file in
 ``tmp_path``, and adds the proxy's stderr to the report of a test that fails.
@@ -33,17 +51,24 @@ acp-proxy is installed) makes one of these per call, with a fresh database and s
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from acp_proxy.errors import AcpProxyError
+from acp_proxy.errors import AcpProxyError, UsageError
+
+if TYPE_CHECKING:
+    from acp_proxy.relay.control_client import Controller
+
+POLL_S = 0.05
 
 
 class ProxiedAgent:
@@ -60,9 +85,9 @@ class ProxiedAgent:
         stderr_file: str | Path | None = None,
         python: str = sys.executable,
         timeout: float = 60.0,
+        control: bool = False,
+        breaks: Sequence[str] = (),
     ) -> None:
-        from acp_proxy.errors import UsageError
-
         if not agent:
             raise ValueError("agent: the agent's command line is empty")
         _check_options(list(faults), faults_file, seed, grace)
@@ -87,6 +112,14 @@ class ProxiedAgent:
             options += ["--grace", repr(float(grace))]
         if self.stderr_file is not None:
             options += ["--stderr-file", str(self.stderr_file)]
+        self.control = control or bool(breaks)
+        """Whether the proxy runs with ``--control`` (``fault``, ``hold``, ``release``...)."""
+        if self.control:
+            options.append("--control")
+            for text in breaks:
+                _check_filter(text)
+                options += ["--break", text]
+        self.client: subprocess.Popen[str] | None = None
         self.argv: list[str] = [python, "-m", "acp_proxy", "run", *options, "--", *self.agent]
         """The command line to give the client under test in place of the agent's."""
 
@@ -122,6 +155,94 @@ class ProxiedAgent:
                 subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
             ) from None
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    # -- a client running while the test acts (live control) -------------------------------
+
+    def start(
+        self, client: Sequence[str], *, env: dict[str, str] | None = None, cwd: str | Path | None = None
+    ) -> subprocess.Popen[str]:
+        """Start the client under test and return at once (``finish`` waits for it)."""
+        self.client = subprocess.Popen(
+            list(client),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        return self.client
+
+    def finish(self, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        """Wait for the client ``start`` started, like ``run`` (``ClientHung`` at the limit)."""
+        proc = self.client
+        if proc is None:
+            raise UsageError("finish() needs a client started with start()")
+        limit = self.timeout if timeout is None else timeout
+        try:
+            out, err = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            out, err = _stop(proc)
+            raise ClientHung(
+                f"the client was still running after {limit:g} s and was stopped; {self.never_got()}",
+                subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
+            ) from None
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def controller(self) -> Controller:
+        """The live run's controls (``relay.control_client.Controller``), once its proxy
+        listens: waits (bounded by ``timeout``) for the client to have started it."""
+        from acp_proxy.relay.control_client import Controller
+
+        if not self.control:
+            raise UsageError("live control needs ProxiedAgent(..., control=True)")
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return Controller(self.db, "last")
+            except AcpProxyError:  # no database, no run, or its row not yet recorded
+                if time.monotonic() > deadline or (self.client is not None and self.client.poll() is not None):
+                    raise
+            time.sleep(POLL_S)  # the client starts the proxy; nothing else says when it listens
+
+    def fault(self, rule: str) -> LiveFault:
+        """Add a fault rule to the live run, from its next frame; ``.remove()`` takes it away."""
+        controller = self.controller()
+        return LiveFault(controller, int(controller.fault_add(rule)["id"]), rule)
+
+    def hold(self, filter_text: str) -> HeldFrames:
+        """A breakpoint for the ``with`` block: frames ``filter_text`` matches are held."""
+        return HeldFrames(self.controller(), filter_text, self.timeout)
+
+    def held(self) -> list[dict[str, Any]]:
+        """The frames held now, each with its ``seq`` in ``frames``."""
+        return self.controller().held()
+
+    def release(self, seq: int, edit: Any = None) -> None:
+        """Forward held frame ``seq`` (``edit``: a frame, or a function of it, to forward instead)."""
+        controller = self.controller()
+        controller.release(seq, _edited(controller, seq, edit))
+
+    def drop(self, seq: int) -> None:
+        self.controller().drop(seq)
+
+    def send(self, to: str, frame: dict[str, Any] | str) -> dict[str, Any]:
+        """Write a frame to the agent or the client (``ctl send``); a request's answer is
+        the proxy's: ``sent()`` lists it."""
+        return self.controller().send(to, frame if isinstance(frame, str) else json.dumps(frame))
+
+    def sent(self) -> list[dict[str, Any]]:
+        return self.controller().sent()
+
+    def mark(self, seq: int, note: str | None = None, run: int | None = None) -> None:
+        """Mark frame ``seq`` of the last run (or ``run``), with a note; ``frames("marked")``."""
+        from acp_proxy.read.marks import frame_ref
+        from acp_proxy.record import recovery
+        from acp_proxy.store import database as store
+
+        run_id, seq = frame_ref(recovery.open_for_reading(self.db), f"{run if run is not None else 'last'}:{seq}")
+        store.set_mark(self.db, run_id, seq, note)
 
     def never_got(self) -> str:
         """What the recording shows the client waiting for, in words (for a hang's message)."""
@@ -189,6 +310,110 @@ class ProxiedAgent:
         return self._query(query, params)
 
 
+class LiveFault:
+    """A fault rule added to a live run; ``remove()`` (or leaving a ``with`` block) ends it."""
+
+    def __init__(self, controller: Controller, rule_id: int, rule: str) -> None:
+        self.controller = controller
+        self.id = rule_id
+        self.rule = rule
+        self.removed = False
+
+    def remove(self) -> None:
+        if not self.removed:
+            self.removed = True
+            self.controller.fault_remove(self.id)
+
+    def __enter__(self) -> LiveFault:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.remove()
+
+
+class HeldFrames:
+    """A breakpoint while a ``with`` block runs. ``wait()`` returns the next frame it holds
+    (``held()``'s entry: seq, dir, method, the whole frame as text...); ``release(edit=)`` and ``drop()`` decide
+    the frame ``wait`` returned (waiting first if none). On exit the breakpoint goes and what
+    it still holds is released."""
+
+    def __init__(self, controller: Controller, filter_text: str, timeout: float) -> None:
+        self.controller = controller
+        self.filter = filter_text
+        self.timeout = timeout
+        self.id: int | None = None
+        self.current: dict[str, Any] | None = None
+        self.decided: set[int] = set()
+
+    def __enter__(self) -> HeldFrames:
+        # The same filter given in ``breaks=`` is that breakpoint, set from the first frame.
+        same = [int(b["id"]) for b in self.controller.breaks() if b["filter"] == self.filter]
+        self.id = same[0] if same else int(self.controller.break_(self.filter)["id"])
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.id is None:
+            return
+        try:
+            self.controller.unbreak(self.id)
+            for frame in self._mine():
+                self.controller.release(frame["seq"])
+        except UsageError:
+            pass  # the run has ended: nothing left to release
+        self.id = None
+
+    def _mine(self) -> list[dict[str, Any]]:
+        return [
+            f
+            for f in self.controller.held()
+            if f["breakpoint"] == self.id and f["seq"] is not None and f["seq"] not in self.decided
+        ]
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """The next frame this breakpoint holds (``AssertionError`` if none within ``timeout``)."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            mine = self._mine()
+            if mine:
+                # The whole frame (``held`` shows the first characters of each).
+                self.current = {**mine[0], "frame": self.controller.held_frame(int(mine[0]["hold"]))}
+                return dict(self.current)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no frame matching {self.filter!r} was held within the time limit")
+            time.sleep(POLL_S)  # polling a live run, under a deadline
+
+    def _frame(self) -> dict[str, Any]:
+        return self.current if self.current is not None else self.wait()
+
+    def release(self, edit: Any = None) -> None:
+        """Forward the held frame; ``edit``: a frame (dict or JSON text) or a function from the
+        frame (a dict) to the frame to forward instead."""
+        frame = self._frame()
+        self.controller.release(frame["seq"], _edited(self.controller, frame["seq"], edit, frame))
+        self.decided.add(frame["seq"])
+        self.current = None
+
+    def drop(self) -> None:
+        frame = self._frame()
+        self.controller.drop(frame["seq"])
+        self.decided.add(frame["seq"])
+        self.current = None
+
+
+def _edited(controller: Controller, seq: int, edit: Any, frame: dict[str, Any] | None = None) -> str | None:
+    """The text ``release --with`` sends for ``edit`` (None: the frame as it is)."""
+    if edit is None or isinstance(edit, str):
+        return edit
+    if callable(edit):
+        if frame is None:
+            frame = next((f for f in controller.held() if f["seq"] == seq), None)
+            if frame is None:
+                raise UsageError(f"frame {seq} is not held")
+        whole = controller.held_frame(int(frame["hold"]))
+        edit = edit(json.loads(whole))
+    return json.dumps(edit)
+
+
 class ClientHung(AcpProxyError, AssertionError):
     """The client under test was still running at its time limit; the message says what the
     recording shows it never got. ``result`` holds what it wrote before it was stopped."""
@@ -227,9 +452,17 @@ def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
     return "", ""
 
 
+def _check_filter(text: str) -> None:
+    from acp_proxy.protocol import filters
+
+    try:
+        filters.parse(text)
+    except filters.FilterError as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+
+
 def _check_options(faults: list[str], faults_file: str | Path | None, seed: int | None, grace: float | None) -> None:
     """What ``acp-proxy run`` would refuse, refused here (the same parser, the same words)."""
-    from acp_proxy.errors import UsageError
     from acp_proxy.faults.plan import FaultPlan
     from acp_proxy.faults.rules import check_seed
     from acp_proxy.limits import GRACE_MAX_S

@@ -426,8 +426,8 @@ def test_rule_broken_and_mended(rule_id: str, broken: list[Msg], mended: list[Ms
 
 
 # Rules whose case is a test of its own (the finding's version is not the trace's; batches are
-# recorded as batch lines then elements).
-OWN_TESTS = {"version/newer", "batch/rejected", "batch/ignored"}
+# recorded as batch lines then elements; a batch over HTTP is in test_batch_http.py).
+OWN_TESTS = {"version/newer", "batch/rejected", "batch/ignored", "batch/http-501"}
 
 
 def test_every_rule_has_a_case() -> None:

@@ -16,7 +16,11 @@ import pytest
 from acp_proxy.faults.gate import Forward, Gate, Hold, Note, Send
 from acp_proxy.faults.live import LiveControl
 from acp_proxy.faults.plan import FaultPlan
+from acp_proxy.protocol import wire
+from acp_proxy.protocol.frames import FrameRecord
 from acp_proxy.protocol.framing import Line
+from acp_proxy.protocol.state import ConnectionState
+from acp_proxy.protocol.tracker import Tracker
 from tests.faults.test_gate_playbook import Chunk, Playbook
 
 S = "sess_1"
@@ -75,81 +79,159 @@ def test_without_breakpoints_every_frame_is_forwarded_whole() -> None:
     assert Playbook(gate) >> Chunk("c2a", prompt(1)) << Forward("c2a", prompt(1))
 
 
+def held_note(point: int = 1) -> dict[str, Any]:
+    return {"forwarded": 0, "note": f"held by breakpoint {point} (acp-proxy ctl); forwarded only if released"}
+
+
 def test_a_breakpoint_holds_the_frame_the_frames_behind_it_queue_the_other_direction_flows() -> None:
     live, gate = control()
     assert ok(live, gate, op="break", filter="method:session/update") == {"id": 1, "filter": "method:session/update"}
     first, second = update("one"), update("two")
+    # Each held frame is recorded at once, not forwarded, with its hold's time as its key.
     assert (
         Playbook(gate)
         >> Chunk("a2c", first + second)
+        << Note("a2c", as_line(first), held_note(), 2_000_000_000)
+        << Note("a2c", as_line(second), held_note(), 3_000_000_000)  # recorded before the wait
         << Hold("a2c", as_line(first), 1)
         << Hold("a2c", as_line(second), 2)
         >> Chunk("c2a", prompt(3))
         << Forward("c2a", prompt(3))
     )
     held = ok(live, gate, op="held")
-    assert [(h["seq"], h["dir"], h["method"], h["kind"]) for h in held] == [
-        (1, "a2c", "session/update", "notification"),
-        (2, "a2c", "session/update", "notification"),
+    assert [(h["hold"], h["ts_ns"], h["dir"], h["method"], h["kind"]) for h in held] == [
+        (1, 2_000_000_000, "a2c", "session/update", "notification"),
+        (2, 3_000_000_000, "a2c", "session/update", "notification"),
     ]
     assert json.loads(held[0]["frame"]) == json.loads(first)
 
 
-def test_release_forwards_the_original_and_records_how_long_it_was_held() -> None:
+def test_two_holds_in_one_instant_get_distinct_keys() -> None:
+    live = LiveControl(None, lambda: 5)
+    gate = Gate(plan=None, clock=lambda: 5, live=live)
+    ok(live, gate, op="break", filter="dir:a2c")
+    steps = gate.chunk("a2c", update("one") + update("two"))
+    keys = [s.ts_ns for s in steps if isinstance(s, Note)]
+    assert keys == [5, 6]
+
+
+def test_release_forwards_a_copy_and_records_how_long_it_was_held() -> None:
     live, gate = control()
     ok(live, gate, op="break", filter="method:session/update")
     steps = gate.chunk("a2c", update("one"))
-    assert steps == [Hold("a2c", as_line(update("one")), 1)]
+    assert steps == [
+        Note("a2c", as_line(update("one")), held_note(), 2_000_000_000),
+        Hold("a2c", as_line(update("one")), 1),
+    ]
     assert live.take(1) is None  # not decided yet: the direction keeps waiting
-    assert ok(live, gate, op="release", seq=1) == {"released": 1}
+    assert ok(live, gate, op="release", hold=1) == {"released": 1}
     decision = live.take(1)
     assert decision is not None and decision.held_ns == 1_000_000_000
-    assert gate.released(steps[0], decision) == [
+    assert gate.released(steps[1], decision) == [  # type: ignore[arg-type]
         Note(
             "a2c",
             as_line(update("one")),
-            {"forwarded": 1, "note": "held 1.000s by a breakpoint; released by acp-proxy ctl"},
+            {"forwarded": 1, "note": "released by acp-proxy ctl after it was held 1.000s by a breakpoint"},
         ),
         Send("a2c", update("one")),
     ]
     assert ok(live, gate, op="held") == []
 
 
-def test_release_with_an_edited_frame_records_it_beside_the_original() -> None:
+def test_release_with_an_edited_frame_records_the_edit_after_the_held_original() -> None:
     live, gate = control()
     ok(live, gate, op="break", filter="method:session/update")
-    (hold,) = gate.chunk("a2c", update("one"))
+    (_note, hold) = gate.chunk("a2c", update("one"))
     edited = update("EDITED")
-    ok(live, gate, op="release", seq=1, **{"with": edited.decode()})
+    ok(live, gate, op="release", hold=1, **{"with": edited.decode()})
     decision = live.take(1)
     assert decision is not None
     assert gate.released(hold, decision) == [  # type: ignore[arg-type]
         Note(
             "a2c",
-            as_line(update("one")),
-            {"forwarded": 0, "note": "held 1.000s by a breakpoint; replaced by an edited frame (acp-proxy ctl)"},
-        ),
-        Note(
-            "a2c",
             as_line(edited),
-            {"forwarded": 1, "origin": "proxy", "note": "edited by acp-proxy ctl, in place of the frame before"},
+            {
+                "origin": "proxy",
+                "note": "edited by acp-proxy ctl in place of a frame held 1.000s by a breakpoint",
+                "forwarded": 1,
+            },
         ),
         Send("a2c", edited),
     ]
 
 
-def test_drop_records_the_frame_and_forwards_nothing() -> None:
+def test_a_released_frame_meets_the_fault_rules_in_force_then() -> None:
+    """Breakpoints first, faults on what is finally forwarded: a rule added while the frame
+    was held applies to it, to the edit as to the original."""
+    live, gate = control()
+    ok(live, gate, op="break", filter="method:session/prompt")
+    (_n1, first) = gate.chunk("c2a", prompt(1))
+    (_n2, second) = gate.chunk("c2a", prompt(2))
+    ok(live, gate, op="fault-add", rule="drop if method:session/prompt")
+    ok(live, gate, op="release", hold=1)
+    ok(live, gate, op="release", hold=2, **{"with": prompt(2, "edited").decode()})
+    origins = []
+    for hold in (first, second):
+        decision = live.take(hold.number)  # type: ignore[union-attr]
+        assert decision is not None
+        steps = gate.released(hold, decision)  # type: ignore[arg-type]
+        assert not any(isinstance(s, Send) for s in steps)  # dropped by the rule
+        (note,) = steps
+        assert isinstance(note, Note) and note.meta["fault"] == "drop" and note.meta["forwarded"] == 0
+        assert note.meta["note"].startswith(("released by acp-proxy ctl", "edited by acp-proxy ctl"))
+        assert note.meta["note"].endswith("dropped")
+        origins.append(note.meta["origin"])
+    assert origins == [None, "proxy"]
+
+
+def test_drop_adds_nothing_the_held_row_is_the_one_not_forwarded() -> None:
     live, gate = control()
     ok(live, gate, op="break", filter="dir:c2a")
-    (hold,) = gate.chunk("c2a", prompt(1))
-    assert ok(live, gate, op="drop", seq=1) == {"dropped": 1}
+    (_note, hold) = gate.chunk("c2a", prompt(1))
+    assert ok(live, gate, op="drop", hold=1) == {"dropped": 1}
     decision = live.take(1)
     assert decision is not None
-    assert gate.released(hold, decision) == [  # type: ignore[arg-type]
-        Note(
-            "c2a", as_line(prompt(1)), {"forwarded": 0, "note": "held 1.000s by a breakpoint; dropped by acp-proxy ctl"}
-        )
+    assert gate.released(hold, decision) == []  # type: ignore[arg-type]
+
+
+def test_send_writes_a_request_with_an_id_of_the_proxys_own_and_keeps_its_answer() -> None:
+    live, gate = control()
+    ok(live, gate, op="break", filter="dir:a2c")  # the answer is kept before any breakpoint
+    answer, changes = live.handle({"op": "send", "to": "agent", "frame": prompt(1, "again").decode()})
+    assert answer == {"ok": {"sent": "agent", "id": "acp-proxy-ctl-1", "method": "session/prompt"}}
+    ((direction, data, note),) = changes.send
+    assert direction == "c2a" and json.loads(data)["id"] == "acp-proxy-ctl-1" and "sent by acp-proxy ctl" in note
+    steps = gate.sent(direction, data, note)
+    assert steps == [
+        Note("c2a", Line(data, len(data), True, False), {"forwarded": 1, "origin": "proxy", "note": note}),
+        Send("c2a", data + b"\n"),
     ]
+    reply = line({"jsonrpc": "2.0", "id": "acp-proxy-ctl-1", "result": {"stopReason": "end_turn"}})
+    kept = "the answer to a request acp-proxy ctl sent: kept by the proxy, not forwarded"
+    assert gate.chunk("a2c", reply) == [Note("a2c", as_line(reply), {"forwarded": 0, "note": kept})]
+    assert ok(live, gate, op="sent") == [
+        {
+            "id": "acp-proxy-ctl-1",
+            "to": "agent",
+            "method": "session/prompt",
+            "resend_of": None,
+            "answered": True,
+            "answer": reply.decode().rstrip("\n"),
+        }
+    ]
+    # The peer's own id 1 is not the proxy's: its answer is the client's, as always.
+    assert gate.chunk("a2c", line({"jsonrpc": "2.0", "id": 1, "result": {}}))[1].__class__ is Hold
+
+
+def test_a_resend_is_a_send_that_names_its_original_notifications_keep_no_id() -> None:
+    live, gate = control()
+    _answer, changes = live.handle({"op": "send", "to": "agent", "frame": prompt(7).decode(), "resend_of": 7})
+    assert "resent by acp-proxy ctl (frame 7 again)" in changes.send[0][2]
+    assert ok(live, gate, op="send", to="client", frame=update("x").decode()) == {
+        "sent": "client",
+        "id": None,
+        "method": "session/update",
+    }
 
 
 def test_clear_removes_breakpoints_and_releases_nothing_held() -> None:
@@ -158,7 +240,7 @@ def test_clear_removes_breakpoints_and_releases_nothing_held() -> None:
     gate.chunk("a2c", update("one"))
     assert ok(live, gate, op="clear") == {"removed": [1], "still_held": [1]}
     assert gate.chunk("a2c", update("two")) == [Forward("a2c", update("two"))]
-    assert [h["seq"] for h in ok(live, gate, op="held")] == [1]
+    assert [h["hold"] for h in ok(live, gate, op="held")] == [1]
     assert ok(live, gate, op="breaks") == []
 
 
@@ -196,9 +278,14 @@ def test_a_rule_keeps_its_counters_when_other_rules_come_and_go() -> None:
         ({"op": "fault-add", "rule": "explode if dir:c2a"}, "explode"),
         ({"op": "fault-remove", "id": 4}, "no run-time fault rule 4"),
         ({"op": "break", "filter": "method:("}, ""),
-        ({"op": "release", "seq": 9}, "frame 9 is not held (held: none)"),
-        ({"op": "drop", "seq": 9}, "frame 9 is not held"),
-        ({"op": "release"}, "needs seq"),
+        ({"op": "release", "hold": 9}, "hold 9 is not held (holds: none)"),
+        ({"op": "drop", "hold": 9}, "hold 9 is not held"),
+        ({"op": "release"}, "needs hold"),
+        ({"op": "send", "to": "editor", "frame": "{}"}, "send needs --to agent or --to client"),
+        ({"op": "send", "to": "agent", "frame": "{nope"}, "the frame is not JSON"),
+        ({"op": "send", "to": "agent", "frame": "[]"}, "must be a JSON object"),
+        ({"op": "send", "to": "agent", "frame": '{"jsonrpc": "2.0"}'}, "neither a request"),
+        ({"op": "send", "to": "agent"}, "needs frame"),
         ({"op": "launch"}, "unknown control request 'launch'"),
     ],
 )
@@ -213,7 +300,57 @@ def test_a_malformed_edited_frame_is_refused_and_the_frame_stays_held(edited: st
     live, gate = control()
     ok(live, gate, op="break", filter="dir:c2a")
     gate.chunk("c2a", prompt(1))
-    assert says in error(live, op="release", seq=1, **{"with": edited})
-    assert [h["seq"] for h in ok(live, gate, op="held")] == [1]
-    assert ok(live, gate, op="release", seq=1) == {"released": 1}
-    assert "frame 1 is not held" in error(live, op="release", seq=1)
+    assert says in error(live, op="release", hold=1, **{"with": edited})
+    assert [h["hold"] for h in ok(live, gate, op="held")] == [1]
+    assert ok(live, gate, op="release", hold=1) == {"released": 1}
+    assert "hold 1 is not held" in error(live, op="release", hold=1)
+
+
+def recorded(seq: int, direction: str, data: bytes, forwarded: int = 1, origin: str | None = None) -> FrameRecord:
+    body = data.rstrip(b"\n")
+    rec = FrameRecord(1, seq, seq, direction, body, wire.decode(body))
+    rec.forwarded = forwarded
+    rec.origin = origin
+    return rec
+
+
+def test_pairing_follows_what_was_forwarded_a_released_copy_or_edit_takes_the_held_requests_place() -> None:
+    """What the recorder's tracker makes of a held request (not forwarded) and its released
+    edit with the same id: no "id reused", the answer pairs with the edit, nothing unanswered."""
+    tracker = Tracker(1)
+    init = line({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
+    ready = line({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1}})
+    held, edit = recorded(3, "c2a", prompt(1), forwarded=0), recorded(4, "c2a", prompt(1, "edited"))
+    answer = recorded(5, "a2c", line({"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn"}}))
+    for rec in (recorded(1, "c2a", init), recorded(2, "a2c", ready), held, edit, answer):
+        tracker.observe(rec)
+    tracker.finish(10)
+    assert not (edit.note or "").count("id reused")
+    assert answer.request_seq == 4 and answer.method == "session/prompt"
+
+
+def test_the_answer_to_a_request_the_proxy_sent_is_not_withheld_from_anyone() -> None:
+    tracker = Tracker(1)
+    sent = recorded(1, "c2a", prompt(1).replace(b'"id":1', b'"id":"acp-proxy-ctl-1"'), origin="proxy")
+    reply = line({"jsonrpc": "2.0", "id": "acp-proxy-ctl-1", "result": {"stopReason": "end_turn"}})
+    answer = recorded(2, "a2c", reply, forwarded=0)
+    for rec in (sent, answer):
+        tracker.observe(rec)
+    assert answer.request_seq == 1 and "unanswered" not in (answer.note or "")
+
+
+def test_a_held_prompt_released_as_an_edit_is_one_turn_begun_by_the_held_prompt() -> None:
+    state = ConnectionState()
+    init = line({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
+    ready = line({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1}})
+    new = line({"jsonrpc": "2.0", "id": 9, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}})
+    opened = line({"jsonrpc": "2.0", "id": 9, "result": {"sessionId": S}})
+    answer = line({"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn"}})
+    frames = [
+        *(recorded(1, "c2a", init), recorded(2, "a2c", ready), recorded(3, "c2a", new), recorded(4, "a2c", opened)),
+        *(recorded(5, "c2a", prompt(1), forwarded=0), recorded(6, "c2a", prompt(1, "edited"))),
+        recorded(7, "a2c", answer),
+    ]
+    turns = [(f.seq, type(e).__name__) for f in frames for e in state.feed(f) if "Turn" in type(e).__name__]
+    assert turns == [(5, "TurnStarted"), (7, "TurnEnded")]
+    assert state.finish(100) == ()  # nothing left unfinished

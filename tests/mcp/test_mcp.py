@@ -29,6 +29,7 @@ TOOLS = {
     "exchanges",
     "frames",
     "frame",
+    "marks",
     "stats",
     "check",
     "diff",
@@ -252,3 +253,36 @@ def test_the_cli_imports_neither_the_sdk_nor_pydantic() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.spawns
+def test_marks_and_their_notes_through_the_mcp_client(sdk_recording: tuple[Path, str], tmp_path: Path) -> None:
+    db = tmp_path / "marked.db"
+    db.write_bytes(sdk_recording[0].read_bytes())
+    for args in (["1:3", "--note", "the agent's first answer"], ["2:4"]):
+        assert CliRunner().invoke(cli, ["mark", "--db", str(db), *args]).exit_code == 0
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("marks", {}),
+        ("marks", {"ref": "2"}),
+        ("frames", {"filter": "marked"}),
+        ("frames", {"filter": 'comment:"first answer"'}),
+        ("frame", {"run_id": 1, "seq": 3}),
+        ("frame", {"run_id": 1, "seq": 2}),
+        ("marks", {"ref": "no-such-run"}),
+    ]
+    _tools, answers = session(db, calls, errlog=tmp_path / "err.txt")
+    every, second, marked, commented, one, unmarked, bad = answers
+    assert [(m["run_id"], m["seq"], m.get("note")) for m in every.json()["items"]] == [
+        (1, 3, "the agent's first answer"),
+        (2, 4, None),
+    ]
+    assert all(m["dir"] in ("c2a", "a2c", "stderr") and m["marked_ns"] > 0 for m in every.json()["items"])
+    assert [(m["run_id"], m["seq"]) for m in second.json()["items"]] == [(2, 4)]
+    assert [(f["run_id"], f["seq"], f["mark"]) for f in marked.json()["items"]] == [
+        (1, 3, "the agent's first answer"),
+        (2, 4, ""),
+    ]
+    assert [(f["run_id"], f["seq"]) for f in commented.json()["items"]] == [(1, 3)]
+    assert one.json()["frame"]["mark"] == "the agent's first answer"
+    assert "mark" not in unmarked.json()["frame"]  # an unmarked frame keeps its shape
+    assert bad.error and "no-such-run" in bad.text

@@ -39,6 +39,7 @@ def python_percentiles(db: Any, run_ids: list[int] | None) -> list[dict[str, Any
             {
                 "method": method,
                 "dir": direction,
+                "hop": 0,  # no proxy/successor envelopes here: tests/read/test_hops.py has them
                 "count": len(values),
                 "errors": errors[(method, direction)],
                 "p50_ms": queries.percentile(values, 0.50),

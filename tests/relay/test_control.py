@@ -92,7 +92,7 @@ def test_a_release_wakes_the_direction_waiting_on_the_held_frame(tmp_path: Path)
 
     async def body(server: control.ControlServer, path: Path) -> None:
         server.live.handle({"op": "break", "filter": "dir:a2c"})
-        (hold,) = server.gate.chunk("a2c", update("one"))
+        (_note, hold) = server.gate.chunk("a2c", update("one"))
         assert isinstance(hold, Hold)
 
         async def direction() -> None:
@@ -103,8 +103,29 @@ def test_a_release_wakes_the_direction_waiting_on_the_held_frame(tmp_path: Path)
             nursery.start_soon(direction)
             await trio.testing.wait_all_tasks_blocked()
             assert woken == []  # held: the direction waits
-            assert await ask(path, f'{{"op": "release", "seq": {hold.number}}}\n'.encode()) == {"ok": {"released": 1}}
+            assert await ask(path, f'{{"op": "release", "hold": {hold.number}}}\n'.encode()) == {"ok": {"released": 1}}
         assert woken == ["a2c"]
+
+    serve(tmp_path, body)
+
+
+def test_a_sent_frame_is_carried_out_before_the_answer_and_its_reply_kept(tmp_path: Path) -> None:
+    carried: list[list[Any]] = []
+
+    async def body(server: control.ControlServer, path: Path) -> None:
+        async def inject(steps: list[Any]) -> None:
+            carried.append(steps)
+
+        server.inject = inject
+        frame = json.dumps({"jsonrpc": "2.0", "id": 5, "method": "session/cancel_x", "params": {}})
+        answer = await ask(path, json.dumps({"op": "send", "to": "agent", "frame": frame}).encode() + b"\n")
+        assert answer == {"ok": {"sent": "agent", "id": "acp-proxy-ctl-1", "method": "session/cancel_x"}}
+        ((note, send),) = carried
+        assert note.meta["origin"] == "proxy" and json.loads(send.data)["id"] == "acp-proxy-ctl-1"
+        reply = b'{"jsonrpc":"2.0","id":"acp-proxy-ctl-1","result":{}}\n'
+        (kept,) = server.gate.chunk("a2c", reply)
+        assert kept.meta["forwarded"] == 0  # type: ignore[union-attr]
+        assert (await ask(path, b'{"op": "sent"}\n'))["ok"][0]["answered"] is True
 
     serve(tmp_path, body)
 
@@ -132,12 +153,19 @@ def test_ctl_to_a_socket_that_is_gone_is_one_line_and_exit_2(sdk_recording: tupl
         )
     result = CliRunner().invoke(cli, ["ctl", "--db", str(db), "last", "held"])
     assert result.exit_code == 2
-    assert result.stderr == "acp-proxy: the control socket of run 2 is gone (its proxy has exited)\n"
+    assert result.stderr == "acp-proxy: run 2 is not live: its control socket is gone (the proxy exited)\n"
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(str(gone))  # bound, never listening: what a dead proxy's socket file refuses
     stale.close()
-    result = CliRunner().invoke(cli, ["ctl", "--db", str(db), "2", "fault", "list"])
-    assert result.exit_code == 2 and "is gone" in result.stderr
+    for args in (["fault", "list"], ["send", "--to", "agent", "{}"], ["release", "3"], ["resend", "3"]):
+        result = CliRunner().invoke(cli, ["ctl", "--db", str(db), "2", *args])
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1, (args, result.stderr)
+        assert "run 2 is not live" in result.stderr, result.stderr
+        assert not gone.exists()  # the stale file is cleaned up
+        stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stale.bind(str(gone))
+        stale.close()
+    control.listen(gone).close()  # a new run can take the path
     result = CliRunner().invoke(cli, ["ctl", "--db", str(db), "1", "held"])
     assert result.exit_code == 2
     assert result.stderr == "acp-proxy: run 1 was not started with --control: it has no control socket\n"

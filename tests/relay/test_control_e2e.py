@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
+import socket as socketlib
 import sqlite3
 import stat
 import subprocess
@@ -155,15 +157,22 @@ def test_hold_edit_release_and_a_fault_added_at_run_time(tmp_path: Path) -> None
     assert client.seen[:4] == [AGENT_INIT_LINE, "prompt: hello world", "agent: EDITED by ctl", "agent: hello world"]
     assert "stop: end_turn" in client.seen and "prompt: second prompt" in client.seen
     assert returncode == 1 and "sdk_client:" in err  # the second prompt was answered with an error
-    assert f"acp-proxy: holding a2c frame {chunk['seq']} (notification session/update)" in err  # the proxy says so
+    assert "acp-proxy: holding a2c notification session/update (hold " in err  # the proxy says so
+    assert "acp-proxy: released edited a2c notification session/update" in err  # and for how long
 
     rows = frames(db)
-    original = next(r for r in rows if r["method"] == "session/update" and r["forwarded"] == 0)
-    assert "replaced by an edited frame" in original["note"] and "held" in original["note"]
-    after = rows[rows.index(original) + 1]
-    assert after["origin"] == "proxy" and "EDITED by ctl" in after["raw"] and after["forwarded"] == 1
-    released = next(r for r in rows if r["method"] == "session/new" and r["kind"] == "response")
-    assert "released by acp-proxy ctl" in released["note"]
+    by_seq = {r["seq"]: r for r in rows}
+    original = by_seq[chunk["seq"]]  # ctl named the held frame by the seq frames shows
+    assert original["method"] == "session/update" and original["forwarded"] == 0
+    assert original["note"].startswith("held by breakpoint 2 (acp-proxy ctl)")
+    (after,) = [r for r in rows if "EDITED by ctl" in r["raw"]]
+    assert after["origin"] == "proxy" and after["forwarded"] == 1 and after["seq"] > original["seq"]
+    assert "edited by acp-proxy ctl in place of a frame held" in after["note"]
+    news = [r for r in rows if r["method"] == "session/new" and r["kind"] == "response"]
+    assert [(r["seq"] == held["seq"], r["forwarded"]) for r in news] == [(True, 0), (False, 1)]
+    assert news[1]["note"].startswith("released by acp-proxy ctl after it was held")
+    assert not any("id reused" in (r["note"] or "") for r in rows)  # pairing follows what was forwarded
+    assert not any(r["unanswered"] for r in rows if r["kind"] == "request" and r["method"] == "session/new")
     prompts = [r for r in rows if r["method"] == "session/prompt" and r["kind"] == "request"]
     assert [p["fault"] for p in prompts] == [None, "error"]
     with sqlite3.connect(db) as conn:
@@ -174,18 +183,36 @@ def test_hold_edit_release_and_a_fault_added_at_run_time(tmp_path: Path) -> None
 
 
 def test_ctl_mistakes_are_one_line_and_exit_2(tmp_path: Path) -> None:
-    with client_behind_control(tmp_path, "--break", "method:session/new kind:response") as (client, db):
+    held_filter = "method:session/new kind:response"
+    with client_behind_control(tmp_path, "--break", held_filter) as (client, db):
         held = held_when(db, "session/new")
         for args, says in [
             (("fault", "add", "explode if dir:c2a"), "explode"),
             (("break", "method:("), "acp-proxy:"),
             (("release", "999"), "frame 999 is not held"),
+            (("drop", "1"), "frame 1 is not held"),
+            (("send", "--to", "agent", "[1]"), "must be a JSON object"),
+            (("send", "--to", "agent", "{nope"), "the frame is not JSON"),
+            (("resend", str(held["seq"])), "a response, not a request"),
+            (("resend", "99999"), "has no frame 99999"),
             (("release", str(held["seq"]), "--with", "{not json"), "--with is not JSON"),
         ]:
             result = ctl(db, *args)
             assert result.returncode == 2, (args, result.stderr)
             assert result.stderr.startswith("acp-proxy:") and result.stderr.count("\n") == 1, result.stderr
             assert says in result.stderr
+        with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as other:
+            other.settimeout(CTL_TIMEOUT_S)
+            other.connect(json.loads(run_options(db))["control"])
+            other.sendall(b'{"op": ')  # another controller, mid-request
+            deadline = time.monotonic() + DEADLINE_S
+            busy = ctl(db, "breaks")
+            while busy.returncode == 0 and time.monotonic() < deadline:  # until the proxy took `other`
+                busy = ctl(db, "breaks")
+            assert busy.stderr == "acp-proxy: another acp-proxy ctl is talking to this run; try again\n"
+            other.sendall(b'"breaks"}\n')
+            assert json.loads(other.makefile().readline()) == {"ok": [{"id": 1, "filter": held_filter}]}
+        assert ctl_ok(db, "breaks") == [{"id": 1, "filter": held_filter}]  # the relay is not stuck
         assert ctl_ok(db, "release", str(held["seq"]))["released"] == held["seq"]
         returncode, err = client.finish()
     assert returncode == 0, err
@@ -206,3 +233,100 @@ def test_a_run_without_control_has_no_socket_and_ctl_says_so(tmp_path: Path) -> 
     answer = ctl(db, "held")
     assert answer.returncode == 2 and "was not started with --control" in answer.stderr
     assert "control" not in json.loads(run_options(db))
+
+
+def sent_answered(db: Path, count: int) -> list[dict[str, Any]]:
+    """``ctl sent`` once ``count`` requests the proxy sent are answered (polled, bounded)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        sent = ctl_ok(db, "sent")
+        if sum(1 for s in sent if s["answered"]) >= count:
+            return list(sent)
+        time.sleep(0.1)  # polling a live run, under a deadline
+    raise AssertionError(f"{count} sent requests were not answered within {DEADLINE_S:g}s: {sent}")
+
+
+def test_send_and_resend_a_prompt_whose_answers_the_proxy_keeps(tmp_path: Path) -> None:
+    with client_behind_control(tmp_path, "--break", "method:session/prompt kind:request") as (client, db):
+        first = held_when(db, "session/prompt")  # the client's first prompt, held
+        session_id = json.loads(first["frame"])["params"]["sessionId"]
+        injected = {
+            "jsonrpc": "2.0",
+            "id": 1,  # the client's own id for its first prompt: the proxy gives it one of its own
+            "method": "session/prompt",
+            "params": {"sessionId": session_id, "prompt": [{"type": "text", "text": "from ctl"}]},
+        }
+        sent = ctl_ok(db, "send", "--to", "agent", json.dumps(injected))
+        assert sent == {"sent": "agent", "id": "acp-proxy-ctl-1", "method": "session/prompt"}
+        (answered,) = sent_answered(db, 1)
+        assert json.loads(answered["answer"])["result"]["stopReason"] == "end_turn"
+
+        ctl_ok(db, "release", str(first["seq"]))
+        assert client.until("prompt: hello world")
+        second = held_when(db, "session/prompt")  # its second prompt, held in turn
+        assert second["seq"] != first["seq"]
+        resent = ctl_ok(db, "resend", str(first["seq"]))
+        assert resent["id"] == "acp-proxy-ctl-2"
+        edited = json.loads(first["frame"])
+        edited["params"]["prompt"][0]["text"] = "resent, edited"
+        assert ctl_ok(db, "resend", str(first["seq"]), "--with", json.dumps(edited))["id"] == "acp-proxy-ctl-3"
+        sent_answered(db, 3)
+        ctl_ok(db, "clear")
+        ctl_ok(db, "release", str(second["seq"]))
+        returncode, err = client.finish()
+    assert returncode == 0, err  # no answer meant for the proxy reached the client
+    assert "prompt: second prompt" in client.seen and client.seen.count("stop: end_turn") == 2
+
+    rows = frames(db)
+    ours = [r for r in rows if r["origin"] == "proxy" and r["kind"] == "request"]
+    assert [json.loads(r["rpc_id"]) for r in ours] == ["acp-proxy-ctl-1", "acp-proxy-ctl-2", "acp-proxy-ctl-3"]
+    assert [r["note"].split(";")[0] for r in ours] == [
+        "sent by acp-proxy ctl",
+        f"resent by acp-proxy ctl (frame {first['seq']} again)",
+        f"resent by acp-proxy ctl (frame {first['seq']} again)",
+    ]
+    assert "resent, edited" in ours[2]["raw"] and all(r["forwarded"] == 1 and not r["unanswered"] for r in ours)
+    answers = [r for r in rows if r["kind"] == "response" and r["request_seq"] in {o["seq"] for o in ours}]
+    assert len(answers) == 3 and all(r["forwarded"] == 0 and "kept by the proxy" in r["note"] for r in answers)
+    assert all(r["method"] == "session/prompt" for r in answers)  # paired with the proxy's requests
+
+
+def test_a_killed_proxys_socket_is_not_live_and_a_new_run_takes_over(tmp_path: Path) -> None:
+    with client_behind_control(tmp_path, "--break", "method:session/new kind:response") as (client, db):
+        held_when(db, "session/new")
+        socket = Path(json.loads(run_options(db))["control"])
+        with sqlite3.connect(db) as conn:
+            (proxy_pid,) = conn.execute("select proxy_pid from runs").fetchone()
+        os.kill(proxy_pid, signal.SIGKILL)  # no clean-up: the socket file stays behind
+        client.finish()
+    assert socket.exists()
+    for args in (("held",), ("release", "3"), ("send", "--to", "agent", "{}")):
+        result = ctl(db, *args)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert "run 1 is not live" in result.stderr, result.stderr
+    assert not socket.exists()  # the stale file is cleaned up by the first ctl that found it
+    with client_behind_control(tmp_path, "--break", "method:session/new kind:response") as (client, db):
+        held = held_when(db, "session/new")  # the next run in the same database is controlled
+        ctl_ok(db, "clear")
+        ctl_ok(db, "release", str(held["seq"]))
+        returncode, err = client.finish()
+    assert returncode == 0, err
+
+
+def test_a_released_frame_meets_a_fault_added_while_it_was_held(tmp_path: Path) -> None:
+    with client_behind_control(tmp_path, "--break", "method:session/prompt kind:request") as (client, db):
+        held = held_when(db, "session/prompt")
+        ctl_ok(db, "fault", "add", "error if method:session/prompt kind:request")
+        ctl_ok(db, "clear")
+        ctl_ok(db, "release", str(held["seq"]))
+        returncode, err = client.finish()
+    assert returncode == 1 and "sdk_client:" in err  # the first prompt was answered with an error
+    rows = frames(db)
+    prompts = [r for r in rows if r["method"] == "session/prompt" and r["kind"] == "request"]
+    assert [(p["seq"] == held["seq"], p["forwarded"], p["fault"]) for p in prompts] == [
+        (True, 0, None),
+        (False, 0, "error"),
+    ]
+    assert prompts[1]["note"].startswith("released by acp-proxy ctl after it was held")
+    (reply,) = [r for r in rows if r["kind"] == "error" and r["origin"] == "proxy"]
+    assert reply["request_seq"] == prompts[1]["seq"]  # the error answers what was released

@@ -33,6 +33,7 @@ import httpx
 import trio
 import trio_websocket
 
+from acp_proxy.protocol import transports
 from acp_proxy.relay.remote import shapes
 from acp_proxy.relay.remote.runs import RemoteRun
 from acp_proxy.relay.spawn import say
@@ -220,10 +221,7 @@ class ProxyApp:
             if run is not None:
                 run.message("c2a", body, stream=stream, ts_ns=ts)
         if run is not None and content:
-            kind = response.headers.get("content-type", "")
-            note = None if 200 <= status < 300 else f"HTTP {status} answer to a {method}"
-            if "json" not in kind:
-                note = f"{note or f'HTTP {status} answer to a {method}'} ({kind or 'no content-type'})"
+            note = transports.http_answer_note(status, method, response.headers.get("content-type", ""))
             run.message("a2c", content, stream=stream, note=note)
         await send({"type": "http.response.start", "status": status, "headers": out_headers})
         await send({"type": "http.response.body", "body": content})

@@ -186,7 +186,9 @@ function latencyTable(rows) {
   const tbody = document.querySelector("#latency-table tbody");
   if (!tbody) return;
   tbody.replaceChildren(...(rows || []).map((r) => el("tr", { dataset: { method: r.method } },
-    el("td", { class: "mono", text: r.method }), el("td", { text: r.dir }), el("td", { text: r.count }),
+    // hop: a proxy chain's inner conversation (what proxy/successor envelopes carry)
+    el("td", { class: "mono", text: r.hop ? `${r.method} (hop ${r.hop})` : r.method }),
+    el("td", { text: r.dir }), el("td", { text: r.count }),
     el("td", { text: r.errors || "" }), el("td", { text: ms(r.p50_ms) }), el("td", { text: ms(r.p95_ms) }),
     el("td", { text: ms(r.p99_ms) }), el("td", { text: ms(r.max_ms) }))));
 }

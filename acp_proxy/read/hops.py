@@ -1,0 +1,132 @@
+"""The turns of the conversations proxy chains carry: what ``stats``, MCP and the inspector show
+for each hop beside the link's own turns table.
+
+Owns: finding a run's ``proxy/successor`` envelopes (through the frames' ``method`` index: a
+response is annotated with its request's method, so one equality finds both), unwrapping them
+with ``protocol.chains.Unwrapper`` (a deeper hop the same way), and running the recorder's own
+``Tracker`` over each hop's frames, so a hop's turn row is exactly what the turns table would
+hold had that conversation been the link's own. The metrics are the ``turn_metrics`` view's own
+SQL (the database's own view), run over those rows, so a hop's "took" is the link's "took".
+
+Why computed here and not recorded: the meaning of a turn stays the tracker's, once, and the
+hop's frames are a pure function of the envelopes already stored, so every recording made
+before this module existed shows its hops without a migration; the recorder's hot path and
+the ``sessions`` / ``runs`` rows (which an inner ``initialize`` or ``session/new`` would
+otherwise rewrite) are untouched.
+
+Must not know: click, rich, HTTP, MCP, how a door draws a hop. Never writes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from acp_proxy.protocol import wire
+from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
+from acp_proxy.protocol.frames import FrameRecord
+from acp_proxy.protocol.tracker import Tracker
+from acp_proxy.read import queries
+from acp_proxy.store.database import READABLE_VIEWS
+
+_ROW_COLUMNS = ("run_id", "seq", "ts_ns", "dir", "kind", "method", "rpc_id", "raw", "cut", "forwarded")
+
+
+def envelopes(db: Any, run_ids: list[int] | None) -> list[dict[str, Any]]:
+    """Every ``proxy/successor`` frame (request, notification or answer) of the runs, in
+    relay order."""
+    where, params = "", []
+    if run_ids is not None:
+        where, params = f" and run_id in ({','.join('?' * len(run_ids)) or 'null'})", list(run_ids)
+    sql = f"select {', '.join(_ROW_COLUMNS)} from frames where method = ?{where} order by run_id, seq"
+    cursor = db.execute(sql, [SUCCESSOR, *params])
+    return [dict(zip(_ROW_COLUMNS, row, strict=True)) for row in cursor]
+
+
+def unwrap(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The frames of every hop the envelopes in ``rows`` carry (each with its ``hop``), a hop's
+    frames after the hop before it, each run in relay order."""
+    out: list[dict[str, Any]] = []
+    level = list(rows)
+    while level:
+        inner: list[dict[str, Any]] = []
+        for _run, group in itertools.groupby(level, key=lambda r: r.get("run_id")):
+            unwrapper = Unwrapper()
+            inner += [found for row in group if (found := unwrapper.unwrap(row)) is not None]
+        out += inner
+        level = [r for r in inner if r.get("method") == SUCCESSOR or r.get("kind") in ("response", "error")]
+    return out
+
+
+def _record(row: Mapping[str, Any]) -> FrameRecord:
+    line = str(row["raw"]).encode()
+    rec = FrameRecord(row["run_id"], row["seq"], row["ts_ns"], row["dir"], line, wire.decode(line))
+    rec.raw = row["raw"]
+    rec.forwarded = row.get("forwarded", 1)
+    return rec
+
+
+def hop_turns(frames: Iterable[Mapping[str, Any]], ended_ns: Mapping[int, int | None]) -> list[dict[str, Any]]:
+    """The turns table's rows (without ``session_row``; with ``hop``) of each hop in ``frames``
+    (``unwrap``'s), tracked by the recorder's ``Tracker``; a run in ``ended_ns`` with a time is
+    over, and its hop's open turns end with it as the link's do."""
+    turns: list[dict[str, Any]] = []
+    key = lambda r: (r.get("run_id"), r.get("hop"))  # noqa: E731
+    for (run_id, hop), group in itertools.groupby(sorted(frames, key=key), key=key):
+        tracker = Tracker(run_id)
+        rows: dict[int, dict[str, Any]] = {}
+        for row in group:
+            tracker.observe(_record(row))
+        end = ended_ns.get(run_id)
+        if end is not None:
+            tracker.finish(end)
+        for change in tracker.drain():
+            if change.table == "turns":
+                values = dict(change.values)
+                values.pop("session_key", None)
+                rows[change.key["turn_key"]] = {**values, "hop": hop}
+        turns += rows.values()
+    return turns
+
+
+def turn_metrics(db: Any, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``turn_metrics``' columns (and ``hop``) of ``turns`` (``hop_turns``' rows): the database's
+    own view, its SQL run over them in place of the turns table."""
+    if not turns:
+        return []
+    columns = sorted({name for row in turns for name in row} | {"session_row"})
+    picks = ", ".join(f"json_extract(value, '$.{name}') as {name}" for name in columns)
+    found = db.execute("select sql from sqlite_master where type = 'view' and name = 'turn_metrics'").fetchone()
+    view = found[0].split(" AS ", 1)[1] if found and " AS " in found[0] else READABLE_VIEWS["turn_metrics"]
+    view = view.replace("select t.run_id,", "select t.hop, t.run_id,", 1)
+    # A common table expression named like the table shadows it for this one statement.
+    sql = f"with turns as (select {picks} from json_each(?)) {view}"
+    cursor = db.execute(sql, [json.dumps(turns)])
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor]
+
+
+def turn_stats(db: Any, run_ids: list[int] | None, session_id: str | None) -> list[dict[str, Any]]:
+    """The turns of every hop inside the runs (of ``session_id`` when given), as
+    ``queries.turn_stats`` has the link's, with ``hop`` (1 and deeper), by run then hop."""
+    found = envelopes(db, run_ids)
+    if not found:
+        return []
+    runs = sorted({r["run_id"] for r in found})
+    marks = ",".join("?" * len(runs))
+    ended = dict(db.execute(f"select id, ended_ns from runs where id in ({marks})", runs).fetchall())
+    turns = [t for t in hop_turns(unwrap(found), ended) if session_id is None or t["session_id"] == session_id]
+    rows = turn_metrics(db, turns)
+    order = {(t["run_id"], t["hop"], t["session_id"], t["turn_index"]): n for n, t in enumerate(turns)}
+    return sorted(rows, key=lambda r: order.get((r["run_id"], r["hop"], r["session_id"], r["turn_index"]), 0))
+
+
+def every_turn(db: Any, run_ids: list[int] | None, session_id: str | None) -> list[dict[str, Any]]:
+    """``turn_metrics``' rows of the runs (of ``session_id`` when given), the link's own (``hop``
+    0, the turns table's) and every hop's, by run then hop: what each view that lists or counts
+    turns reads."""
+    own = [{**row, "hop": 0} for row in queries.turn_stats(db, run_ids, session_id)]
+    # sorted is stable: each hop keeps its own order.
+    return sorted(own + turn_stats(db, run_ids, session_id), key=lambda row: (row["run_id"], row["hop"]))

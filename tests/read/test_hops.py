@@ -1,0 +1,207 @@
+"""A proxy chain's inner turns are turns in ``stats`` (and every view built on the turns table
+and the latency table): recorded through the recorder as the conductor's link to a proxy
+(frames built from the proxy-chains RFD's "Message reference"), the hop's turn rows and
+latency rows are exactly what recording the inner conversation directly gives, with ``hop``."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from acp_proxy.read import hops, latency
+from acp_proxy.read.stats import stats
+from acp_proxy.record.importers import Record, write_run
+from acp_proxy.store import database as store
+from tests.checks.test_checks import S, a2c, chained, res, upd, v2_turn
+
+TOOL = upd({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Read", "status": "pending"})
+CHUNK = upd({"sessionUpdate": "agent_message_chunk", "messageId": "msg_a1", "content": {"type": "text", "text": "."}})
+
+
+def _times(n: int) -> list[int]:
+    # Uneven gaps, so every metric (acceptance, first output, duration) is a distinct number.
+    out, ts = [], 1_000_000
+    for i in range(n):
+        ts += (i % 5 + 1) * 1_300_000
+        out.append(ts)
+    return out
+
+
+def _record(db_path: Path, messages: list[tuple[str, Any]], times: list[int]) -> int:
+    records = [Record(d, ts, json.dumps(m).encode()) for (d, m), ts in zip(messages, times, strict=True)]
+    return write_run(db_path, records, {"argv": ["hops"], "ended_ns": times[-1] + 1, "status": "exited"})
+
+
+def _direct_and_chained(db_path: Path, inner: list[tuple[str, Any]], *, depth: int = 1) -> tuple[int, int]:
+    times = _times(len(inner))
+    direct = _record(db_path, inner, times)
+    outer = inner
+    for _ in range(depth):
+        outer = chained(outer)
+    # The envelope of each inner frame carries its time; the proxy/initialize pairs sit around them.
+    pad = depth
+    outer_times = [*range(1, pad + 1), *times, *(times[-1] + k for k in range(1, pad + 1))]
+    return direct, _record(db_path, outer, outer_times)
+
+
+def _without(rows: list[dict[str, Any]], *names: str) -> list[dict[str, Any]]:
+    return [{k: v for k, v in row.items() if k not in names} for row in rows]
+
+
+def test_a_hops_turns_are_the_turns_of_the_same_conversation_recorded_directly(tmp_path: Path) -> None:
+    db_path = tmp_path / "rec.db"
+    inner = v2_turn(TOOL, CHUNK, CHUNK)
+    direct, link = _direct_and_chained(db_path, inner)
+    db = store.open_for_reading(db_path)
+    own = stats(db, str(direct))["turns"]
+    assert [(t["hop"], t["chunks"], t["tool_calls"], t["status"]) for t in own] == [(0, 2, 1, "ended")]
+    through = stats(db, str(link))["turns"]
+    assert [t["hop"] for t in through] == [1], "the link itself has no turn; its hop has one"
+    assert _without(through, "run_id", "hop") == _without(own, "run_id", "hop")
+    assert through[0]["duration_ms"] > 0 and through[0]["to_first_output_ms"] is not None
+    # Every run: both, the link's own first in each run.
+    assert [(t["run_id"], t["hop"]) for t in stats(db, "all")["turns"]] == [(direct, 0), (link, 1)]
+
+
+def test_a_hops_latency_rows_are_its_requests_by_their_own_method_and_direction(tmp_path: Path) -> None:
+    db_path = tmp_path / "rec.db"
+    direct, link = _direct_and_chained(db_path, v2_turn())
+    db = store.open_for_reading(db_path)
+    own = latency.latency_table(db, [direct])
+    assert {(r["method"], r["dir"], r["hop"]) for r in own} == {
+        ("initialize", "c2a", 0),
+        ("session/new", "c2a", 0),
+        ("session/prompt", "c2a", 0),
+    }
+    table = latency.latency_table(db, [link])
+    outer = [r for r in table if r["hop"] == 0]
+    assert {(r["method"], r["dir"]) for r in outer} == {("proxy/initialize", "c2a"), ("proxy/successor", "a2c")}
+    # The inner client's requests travel a2c outside, in envelopes; inside they are c2a again.
+    assert _without([r for r in table if r["hop"] == 1], "hop") == _without(own, "hop")
+
+
+def test_nested_envelopes_are_deeper_hops(tmp_path: Path) -> None:
+    db_path = tmp_path / "rec.db"
+    direct, link = _direct_and_chained(db_path, v2_turn(CHUNK), depth=2)
+    db = store.open_for_reading(db_path)
+    turns = stats(db, str(link))["turns"]
+    assert [t["hop"] for t in turns] == [2]
+    assert _without(turns, "run_id", "hop") == _without(stats(db, str(direct))["turns"], "run_id", "hop")
+    table = latency.latency_table(db, [link])
+    # Hop 1 is the first proxy's own link to the conductor, as the outer link is ours.
+    assert {(r["method"], r["dir"]) for r in table if r["hop"] == 1} == {
+        ("proxy/initialize", "c2a"),
+        ("proxy/successor", "a2c"),
+    }
+    assert {(r["method"], r["dir"]) for r in table if r["hop"] == 2} == {
+        ("initialize", "c2a"),
+        ("session/new", "c2a"),
+        ("session/prompt", "c2a"),
+    }
+
+
+def test_a_hops_open_turn_ends_with_its_run_as_the_links_do_and_a_session_scope_filters(tmp_path: Path) -> None:
+    db_path = tmp_path / "rec.db"
+    inner = v2_turn()[:-1]  # no idle: the turn has not ended
+    outer = chained(inner)[:-1]  # the link's own proxy/initialize is still pending too
+    lines = [Record(d, ts, json.dumps(m).encode()) for (d, m), ts in zip(outer, [0, *_times(len(inner))], strict=True)]
+    run = write_run(db_path, lines, {"ended_ns": 10**9, "status": "exited"})
+    db = store.open_for_reading(db_path)
+    found = hops.turn_stats(db, [run], S)
+    assert [(t["hop"], t["session_id"], t["status"], t["duration_ms"]) for t in found] == [(1, S, "unfinished", None)]
+    assert hops.turn_stats(db, [run], "another") == []
+    with sqlite3.connect(db_path) as conn:  # as if the run were still recording
+        conn.execute("update runs set ended_ns = null, status = 'running'")
+    assert [t["status"] for t in hops.turn_stats(store.open_for_reading(db_path), [run], None)] == ["running"]
+
+
+def test_envelopes_that_are_not_json_or_carry_nothing_give_no_hop(tmp_path: Path) -> None:
+    db_path = tmp_path / "rec.db"
+    bad = [
+        ("a2c", {"jsonrpc": "2.0", "id": 5, "method": "proxy/successor", "params": "not an object"}),
+        ("c2a", res(5, {})),
+        ("a2c", {"jsonrpc": "2.0", "id": 6, "method": "proxy/successor", "params": {"params": {}}}),
+        a2c(res(6, {})),
+    ]
+    run = _record(db_path, bad, [1, 2, 3, 4])
+    db = store.open_for_reading(db_path)
+    assert hops.turn_stats(db, [run], None) == []
+    assert [r["hop"] for r in latency.latency_table(db, [run])] == [0]
+
+
+def _spans(db: Any, run: int) -> tuple[list[Any], list[Any]]:
+    from acp_proxy.otel import spans
+    from acp_proxy.read import queries
+
+    rows = queries.rows(db, "select * from frames where run_id = ? order by seq", [run])
+    return spans.build(rows, run_id=run, ids=spans.recording_ids(f"test-{run}"))
+
+
+def test_otlp_spans_carry_the_hop_and_the_hops_spans_are_the_direct_recordings(tmp_path: Path) -> None:
+    db_path = tmp_path / "rec.db"
+    direct, link = _direct_and_chained(db_path, v2_turn(TOOL, CHUNK))
+    db = store.open_for_reading(db_path)
+    own, own_points = _spans(db, direct)
+    chain, chain_points = _spans(db, link)
+    assert not any("acp.hop" in s.attributes for s in own)
+
+    def shape(spans: list[Any]) -> list[tuple[Any, ...]]:
+        # The link's own frames shift the inner seqs by one, an inner request keeps its
+        # envelope's id (protocol.chains), and the hop's connection span ends with the link's.
+        drop = {"acp.hop", "acp.run.id", "jsonrpc.request.id"}
+        return sorted(
+            (
+                s.name,
+                s.kind,
+                s.start_ns,
+                None if s.name == "acp.connection" else s.end_ns,
+                s.error,
+                sorted((k, repr(v)) for k, v in s.attributes.items() if k not in drop and not k.endswith(".seq")),
+            )
+            for s in spans
+        )
+
+    inner = [s for s in chain if s.attributes.get("acp.hop") == 1]
+    assert shape(inner) == shape(own)
+    assert "invoke_agent" in {s.name.split(" ")[0] for s in inner}
+    outer = {s.attributes.get("rpc.method") for s in chain if "acp.hop" not in s.attributes}
+    assert outer >= {"proxy/successor", "proxy/initialize"} and "session/prompt" not in outer
+    assert sorted((p.metric, p.value) for p in chain_points if p.attributes.get("acp.hop") == 1) == sorted(
+        (p.metric, p.value) for p in own_points
+    )
+
+
+def test_the_doors_show_the_hop_mcp_stats_and_the_cli_table(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from acp_proxy.cli.commands import cli
+    from acp_proxy.mcp.tools import Tools
+    from acp_proxy.protocol.redact import Redactor
+
+    db_path = tmp_path / "rec.db"
+    _direct, link = _direct_and_chained(db_path, v2_turn(CHUNK))
+    answer = Tools(db_path, Redactor()).stats(str(link)).model_dump()
+    assert [(t["hop"], t["session_id"]) for t in answer["turns"]["items"]] == [(1, S)]
+    assert ("session/prompt", 1) in {(r["method"], r["hop"]) for r in answer["latency"]}
+    shown = CliRunner().invoke(cli, ["stats", str(link), "--db", str(db_path)], env={"COLUMNS": "100"})
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert all(len(line) <= 100 for line in lines)
+    header = next(line for line in lines if "method" in line and "p50" in line)
+    prompt = next(line for line in lines if "session/prompt" in line)
+    assert header.split()[0] == "hop" and prompt.split()[0] == "1"
+    turns = next(line for line in lines if "session" in line and "took" in line)
+    assert turns.split()[:2] == ["run", "hop"]
+
+
+def test_the_summary_counts_a_hops_turns(tmp_path: Path) -> None:
+    from acp_proxy.read.insights import summary
+
+    db_path = tmp_path / "rec.db"
+    direct, link = _direct_and_chained(db_path, v2_turn(CHUNK))
+    db = store.open_for_reading(db_path)
+    assert summary(db, str(link))["turns"] == 1 == summary(db, str(direct))["turns"]
+    found = summary(db, "all")
+    assert found["turns"] == 2 and found["stop_reasons"] == {"end_turn": 2}
