@@ -10,8 +10,9 @@ guard (token and Host, checked before any route), a POST, both CSRF tokens in he
 - ``POST /runs/ID/frames/SEQ/mark`` (JSON ``{"marked": true|false, "note": TEXT|null}``): the
   frame found as ``acp-proxy mark`` finds it (``read.marks.frame_ref``), the mark written as it
   writes it (``store.set_mark`` / ``remove_mark``);
-- ``POST /runs/ID/control`` (JSON ``{"op": ..., ...}``, the ops of ``acp-proxy ctl``): the run's
-  socket found by ``read.controls``, the request sent by ``control_link``.
+- ``POST /runs/ID/control`` (JSON ``{"op": ..., ...}``, the ops of ``acp-proxy ctl``): carried
+  out by ``relay.control_client.Controller``, the client ``ctl`` and the Python API use (held
+  frames named by their ``frames`` seq).
 
 Must not know: SQL, what a control request means, HTML. Under plain ``datasette`` (no guard, no
 token) nothing here changes anything: 403.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,9 +31,9 @@ from datasette.utils.asgi import Response
 
 from acp_proxy.errors import UsageError
 from acp_proxy.protocol import wire
-from acp_proxy.read import controls, marks
+from acp_proxy.read import marks
+from acp_proxy.relay import control_client
 from acp_proxy.store import database as store
-from acp_proxy.web import control_link
 from acp_proxy.web.doors import Doors
 from acp_proxy.web.guard import Guard
 
@@ -114,28 +116,78 @@ async def mark_view(doors: Doors, datasette: Any, request: Any) -> Response:
     return doors.json({"ok": True, "frame": f"{place[0]}:{place[1]}", "marked": marked, "changed": changed})
 
 
+OPS: dict[str, tuple[str, ...]] = {
+    "held": (),
+    "release": ("seq", "with"),
+    "drop": ("seq",),
+    "break": ("filter",),
+    "breaks": (),
+    "clear": (),
+    "fault-add": ("rule",),
+    "fault-list": (),
+    "fault-remove": ("id",),
+    "fault-clear": (),
+}
+"""The control requests the page may make, and what each carries (``acp-proxy ctl``'s)."""
+
+
+def _control(path: Path, run_id: int, op: str, data: dict[str, Any]) -> Any:
+    """``op`` carried out on run ``run_id``'s proxy (in a worker thread: it waits on a socket)."""
+    controller = control_client.Controller(path, str(run_id))
+    if op == "held":
+        return controller.held()
+    if op == "release":
+        return controller.release(data["seq"], data.get("with"))
+    if op == "drop":
+        return controller.drop(data["seq"])
+    if op == "break":
+        return controller.break_(data["filter"])
+    if op == "breaks":
+        return controller.breaks()
+    if op == "clear":
+        return controller.clear()
+    if op == "fault-add":
+        return controller.fault_add(data["rule"])
+    if op == "fault-list":
+        return controller.faults()
+    if op == "fault-remove":
+        return controller.fault_remove(data["id"])
+    return controller.fault_clear()
+
+
+def _arguments(op: str, data: dict[str, Any]) -> str | None:
+    """What is wrong with ``data``'s arguments for ``op``, in a line; None when nothing."""
+    for name in OPS[op]:
+        value = data.get(name)
+        if name in ("seq", "id"):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**63:
+                return f"{op} needs {name}: a positive number"
+        elif name == "with":
+            if value is not None and not isinstance(value, str):
+                return "with is the edited frame's JSON text, or null"
+        elif not isinstance(value, str) or not value.strip():
+            return f"{op} needs {name}: text"
+    return None
+
+
 async def control_view(doors: Doors, datasette: Any, request: Any) -> Response:
     data, refused = await _checked(doors, datasette, request)
     if refused is not None or data is None:
         return refused or doors.error("refused", True, 400)
     run_id = int(request.url_vars["run_id"])
     op = data.get("op")
-    if op not in control_link.OPS:
-        return doors.error(f"op is one of {', '.join(sorted(control_link.OPS))}", True, 400)
-
-    def find(conn: Any) -> controls.ControlTarget:
-        try:
-            return controls.control_target(conn, str(run_id))
-        except UsageError as exc:
-            raise doors.not_found(str(exc)) from None
-
+    if not isinstance(op, str) or op not in OPS:
+        return doors.error(f"op is one of {', '.join(sorted(OPS))}", True, 400)
+    wrong = _arguments(op, data)
+    if wrong is not None:
+        return doors.error(wrong, True, 400)
+    path = doors.recording(datasette)
+    if path is None:
+        return doors.error("no acp-proxy recording is attached", True, 404)
     try:
-        target = await doors.read(datasette, find)
-        answer = await asyncio.to_thread(control_link.ask, target.socket, target.run_id, data)
-    except doors.not_found as exc:
-        return doors.error(str(exc), True, 409)
-    except control_link.ControlFailed as exc:
-        return doors.error(str(exc), True, 409)
+        answer = await asyncio.to_thread(_control, path, run_id, op, data)
+    except UsageError as exc:  # control_client.ControlFailed is one: a line for a person
+        return doors.error(" ".join(str(exc).split())[:300], True, 409)
     # A held frame is shown as every frame is: masked (the proxy's answer has it verbatim).
     redactor = doors.redactor(datasette)
     if redactor.enabled and isinstance(answer, list):

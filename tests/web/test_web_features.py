@@ -146,6 +146,9 @@ def test_the_control_door_refuses_a_run_without_a_control_socket_in_one_line(ds:
     response = post(ds, "/runs/1/control", {"op": "held"}, headers)
     assert response.status_code == 409 and "--control" in response.json()["error"]
     assert post(ds, "/runs/1/control", {"op": "shutdown"}, headers).status_code == 400
+    for bad in ({"op": "release"}, {"op": "release", "seq": "3"}, {"op": "drop", "seq": True}, {"op": "break"}):
+        refused = post(ds, "/runs/1/control", bad, headers)
+        assert refused.status_code == 400 and "needs" in refused.json()["error"], bad
     assert post(ds, "/runs/1/control", {"op": "held"}, AUTH).status_code == 403
 
 

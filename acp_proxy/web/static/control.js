@@ -35,15 +35,16 @@ FEATURES.push({ page: "conversation", async start() {
   const refresh = async () => {
     const held = await ask({ op: "held" }, true);
     if (held) {
-      heldBody.replaceChildren(...held.map((h) => el("tr", { dataset: { held: h.seq } },
-        el("td", { class: "mono", text: h.seq }),
+      // A frame held a moment ago may not be in the database yet: without its seq, it waits.
+      heldBody.replaceChildren(...held.map((h) => el("tr", { dataset: { held: h.seq ?? "" } },
+        el("td", { class: "mono", text: h.seq ?? "…" }),
         laneCell(h.dir),
         el("td", { text: h.method || h.kind || "" }),
         el("td", { text: `${h.held_s.toFixed(1)} s` }),
         el("td", { class: "preview", text: short(h.frame, 160), title: h.frame }),
         el("td", {},
-          el("button", { type: "button", class: "release", text: "Release", onclick: async () => { await ask({ op: "release", seq: h.seq }); refresh(); } }), " ",
-          el("button", { type: "button", class: "drop", text: "Drop", onclick: async () => { await ask({ op: "drop", seq: h.seq }); refresh(); } })))));
+          el("button", { type: "button", class: "release", text: "Release", disabled: h.seq == null, onclick: async () => { await ask({ op: "release", seq: h.seq }); refresh(); } }), " ",
+          el("button", { type: "button", class: "drop", text: "Drop", disabled: h.seq == null, onclick: async () => { await ask({ op: "drop", seq: h.seq }); refresh(); } })))));
     }
     const faults = await ask({ op: "fault-list" }, true);
     if (faults) {
