@@ -319,7 +319,7 @@ def serve(
     ds = build(path, host, port, token, rules, no_redact, allow_hosts)
     # A wildcard address is no place to browse to: the URL names the first allowed host.
     url = _url(allow_hosts[0] if host in WILDCARDS and allow_hosts else host, port, token)
-    click.echo(f"acp-proxy: inspecting {path} (read-only); Ctrl-C stops", err=True)
+    click.echo(f"acp-proxy: inspecting {path} (read-only but for marks); Ctrl-C stops", err=True)
     click.echo(url)
     sys.stdout.flush()
     config = uvicorn.Config(

@@ -37,8 +37,8 @@ from acp_proxy.protocol.redact import Redactor
 from acp_proxy.read import frames as selections
 from acp_proxy.read import live
 from acp_proxy.store.database import SqlRefused
+from acp_proxy.web import doors, features, masking, model
 from acp_proxy.web import guard as guard_mod
-from acp_proxy.web import masking, model
 from acp_proxy.web.metadata import TABLES
 
 PLUGIN = "acp-proxy"
@@ -54,7 +54,7 @@ CSP = (
     "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
 
-_OWN = re.compile(r"^/(?:\.json)?$|^/(?:runs|sessions|diff)/|^/-/acp-proxy/")
+_OWN = re.compile(r"^/(?:\.json)?$|^/(?:runs|sessions|diff|search|actions)(?:/|$)|^/-/acp-proxy/")
 
 _templates = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(HERE / "templates")),
@@ -286,9 +286,32 @@ def _int(text: str | None, default: int) -> int:
 _JSON = r"(?P<as_json>\.json)?$"
 
 
+def _recording_path(datasette: Any) -> Path | None:
+    name = recording_name(datasette)
+    path = None if name is None else datasette.get_database(name).path
+    return Path(path) if path else None
+
+
+DOORS = doors.Doors(
+    read=lambda datasette, fn: _read(datasette, fn),
+    redactor=lambda datasette: redactor_for(datasette),
+    primed=lambda datasette: primed_for(datasette),
+    json=lambda data, status=200: _json(data, status),
+    error=lambda message, as_json, status=404: _error(message, as_json, status),
+    page=lambda template, **context: _page(template, **context),
+    common=lambda datasette, redactor: _common(datasette, redactor),
+    guard=lambda datasette: getattr(datasette, UI_ATTRIBUTE, None),
+    recording=_recording_path,
+    not_found=model.NotFound,
+)
+"""What the feature routes (``features``: playhead, session panel, search, actions) use of this
+module, handed to them so that they never import it."""
+
+
 @hookimpl
 def register_routes(datasette: Any) -> list[tuple[str, Any]]:
     return [
+        *features.routes(DOORS),
         (r"^/" + _JSON, index_view),
         (r"^/runs/(?P<run_id>[0-9]{1,18})/frames/(?P<seq>[0-9]{1,18})" + _JSON, frame_view),
         (r"^/runs/(?P<run_id>[0-9]{1,18})/frames\.json$", frames_view),

@@ -1,9 +1,10 @@
 """The inspector's frame timeline and pictures, from recorded rows and a folded conversation.
 
 Owns: one timeline row per frame (direction lane, what it is, its latency, flags, the faults and
-findings on it, a short preview), collapsing consecutive chunks of one message into one row that
-holds them, the per-turn waterfall (acceptance, first output, tool calls, permission waits, end)
-(the latency samples the charts draw are SQL: ``read.latency``).
+findings on it, a person's mark and its note, a short preview), collapsing consecutive chunks
+of one message into one row that holds them, the per-turn waterfall (acceptance, first output,
+tool calls, permission waits, end) (the latency samples the charts draw are SQL:
+``read.latency``).
 
 Must not know: SQL, HTTP, Datasette, HTML. Rows in (already redacted), plain dicts out.
 """
@@ -157,6 +158,9 @@ def timeline_row(
         "snippet": snippet(row, message, text),
         "chunk_key": chunk_key(row),
         "text": None,
+        # A person's mark (``acp-proxy mark``, the page's m key): its comment, "" for none.
+        "mark": row.get("mark"),
+        "marked": "mark" in row,
     }
     if out["chunk_key"] is not None:
         chunk = chunk_text(message)

@@ -1,0 +1,58 @@
+"""The playhead: a run's conversation rebuilt up to one frame, stepped frame by frame.
+
+Owns: ``/runs/ID/playhead.json?seq=N`` — the read layer's fold up to frame N
+(``read.playhead``), shaped as the page draws a conversation, with the frame at the playhead
+and the places to step to (first, previous, next, last). The page asks again at each step;
+there is no second model of the conversation in the browser.
+
+Must not know: SQL, the fold's rules, HTML.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datasette.utils.asgi import Response
+
+from acp_proxy.read import playhead as ph
+from acp_proxy.web import model, timeline
+from acp_proxy.web.doors import Doors, number
+
+
+async def playhead_view(doors: Doors, datasette: Any, request: Any) -> Response:
+    run_id = int(request.url_vars["run_id"])
+    raw = request.args.get("seq")
+    seq = number(raw)
+    if raw not in (None, "") and seq is None:
+        return doors.error(f"seq must be a frame number, not {raw[:40]!r}", True, 400)
+    redactor = doors.redactor(datasette)
+
+    def read(conn: Any) -> dict[str, Any]:
+        try:
+            at = ph.at(conn, run_id, seq, redactor)
+        except LookupError as exc:
+            raise doors.not_found(str(exc)) from None
+        return {
+            "run_id": at.run_id,
+            "seq": at.seq,
+            "first": at.first,
+            "previous": at.previous,
+            "next": at.next,
+            "last": at.last,
+            "position": at.position,
+            "total": at.total,
+            "frame": None if at.frame is None else timeline.timeline_row(at.frame),
+            "conversations": [redactor.value(model._conversation_json(c)) for c in at.conversations],
+            "redacted": redactor.enabled,
+        }
+
+    try:
+        data = await doors.read(datasette, read)
+    except doors.not_found as exc:
+        return doors.error(str(exc), True)
+    except ph.TooLong as exc:
+        return doors.error(str(exc), True, 413)
+    return doors.json({"ok": True, **data})
+
+
+ROUTES = [(r"^/runs/(?P<run_id>[0-9]{1,18})/playhead\.json$", playhead_view)]

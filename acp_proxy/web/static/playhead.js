@@ -1,0 +1,73 @@
+// acp-proxy inspector: the playhead — a run's conversation rebuilt by the server up to one frame
+// (/runs/ID/playhead.json?seq=N, the read layer's fold), stepped frame by frame with buttons or
+// [ and ]. The browser keeps no model of the conversation: each step asks the server again.
+// Text from a recording only ever reaches the page through textContent, never as HTML.
+"use strict";
+
+FEATURES.push({ page: "conversation", start() {
+  if (document.body.dataset.kind !== "run") return; // a session spans runs: step through a run
+  const run = document.body.dataset.ident;
+  const box = document.getElementById("playhead");
+  const controls = document.getElementById("ph-controls");
+  const enter = document.getElementById("ph-enter");
+  const where = document.getElementById("ph-where");
+  const error = document.getElementById("ph-error");
+  let at = null; // the last answer: seq, previous, next, first, last, position, total
+  let asking = 0;
+  box.classList.remove("hidden");
+  const show = async (seq) => {
+    const mine = ++asking;
+    const data = await api(`/runs/${run}/playhead.json${seq === null || seq === undefined ? "" : "?seq=" + seq}`);
+    if (mine !== asking) return;
+    error.classList.toggle("hidden", data.ok);
+    error.textContent = data.ok ? "" : data.error;
+    if (!data.ok) return;
+    at = data;
+    pageState.playhead = true;
+    document.body.dataset.playhead = data.seq === null ? "start" : String(data.seq);
+    controls.classList.remove("hidden");
+    enter.classList.add("hidden");
+    const f = data.frame;
+    const what = f ? `${f.dir} · ${f.kind}${f.method ? " · " + f.method : ""}${f.update_kind ? " · " + f.update_kind : ""}` : "before the first frame";
+    where.textContent = `frame ${data.position} of ${data.total}${data.seq === null ? "" : " · #" + data.seq} · ${what}`;
+    document.getElementById("ph-prev").disabled = data.seq === null;
+    document.getElementById("ph-first").disabled = data.seq === null;
+    document.getElementById("ph-next").disabled = data.next === null;
+    document.getElementById("ph-last").disabled = data.next === null;
+    const target = document.getElementById("conversation");
+    target.replaceChildren(...(data.conversations.length ? conversationView(data.conversations)
+      : [el("p", { class: "dim", text: "Nothing said yet at this point." })]));
+    if (data.seq !== null) selectFrame(`${run}:${data.seq}`, true);
+  };
+  const leave = () => {
+    pageState.playhead = false;
+    delete document.body.dataset.playhead;
+    at = null;
+    controls.classList.add("hidden");
+    enter.classList.remove("hidden");
+    if (pageState.conversation) document.getElementById("conversation").replaceChildren(...conversationView(pageState.conversation));
+  };
+  const here = () => {
+    const m = (selected || "").match(/^(\d+):(\d+)$/);
+    return m && m[1] === run ? Number(m[2]) : null;
+  };
+  // Steps queue up: a key held down steps once per frame, each from where the last one landed.
+  let queue = Promise.resolve();
+  const stepNow = (dir) => {
+    if (!at) return show(here() ?? null);
+    if (dir > 0 && at.next !== null) return show(at.next);
+    if (dir < 0) return at.previous === null ? show(null) : show(at.previous);
+  };
+  const step = (dir) => { queue = queue.then(() => stepNow(dir)); return queue; };
+  enter.addEventListener("click", () => show(here()));
+  document.getElementById("ph-first").addEventListener("click", () => show(null));
+  document.getElementById("ph-prev").addEventListener("click", () => step(-1));
+  document.getElementById("ph-next").addEventListener("click", () => step(1));
+  document.getElementById("ph-last").addEventListener("click", () => show(at && at.last !== null ? at.last : 999999999999));
+  document.getElementById("ph-leave").addEventListener("click", leave);
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.target.closest && event.target.closest("input, textarea, select")) return;
+    if (event.key === "]" || event.key === "[") { event.preventDefault(); step(event.key === "]" ? 1 : -1); }
+  });
+} });
