@@ -64,6 +64,7 @@ import msgspec
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import output, wire
 from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
+from acp_proxy.protocol.controls import is_held
 from acp_proxy.protocol.rows import FrameLike, RecordedFrame, run_events
 from acp_proxy.protocol.state import ConnectionState
 from acp_proxy.protocol.vocabulary import A2C, C2A
@@ -189,6 +190,7 @@ def fold_rows(
                 message=message,
                 forwarded=row.get("forwarded") != 0,
                 run=run,
+                held=is_held(row.get("note")),
             )
             folder.apply(item, message, events, turn)
     return _with_inner_hops(folder.conversations, relayed, ended)
@@ -301,9 +303,10 @@ class Folder(ContentRules):
                 unforwarded = self._conv(self._session_of(item, msg, events), item.run).unforwarded
                 if not unforwarded or unforwarded[-1] != item.seq:
                     unforwarded.append(item.seq)
-            if isinstance(msg, dict) and "id" in msg and isinstance(msg.get("method"), str):
+            if isinstance(msg, dict) and "id" in msg and isinstance(msg.get("method"), str) and not item.held:
                 # A request kept from its receiver was still made: its sender waits for an answer
                 # (the proxy may give one, e.g. an injected error), so it is in the conversation.
+                # Not a held one: its released copy stands for it (dropped, the controls say so).
                 self._message(item, msg, events)
         elif isinstance(msg, dict):
             self._message(item, msg, events)
@@ -314,6 +317,8 @@ class Folder(ContentRules):
     def _count(self, item: FoldInput, msg: Json, turn_seq: int | None) -> None:
         # What the agent's update counts towards its turn: protocol.output's vocabulary.
         if turn_seq is None or item.dir != A2C or not isinstance(msg, dict) or msg.get("method") != "session/update":
+            return
+        if not item.forwarded:  # what the client received counts (a held chunk: its copy)
             return
         mask = output.counts(_str(_dict(_dict(msg.get("params")).get("update")).get("sessionUpdate")))
         turn = self._turns.get((item.run, turn_seq))

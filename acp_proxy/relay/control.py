@@ -4,7 +4,8 @@ Owns: the socket's place (beside the run's journal, or in a private directory un
 system's temporary directory when that path is too long for a Unix socket), its creation (0600,
 in a 0700 directory, removed at the end), the wire (one JSON request line in, one JSON answer
 line out, per connection), one controller at a time, and carrying out what a request changed:
-the gate's plan swapped, the run's fault spec journaled (a META record: the run row's
+each action journaled (a META record's ``control`` rows: the recorder writes them to the
+``controls`` table), the gate's plan swapped, the run's fault spec journaled (a META record: the run row's
 ``fault_spec`` then holds every run-time rule with the times it was added and removed), a
 direction waiting on a held frame woken, a frame ``ctl send`` asked for written (through the
 relay's ``inject``: journaled, then written under the pipe's lock, between two whole lines),
@@ -164,9 +165,12 @@ class ControlServer:
         if changes.plan:
             self.gate.plan = self.live.plan
             self.changed_plan({"fault_spec": json.dumps(self.live.spec(), default=str)})
-        for direction, data, note in changes.send:
+        if changes.control:
+            # Journaled before any frame the action writes: the recorder then links the two.
+            self.changed_plan({"control": changes.control})
+        for direction, data, note, control in changes.send:
             # The gate's tracker sees it now, before any answer can arrive.
-            self.to_send.append(self.gate.sent(direction, data, note))
+            self.to_send.append(self.gate.sent(direction, data, note, control))
         for number in changes.decided:
             event = self.waiting.pop(number, None)
             if event is not None:
