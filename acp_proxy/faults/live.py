@@ -213,7 +213,7 @@ class LiveControl:
             self.rules.append(live)
             self._rebuild()
             changes.plan = True
-            self._record(changes, "fault-add", f"#{live.id} {rule.text}")
+            self._record(changes, "fault-add", f"#{live.id} {rule.text}", ts_ns=live.added_ns)
             return {"id": live.id, "rule": rule.text}
         if op == "fault-list":
             return [self._describe_rule(r) for r in self.rules if r.removed_ns is None]
@@ -225,7 +225,7 @@ class LiveControl:
             found.removed_ns = self.clock()
             self._rebuild()
             changes.plan = True
-            self._record(changes, "fault-remove", f"#{rule_id} {found.rule.text}")
+            self._record(changes, "fault-remove", f"#{rule_id} {found.rule.text}", ts_ns=found.removed_ns)
             return {"removed": rule_id}
         if op == "fault-clear":
             now = self.clock()
@@ -235,7 +235,7 @@ class LiveControl:
                     r.removed_ns = now
             self._rebuild()
             changes.plan = bool(removed)
-            self._record(changes, "fault-clear", " ".join(f"#{n}" for n in removed) or None)
+            self._record(changes, "fault-clear", " ".join(f"#{n}" for n in removed) or None, ts_ns=now)
             return {"removed": removed}
         if op == "break":
             text = _text(request, "filter")
@@ -277,9 +277,10 @@ class LiveControl:
             data = None
             if op == "release" and request.get("with") is not None:
                 data = edited_frame(_text(request, "with"))
-            held_ns = self.clock() - held.since_ns
+            now = self.clock()
+            held_ns = now - held.since_ns
             what = "edited" if data is not None else None
-            number_ = self._record(changes, op, what, hold=number, held_ns=held_ns, held_ts=held.since_ns)
+            number_ = self._record(changes, op, what, hold=number, held_ns=held_ns, held_ts=held.since_ns, ts_ns=now)
             self.decisions[number] = Decision(op, data, held_ns, control=number_)
             changes.decided.append(number)
             return {op + "d" if op == "release" else "dropped": number}
@@ -321,7 +322,7 @@ class LiveControl:
             what += "; its answer is the proxy's, not forwarded"
         action = "resend" if resend_of is not None else "send"
         argument = f"to {RECEIVER[direction]}" + (f" {method}" if isinstance(method, str) else "")
-        control = self._record(changes, action, argument, seq=resend_of)
+        control = self._record(changes, action, argument, seq=resend_of, ts_ns=sent.sent_ns if sent else None)
         changes.send.append((direction, data, what, control))
         return {"sent": RECEIVER[direction], "id": value.get("id"), "method": method}
 
@@ -335,13 +336,15 @@ class LiveControl:
         held_ns: int | None = None,
         held_ts: int | None = None,
         seq: int | None = None,
+        ts_ns: int | None = None,
     ) -> int:
         """One action to record (a ``controls`` row), numbered within the run. Frames are never
         copied into it: a frame an action wrote is recorded as a frame (``result_seq``), where
         every door masks it, and ``argument`` only names it."""
         number = self._next_action
         self._next_action += 1
-        row: dict[str, Any] = {"number": number, "ts_ns": self.clock(), "action": action}
+        when = ts_ns if ts_ns is not None else self.clock()
+        row: dict[str, Any] = {"number": number, "ts_ns": when, "action": action}
         for key, value in (("argument", argument), ("hold", hold), ("held_ns", held_ns), ("held_ts", held_ts)):
             if value is not None:
                 row[key] = value
