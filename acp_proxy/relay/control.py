@@ -162,12 +162,15 @@ class ControlServer:
         if not isinstance(parsed, dict):
             return {"error": "the request is not a JSON object"}
         answer, changes = self.live.handle(parsed)
+        values: dict[str, Any] = {}
         if changes.plan:
             self.gate.plan = self.live.plan
-            self.changed_plan({"fault_spec": json.dumps(self.live.spec(), default=str)})
+            values["fault_spec"] = json.dumps(self.live.spec(), default=str)
         if changes.control:
             # Journaled before any frame the action writes: the recorder then links the two.
-            self.changed_plan({"control": changes.control})
+            values["control"] = changes.control
+        if values:
+            self.changed_plan(values)  # one META record per request
         for direction, data, note, control in changes.send:
             # The gate's tracker sees it now, before any answer can arrive.
             self.to_send.append(self.gate.sent(direction, data, note, control))
