@@ -562,7 +562,9 @@ def frame_flags(f: Mapping[str, Any]) -> list[str]:
         flags.append("replay")
     if f.get("unanswered"):
         flags.append("unanswered")
-    if f.get("forwarded") == 0:
+    if f.get("held"):
+        flags.append(str(f["held"]))  # a breakpoint's hold (not forwarded): how long, what became of it
+    elif f.get("forwarded") == 0:
         flags.append("not-forwarded")
     if f.get("origin") == "proxy":
         flags.append("proxy")
@@ -576,8 +578,6 @@ def frame_flags(f: Mapping[str, Any]) -> list[str]:
         flags.append("decode-error")
     if f.get("note") and f.get("forwarded") != 0:
         flags.append("note")
-    if f.get("held"):
-        flags.append(str(f["held"]))  # a breakpoint's hold: how long, and what became of it
     if isinstance(f.get("mark"), str):
         comment = f["mark"]
         flags.append(

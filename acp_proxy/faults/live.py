@@ -155,6 +155,9 @@ class LiveControl:
         self._last_hold_ns = 0
         self._next_break = 1
         self._next_action = 1
+        self.serving = False
+        self.early: list[dict[str, Any]] = []
+        """Actions recorded before a control server serves (``run --break``): it journals them."""
         self.plan: FaultPlan | None = base if base else None
 
     # -- what the gate asks ----------------------------------------------------------------
@@ -351,6 +354,8 @@ class LiveControl:
         if seq is not None:
             row["seq"] = seq
         changes.control.append(row)
+        if not self.serving:
+            self.early.append(row)
         return number
 
     def spec(self) -> dict[str, Any]:

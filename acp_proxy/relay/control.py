@@ -103,6 +103,10 @@ class ControlServer:
         self.busy = False
         self.to_send: list[list[Step]] = []
         """What the last request asked to write, as the gate's steps (recorded before written)."""
+        live.serving = True
+        if live.early:  # the breakpoints of the command line (--break): actions too
+            changed_plan({"control": live.early})
+            live.early = []
 
     async def wait_decision(self, number: int) -> None:
         """Block the calling direction until held frame ``number`` is decided."""
