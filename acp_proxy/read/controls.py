@@ -110,6 +110,16 @@ def control_rows(db: ReadDb, run_ids: list[int] | None = None) -> list[dict[str,
     return rows
 
 
+EXPORTED = ("run_id", "number", "ts_ns", "action", "argument", "hold", "seq", "result_seq", "held_ns")
+
+
+def exported(db: ReadDb, run_ids: list[int]) -> list[dict[str, Any]]:
+    """The control rows of ``run_ids`` as an export's header keeps them (``import`` reads them
+    back); a row's ``seq``/``result_seq`` are the run's frame numbers, kept whole by an export
+    of the run."""
+    return [{k: row[k] for k in EXPORTED if row.get(k) is not None} for row in control_rows(db, run_ids)]
+
+
 def held_fates(controls: Iterable[Mapping[str, Any]]) -> dict[tuple[Any, Any], str]:
     """(run_id, seq) of each held row a release or drop decided -> what became of it."""
     return {

@@ -37,8 +37,8 @@ _INSERT_FAULT = "INSERT INTO faults (run_id, seq, ts_ns, rule, action, detail) V
 # A control action (``acp-proxy ctl``, journaled in a META record's ``control``). The frame a
 # release or drop decided is the held row journaled with the hold's time; when this process did
 # not index that row itself (a resume after a crash), the row already committed is looked up.
-_INSERT_CONTROL = """INSERT INTO controls (run_id, number, ts_ns, action, argument, hold, held_ns, seq)
-    VALUES (?, ?, ?, ?, ?, ?, ?, coalesce(?, (select seq from frames where run_id = ? and ts_ns = ?
+_INSERT_CONTROL = """INSERT INTO controls (run_id, number, ts_ns, action, argument, hold, held_ns, result_seq, seq)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, (select seq from frames where run_id = ? and ts_ns = ?
         and forwarded = 0 and batch_seq is null order by seq limit 1)))"""
 _CONTROL_WROTE = "UPDATE controls SET result_seq = ? WHERE run_id = ? AND number = ?"
 _RAW = COLUMNS.index("raw")
@@ -467,8 +467,10 @@ class Indexer:
         for row in rows:
             if not isinstance(row, dict) or not isinstance(row.get("number"), int):
                 continue
-            hold = row.get("hold")
-            seq = self.hold_seqs.get(hold) if isinstance(hold, int) else row.get("seq")
+            # An import gives seq and result_seq; the relay names a held frame by its hold.
+            hold, seq = row.get("hold"), row.get("seq")
+            if not isinstance(seq, int):
+                seq = self.hold_seqs.get(hold) if isinstance(hold, int) else None
             self.control_rows.append(
                 (
                     self.run_id,
@@ -478,6 +480,7 @@ class Indexer:
                     row.get("argument"),
                     hold,
                     row.get("held_ns"),
+                    row.get("result_seq"),
                     seq,
                     self.run_id,
                     row.get("held_ts"),

@@ -112,3 +112,14 @@ def test_each_ctl_action_is_a_row_that_frames_and_show_display(tmp_path: Path) -
     assert "Controls (acp-proxy ctl)" in shown.stdout
     assert shown.stdout.count("  1:c") == len(rows)
     assert "second prompt" not in [line.split("agent", 1)[-1].strip() for line in shown.stdout.splitlines()]
+
+    # export keeps them, import brings them back linked to the same frames of the new run.
+    exported = tmp_path / "run.jsonl"
+    assert proxy(db, "export", "last", "-o", str(exported)).returncode == 0
+    again = tmp_path / "again.db"
+    imported = proxy(again, "import", str(exported))
+    assert imported.returncode == 0, imported.stderr
+    kept = ("number", "ts_ns", "action", "argument", "hold", "seq", "result_seq", "held_ns")
+    assert [{k: r[k] for k in kept} for r in controls(again)] == [{k: r[k] for k in kept} for r in rows]
+    relisted = proxy(again, "frames", "--no-pager", "control")
+    assert relisted.stdout.count(" * ctl ") == len(rows) and f"released as #{copy['seq']}" in relisted.stdout
