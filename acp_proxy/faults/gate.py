@@ -182,7 +182,9 @@ class Gate:
         forwarded); a release records the line again as forwarded (an edit: the edited line,
         ``origin = 'proxy'``), after the fault rules in force then have judged it, as any line:
         breakpoints first (a person sees the frame as the peer sent it), faults on what is
-        finally forwarded. A drop adds nothing: the held row stays the one not forwarded."""
+        finally forwarded. A drop writes no line: the held row stays the one not forwarded (the
+        drop itself is a ``controls`` row). Each step records ``control``, the action's number,
+        so the recorder links the action to the copy it wrote."""
         if decision.action == "drop":
             return []
         held_for = f"held {decision.held_ns / 1e9:.3f}s by a breakpoint"

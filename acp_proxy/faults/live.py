@@ -4,9 +4,11 @@ Owns: ``LiveControl``, the state a person changes through ``acp-proxy ctl`` whil
 runs — run-time fault rules (numbered, with the time each was added and removed), breakpoints
 (filters that hold a matching frame instead of forwarding it), the frames held and what was
 decided for them, the requests the proxy sent itself (``ctl send``/``resend``: ids of its own,
-answers kept) — and ``handle``, which turns one control request (a JSON object) into one
-answer and a list of what changed. The current ``FaultPlan`` (start-up rules, then run-time
-rules) is rebuilt on each change, keeping every surviving rule's counters and random streams.
+answers kept), the record of each action (``Changes.control``: numbered, timed rows the
+relay journals and the recorder writes to ``controls``) — and ``handle``, which turns one
+control request (a JSON object) into one answer and a list of what changed. The current
+``FaultPlan`` (start-up rules, then run-time rules) is rebuilt on each change, keeping every
+surviving rule's counters and random streams.
 
 Must not know: sockets, trio, pipes, the journal. The relay's control server reads requests
 and carries out what changed (swaps the gate's plan, journals the new fault spec, wakes a

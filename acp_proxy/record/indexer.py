@@ -1,7 +1,9 @@
 """Journal records in, row batches out: framing, decoding and protocol tracking of one run.
 
 Owns: the ``Indexer`` (each journal record's place, the lines it completes, the frames rows and
-tracker Changes they make, and the journal state a resume needs), the batch shape sent to the
+tracker Changes they make, the ``controls`` rows of a META record's ``control`` list — linked to
+the held row a release or drop decided and, once its LINE comes, to the frame the action wrote —
+and the journal state a resume needs), the batch shape sent to the
 writer (``_SparseInserts``: one INSERT per row shape, long lines beside the batch), and rebuilding
 the tracker from frames already committed (``replay_committed``).
 
