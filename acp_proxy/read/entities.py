@@ -83,9 +83,6 @@ class FoldInput:
     """False when the proxy did not pass the frame on: the peer never saw it, so it changes no
     state (its seq is listed in ``Conversation.unforwarded``)."""
     run: int | str | None = None
-    held: bool = False
-    """A breakpoint held it (``protocol.controls.is_held``): the copy released, if any, is what
-    its receiver got and what the conversation shows."""
     """The connection (recorded run) the frame belongs to. Request ids, negotiated versions and
     v1 chunk continuity are per connection; a session loaded in a later run is folded into the
     same conversation, its replayed history as new entries marked ``replay``."""

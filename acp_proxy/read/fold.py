@@ -64,7 +64,6 @@ import msgspec
 from acp_proxy.protocol import events as ev
 from acp_proxy.protocol import output, wire
 from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
-from acp_proxy.protocol.controls import is_held
 from acp_proxy.protocol.rows import FrameLike, RecordedFrame, run_events
 from acp_proxy.protocol.state import ConnectionState
 from acp_proxy.protocol.vocabulary import A2C, C2A
@@ -190,7 +189,6 @@ def fold_rows(
                 message=message,
                 forwarded=row.get("forwarded") != 0,
                 run=run,
-                held=is_held(row.get("note")),
             )
             folder.apply(item, message, events, turn)
     return _with_inner_hops(folder.conversations, relayed, ended)
@@ -303,10 +301,9 @@ class Folder(ContentRules):
                 unforwarded = self._conv(self._session_of(item, msg, events), item.run).unforwarded
                 if not unforwarded or unforwarded[-1] != item.seq:
                     unforwarded.append(item.seq)
-            if isinstance(msg, dict) and "id" in msg and isinstance(msg.get("method"), str) and not item.held:
+            if isinstance(msg, dict) and "id" in msg and isinstance(msg.get("method"), str):
                 # A request kept from its receiver was still made: its sender waits for an answer
                 # (the proxy may give one, e.g. an injected error), so it is in the conversation.
-                # Not a held one: its released copy stands for it (dropped, the controls say so).
                 self._message(item, msg, events)
         elif isinstance(msg, dict):
             self._message(item, msg, events)

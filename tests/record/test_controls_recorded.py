@@ -216,3 +216,39 @@ def test_a_held_chunk_counts_once_as_the_copy_its_client_received(tmp_path: Path
     folded = conversation.conversations(db, queries.resolve(db, "1"))
     (turn,) = [t for c in folded.conversations for t in c.turns]
     assert turn.chunks == 2
+
+
+def test_show_keeps_a_held_request_beside_its_copy_and_counts_what_was_forwarded(tmp_path: Path) -> None:
+    from acp_proxy.read import conversation, queries
+
+    run = Recorded(tmp_path / "r.db")
+    run.chunk("c2a", line({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}))
+    run.chunk("a2c", line({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1}}))
+    new = {"cwd": "/", "mcpServers": []}
+    run.chunk("c2a", line({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": new}))
+    run.chunk("a2c", line({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": S}}))
+    run.ctl(op="break", filter="kind:request OR update:agent_message_chunk")
+    run.chunk("c2a", prompt(2, "as sent"))
+    run.ctl(op="release", hold=1, **{"with": prompt(2, "as edited").decode()})
+    run.chunk("a2c", update("answer"))
+    run.ctl(op="release", hold=2)
+    run.chunk("a2c", line({"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}))
+    run.indexer.tracker.finish(10**12)
+    conn = run.commit()
+    held = held_seq(conn, "as sent")
+    db = store.open_for_reading(run.path)
+    folded = conversation.conversations(db, queries.resolve(db, "1"))
+    (conv,) = [c for c in folded.conversations if c.session_id == S]
+    (turn,) = conv.turns
+    assert turn.chunks == 1 and held in conv.unforwarded  # the held chunk and its copy: one chunk
+    shown = json.dumps(conversation.conversation_json(conv))
+    assert "as sent" in shown and "as edited" in shown  # both listed; the controls say which went
+    fates = controls_fates(db)
+    (copy,) = conn.execute("select seq from frames where raw like '%as edited%'").fetchone()
+    assert fates[(1, held)] == f"held 1.000s, released edited as #{copy}"
+
+
+def controls_fates(db: Any) -> dict[tuple[Any, Any], str]:
+    from acp_proxy.read import controls
+
+    return controls.held_fates(controls.control_rows(db))
