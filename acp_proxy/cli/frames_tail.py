@@ -89,6 +89,7 @@ def frames(
     """
     from acp_proxy.cli import views
     from acp_proxy.protocol.redact import Redactor
+    from acp_proxy.read import controls
     from acp_proxy.read import frames as selections
 
     if as_raw and not output.table:
@@ -105,6 +106,7 @@ def frames(
             if cut:
                 say(f"{cut} frame(s) were recorded cut (--max-record-bytes); their bytes are incomplete")
             return
+        found = controls.with_controls(found, controls.control_rows(db), expr)
         if emit(out, output, (frame_object(f) for f in found)):
             return
         frame_lines(out, db, found, verbose=verbose)

@@ -59,7 +59,7 @@ def show(db_path: Path | None, output: Output, as_raw: bool, turn: int | None, r
         acp-proxy show last --raw
     """
     from acp_proxy.cli import transcript, views
-    from acp_proxy.read import conversation, queries
+    from acp_proxy.read import controls, conversation, queries
     from acp_proxy.read import faults as notes
 
     db = open_db(db_path)
@@ -73,7 +73,8 @@ def show(db_path: Path | None, output: Output, as_raw: bool, turn: int | None, r
             raise UsageError(f"--turn {turn}: {what} has {held}" + (f" (--turn 1..{last})" if last else ""))
     with views.output(page=output.page) as out:
         if folded is None:
-            found = queries.frames_of(db, resolved)
+            run_ids = queries.run_ids_of(db, resolved)
+            found = controls.with_controls(queries.frames_of(db, resolved), controls.control_rows(db, run_ids))
             if emit(out, output, (frame_object(f) for f in found)):
                 return
             frame_lines(out, db, found, verbose=False)
@@ -103,6 +104,7 @@ def show(db_path: Path | None, output: Output, as_raw: bool, turn: int | None, r
             transcript.render_conversation(con, conv, turn)
         keys = {(f["run_id"], f["seq"]) for f in folded.frames} if resolved.is_session else None
         _show_annotations(con, notes.faults(db, folded.run_ids, keys), notes.findings(db, folded.run_ids, keys))
+        transcript.render_controls(con, controls.control_rows(db, folded.run_ids))
 
 
 def _show_annotations(con: Any, faults: list[dict[str, Any]], findings: list[dict[str, Any]]) -> None:

@@ -26,6 +26,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from acp_proxy.cli.views import clock
+from acp_proxy.protocol.controls import summary
 from acp_proxy.read import fold as fd
 from acp_proxy.read.conversation import conversation_json, fold_rows
 
@@ -55,6 +57,19 @@ def _line(
     text.append(f"{label:<11}", style=label_style)
     text.append(body, style=style)
     con.print(text, soft_wrap=True)
+
+
+def render_controls(con: Console, controls: list[dict[str, Any]]) -> None:
+    """What a person did to the run through ``acp-proxy ctl``, in time order, one line each:
+    the run, the action's number and time, what it did (``protocol.controls.summary``), the
+    frames it held, released, edited or sent named ``#SEQ``."""
+    if not controls:
+        return
+    con.print("Controls (acp-proxy ctl)", style="bold yellow")
+    for c in sorted(controls, key=lambda c: (c.get("ts_ns") or 0, c.get("run_id"), c.get("number"))):
+        text = Text(f"  {c['run_id']}:c{c['number']} {clock(c.get('ts_ns'))} ", style="dim")
+        text.append(summary(c))
+        con.print(text, no_wrap=True, overflow="ellipsis")
 
 
 def render_conversation(con: Console, conv: fd.Conversation, turn: int | None = None) -> None:

@@ -34,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Any
 import msgspec
 
 from acp_proxy.errors import AcpProxyError
+from acp_proxy.protocol.controls import summary as summary_of_control
 from acp_proxy.read.summary import printable, summarize
 
 if TYPE_CHECKING:
@@ -543,6 +544,8 @@ One line per frame:  RUN:SEQ  TIME  DIR  KIND  METHOD  ID  SESSION  LATENCY  [FL
              acp-proxy show PREFIX, session:PREFIX)
     SUMMARY  the chunk's text, the tool's title and status, the prompt, the stop reason, the
              error's message ..., cut to the terminal's width (in a pipe, to $COLUMNS if set)
+A line RUN:cN * ctl is an acp-proxy ctl action (N counts the run's actions; filter: control);
+a held frame's flags say how long it was held and what became of it.
 -v adds each frame's raw JSON on the line below it."""
 
 _METHOD_MAX = 26  # "session/request_permission"; longer (extension) names are cut
@@ -559,7 +562,9 @@ def frame_flags(f: Mapping[str, Any]) -> list[str]:
         flags.append("replay")
     if f.get("unanswered"):
         flags.append("unanswered")
-    if f.get("forwarded") == 0:
+    if f.get("held"):
+        flags.append(str(f["held"]))  # a breakpoint's hold (not forwarded): how long, what became of it
+    elif f.get("forwarded") == 0:
         flags.append("not-forwarded")
     if f.get("origin") == "proxy":
         flags.append("proxy")
@@ -642,6 +647,8 @@ class FrameLines:
     def line(self, f: Mapping[str, Any]) -> str:
         paint = self.out.paint
         kind = f.get("kind") or ""
+        if kind == "control":
+            return self.control_line(f)
         where = f"{f.get('run_id')}:{f.get('seq')}"
         self.seq_width = max(self.seq_width, len(where))
         method = printable(f.get("method") or "")
@@ -681,6 +688,16 @@ class FrameLines:
                 raw = bytes(f["raw_bytes"]).decode("utf-8", "backslashreplace")
             text += "\n    " + paint(printable(raw or ""), "dim")
         return text
+
+    def control_line(self, c: Mapping[str, Any]) -> str:
+        """A control action (``read.controls``) among the frames: ``RUN:cN``, its time, ``*``,
+        ``ctl``, then what it did where a frame has its method and summary."""
+        where = f"{c.get('run_id')}:c{c.get('number')}"
+        self.seq_width = max(self.seq_width, len(where))
+        head = f"{pad(where, self.seq_width)} {pad(clock(c.get('ts_ns')), 12)} * {pad('ctl', 5)} "
+        text = head + printable(summary_of_control(c))
+        text = self._fit(text)
+        return self.out.paint(text, "yellow") if self.out.color else text
 
     @staticmethod
     def _cut_summary(tail: str, room: int, label: str, session_id: Any) -> str:

@@ -212,7 +212,9 @@ class Gate:
         forwarded); a release records the line again as forwarded (an edit: the edited line,
         ``origin = 'proxy'``), after the fault rules in force then have judged it, as any line:
         breakpoints first (a person sees the frame as the peer sent it), faults on what is
-        finally forwarded. A drop adds nothing: the held row stays the one not forwarded."""
+        finally forwarded. A drop writes no line: the held row stays the one not forwarded (the
+        drop itself is a ``controls`` row). Each step records ``control``, the action's number,
+        so the recorder links the action to the copy it wrote."""
         if decision.action == "drop":
             return []
         held_for = f"held {decision.held_ns / 1e9:.3f}s by a breakpoint"
@@ -226,6 +228,8 @@ class Gate:
             line = Line(data, len(data), True, False)
             rec = self._observe(hold.direction, line, self.clock(), "proxy")
             meta = {"origin": "proxy", "note": f"edited by acp-proxy ctl in place of a frame {held_for}"}
+        if decision.control is not None:
+            meta["control"] = decision.control  # the recorder links the action to this copy
         if state.stalled or PIPE_OF[hold.direction] in self.closed:
             why = "direction stalled by a fault" if state.stalled else "pipe closed by a fault"
             return [Note(hold.direction, line, {**meta, "forwarded": 0, "note": f"{meta['note']}; {why}"})]
@@ -236,12 +240,15 @@ class Gate:
             )
         return self._apply(hold.direction, state, line, actions, meta)
 
-    def sent(self, direction: str, data: bytes, note: str) -> list[Step]:
+    def sent(self, direction: str, data: bytes, note: str, control: int | None = None) -> list[Step]:
         """A line ``acp-proxy ctl send`` writes towards ``direction``'s receiver: recorded
         (``origin = 'proxy'``), then written. Not offered to breakpoints or fault rules."""
         line = Line(data, len(data), True, False)
         self._observe(direction, line, self.clock(), "proxy")
-        return [Note(direction, line, {"forwarded": 1, "origin": "proxy", "note": note}), Send(direction, data + b"\n")]
+        meta: dict[str, Any] = {"forwarded": 1, "origin": "proxy", "note": note}
+        if control is not None:
+            meta["control"] = control
+        return [Note(direction, line, meta), Send(direction, data + b"\n")]
 
     # -- internals -------------------------------------------------------------------------
 
@@ -287,7 +294,8 @@ class Gate:
                 # Faults judge it once released (Gate.released): a person decides its fate first.
                 held = self.live.hold(rec, line.data, point)
                 why = f"held by breakpoint {point} (acp-proxy ctl); forwarded only if released"
-                hold_note = Note(direction, line, {"forwarded": 0, "note": why}, held.since_ns)
+                meta = {"forwarded": 0, "note": why, "hold": held.number}
+                hold_note = Note(direction, line, meta, held.since_ns)
                 return self._release(state, [hold_note, Hold(direction, line, held.number)])
         actions = self.plan.decide(rec) if self.plan is not None else []
         if events and direction == A2C and self.strip_replayed_notices and _replayed_notice(events):
@@ -408,6 +416,8 @@ class Gate:
         }
         if base is not None:
             meta["origin"] = base.get("origin")
+            if "control" in base:
+                meta["control"] = base["control"]
             notes.insert(0, base["note"])
         if notes:
             meta["note"] = "; ".join(notes)

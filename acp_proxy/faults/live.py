@@ -4,9 +4,11 @@ Owns: ``LiveControl``, the state a person changes through ``acp-proxy ctl`` whil
 runs — run-time fault rules (numbered, with the time each was added and removed), breakpoints
 (filters that hold a matching frame instead of forwarding it), the frames held and what was
 decided for them, the requests the proxy sent itself (``ctl send``/``resend``: ids of its own,
-answers kept) — and ``handle``, which turns one control request (a JSON object) into one
-answer and a list of what changed. The current ``FaultPlan`` (start-up rules, then run-time
-rules) is rebuilt on each change, keeping every surviving rule's counters and random streams.
+answers kept), the record of each action (``Changes.control``: numbered, timed rows the
+relay journals and the recorder writes to ``controls``) — and ``handle``, which turns one
+control request (a JSON object) into one answer and a list of what changed. The current
+``FaultPlan`` (start-up rules, then run-time rules) is rebuilt on each change, keeping every
+surviving rule's counters and random streams.
 
 Must not know: sockets, trio, pipes, the journal. The relay's control server reads requests
 and carries out what changed (swaps the gate's plan, journals the new fault spec, wakes a
@@ -120,6 +122,7 @@ class Decision:
     data: bytes | None = None
     held_ns: int = 0
     held: Held | None = None  # the frame it decides, once taken
+    control: int | None = None  # the number of the action that decided it (``Changes.control``)
 
 
 @dataclass
@@ -128,8 +131,11 @@ class Changes:
 
     plan: bool = False
     decided: list[int] = field(default_factory=list)
-    send: list[tuple[str, bytes, str]] = field(default_factory=list)
-    """Frames to write now: (direction, one line without its newline, the note to record)."""
+    send: list[tuple[str, bytes, str, int | None]] = field(default_factory=list)
+    """Frames to write now: (direction, one line without its newline, the note to record, the
+    number of the action that sent it)."""
+    control: list[dict[str, Any]] = field(default_factory=list)
+    """The actions to record, one ``controls`` row each (``control_row``)."""
 
 
 class LiveControl:
@@ -150,6 +156,10 @@ class LiveControl:
         self._next_sent = 1
         self._last_hold_ns = 0
         self._next_break = 1
+        self._next_action = 1
+        self.serving = False
+        self.early: list[dict[str, Any]] = []
+        """Actions recorded before a control server serves (``run --break``): it journals them."""
         self.plan: FaultPlan | None = base if base else None
 
     # -- what the gate asks ----------------------------------------------------------------
@@ -208,6 +218,7 @@ class LiveControl:
             self.rules.append(live)
             self._rebuild()
             changes.plan = True
+            self._record(changes, "fault-add", f"#{live.id} {rule.text}", ts_ns=live.added_ns)
             return {"id": live.id, "rule": rule.text}
         if op == "fault-list":
             return [self._describe_rule(r) for r in self.rules if r.removed_ns is None]
@@ -219,6 +230,7 @@ class LiveControl:
             found.removed_ns = self.clock()
             self._rebuild()
             changes.plan = True
+            self._record(changes, "fault-remove", f"#{rule_id} {found.rule.text}", ts_ns=found.removed_ns)
             return {"removed": rule_id}
         if op == "fault-clear":
             now = self.clock()
@@ -228,6 +240,7 @@ class LiveControl:
                     r.removed_ns = now
             self._rebuild()
             changes.plan = bool(removed)
+            self._record(changes, "fault-clear", " ".join(f"#{n}" for n in removed) or None, ts_ns=now)
             return {"removed": removed}
         if op == "break":
             text = _text(request, "filter")
@@ -235,18 +248,22 @@ class LiveControl:
             point = Breakpoint(self._next_break, text, expr)
             self._next_break += 1
             self.breakpoints.append(point)
+            self._record(changes, "break", f"#{point.id} {text}")
             return {"id": point.id, "filter": text}
         if op == "unbreak":
             point_id = _number(request, "id")
             if not any(p.id == point_id for p in self.breakpoints):
                 raise ControlError(f"no breakpoint {point_id} (see: breaks)")
+            gone = next(p for p in self.breakpoints if p.id == point_id)
             self.breakpoints = [p for p in self.breakpoints if p.id != point_id]
+            self._record(changes, "unbreak", f"#{point_id} {gone.text}")
             return {"removed": point_id}
         if op == "breaks":
             return [{"id": p.id, "filter": p.text} for p in self.breakpoints]
         if op == "clear":
             removed = [p.id for p in self.breakpoints]
             self.breakpoints = []
+            self._record(changes, "clear", " ".join(f"#{n}" for n in removed) or None)
             return {"removed": removed, "still_held": sorted(self.held)}
         if op == "held":
             now = self.clock()
@@ -265,7 +282,11 @@ class LiveControl:
             data = None
             if op == "release" and request.get("with") is not None:
                 data = edited_frame(_text(request, "with"))
-            self.decisions[number] = Decision(op, data, self.clock() - held.since_ns)
+            now = self.clock()
+            held_ns = now - held.since_ns
+            what = "edited" if data is not None else None
+            number_ = self._record(changes, op, what, hold=number, held_ns=held_ns, held_ts=held.since_ns, ts_ns=now)
+            self.decisions[number] = Decision(op, data, held_ns, control=number_)
             changes.decided.append(number)
             return {op + "d" if op == "release" else "dropped": number}
         if op == "send":
@@ -304,8 +325,40 @@ class LiveControl:
         )
         if sent is not None:
             what += "; its answer is the proxy's, not forwarded"
-        changes.send.append((direction, data, what))
+        action = "resend" if resend_of is not None else "send"
+        argument = f"to {RECEIVER[direction]}" + (f" {method}" if isinstance(method, str) else "")
+        control = self._record(changes, action, argument, seq=resend_of, ts_ns=sent.sent_ns if sent else None)
+        changes.send.append((direction, data, what, control))
         return {"sent": RECEIVER[direction], "id": value.get("id"), "method": method}
+
+    def _record(
+        self,
+        changes: Changes,
+        action: str,
+        argument: str | None = None,
+        *,
+        hold: int | None = None,
+        held_ns: int | None = None,
+        held_ts: int | None = None,
+        seq: int | None = None,
+        ts_ns: int | None = None,
+    ) -> int:
+        """One action to record (a ``controls`` row), numbered within the run. Frames are never
+        copied into it: a frame an action wrote is recorded as a frame (``result_seq``), where
+        every door masks it, and ``argument`` only names it."""
+        number = self._next_action
+        self._next_action += 1
+        when = ts_ns if ts_ns is not None else self.clock()
+        row: dict[str, Any] = {"number": number, "ts_ns": when, "action": action}
+        for key, value in (("argument", argument), ("hold", hold), ("held_ns", held_ns), ("held_ts", held_ts)):
+            if value is not None:
+                row[key] = value
+        if seq is not None:
+            row["seq"] = seq
+        changes.control.append(row)
+        if not self.serving:
+            self.early.append(row)
+        return number
 
     def spec(self) -> dict[str, Any]:
         """The run's fault spec: the plan's rules and seed, plus every run-time rule's history."""

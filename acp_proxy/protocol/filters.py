@@ -44,7 +44,7 @@ Terms
                        compare a number: seq, run, size, latency, error
     FIELD:A..B         a range, both ends included; leave one out for an open range:
                        seq:100.., latency:..5ms
-    FLAG               replay, live, unanswered, dropped, cut, unterminated, marked
+    FLAG               replay, live, unanswered, dropped, cut, unterminated, marked, control
     "some text"        a quoted string alone: the same as text:"some text"
 
 Combining, strongest first
@@ -121,6 +121,7 @@ Flags
     cut            recorded only in part (--max-record-bytes)
     unterminated   a last line that ended without a newline
     marked         a person marked the frame (acp-proxy mark REF:SEQ)
+    control        an acp-proxy ctl action, or a frame one held, released, edited or sent
 
 A frame that lacks a field (a notification has no id, a request no latency) does not match
 FIELD:VALUE, and does match -FIELD:VALUE: -method:initialize also selects stderr lines.
@@ -140,6 +141,7 @@ from typing import Any
 import msgspec
 
 from acp_proxy.errors import UsageError
+from acp_proxy.protocol.controls import CTL
 from acp_proxy.protocol.filter_tree import (
     DIRECTIONS,
     SEVERITIES,
@@ -904,6 +906,7 @@ FLAGS: dict[str, Callable[[], Expr]] = {
     "cut": _flag("cut", 1),
     "unterminated": _flag("terminated", 0),
     "marked": HasMark,
+    "control": lambda: Contains("note", CTL),
 }
 """Words that stand alone."""
 

@@ -265,7 +265,8 @@ class Tracker:
         # Content, not protocol: what the agent's updates count towards their turn (history, in a
         # replay window, belongs to no turn: ``turn_of`` says None).
         action = output.COUNTS.get(rec.update_kind, 0)  # type: ignore[arg-type]
-        if action and rec.kind == "notification" and rec.method == "session/update":
+        # What a peer received counts: a held chunk is counted once, as the copy released.
+        if action and rec.forwarded and rec.kind == "notification" and rec.method == "session/update":
             turn = self._turns.get(self.state.turn_of(rec, events))  # type: ignore[arg-type]
             if turn is not None:
                 if action & output.IS_CHUNK:

@@ -1,15 +1,22 @@
-"""Where a run's control socket is, and whether it can still answer (``acp-proxy ctl``).
+"""Where a run's control socket is, and what its controller did (``acp-proxy ctl``).
 
 Owns: ``control_target`` (a REF resolved to a run, the socket its proxy named in the run's
-options, and whether the run is over). Must not know: sockets, the control wire, the relay.
+options, and whether the run is over); reading the ``controls`` table back (``control_rows``,
+each with ``kind = 'control'``) and placing those rows among a selection's frames by time,
+with each held frame's fate (``with_controls``), for every door that lists frames. What a row
+means is ``protocol.controls``'. Must not know: sockets, the control wire, the relay.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from acp_proxy.errors import UsageError
+from acp_proxy.protocol import controls as pc
 from acp_proxy.read import queries
 from acp_proxy.store.database import ReadDb
 
@@ -41,7 +48,7 @@ def control_target(db: ReadDb, ref: str) -> ControlTarget:
     return ControlTarget(run_id, path, str(row[1]))
 
 
-HELD_NOTE = "held by breakpoint "  # how the gate's note on a held row starts (faults.gate)
+HELD_NOTE = pc.HELD_NOTE
 
 
 def held_seqs(db: ReadDb, run_id: int, times: list[int]) -> dict[int, int]:
@@ -75,3 +82,82 @@ def recorded_request(db: ReadDb, run_id: int, seq: int) -> RecordedRequest:
         what = f"a {kind}" if kind else "not a JSON-RPC message"
         raise UsageError(f"frame {run_id}:{seq} is {what}, not a request: only requests can be resent")
     return RecordedRequest(seq, direction, raw)
+
+
+# -- control actions, read back (schema 8: the ``controls`` table) ----------------------------
+
+
+def control_rows(db: ReadDb, run_ids: list[int] | None = None) -> list[dict[str, Any]]:
+    """The control actions of ``run_ids`` (every run: None), in run then time order, each a
+    dict with ``kind = 'control'`` and ``text`` (``protocol.controls.describe``). A database
+    from before schema 8 has none."""
+    where, params = "1", []
+    if run_ids is not None:
+        where = f"run_id in ({','.join('?' * len(run_ids)) or 'null'})"
+        params = list(run_ids)
+    try:
+        rows = queries.rows(
+            db,
+            "select run_id, number, ts_ns, action, argument, hold, seq, result_seq, held_ns from controls"
+            f" where {where} order by run_id, ts_ns, number",
+            params,
+        )
+    except sqlite3.OperationalError:  # no such table: nothing was ever controlled there
+        return []
+    for row in rows:
+        row["kind"] = pc.KIND
+        row["text"] = pc.describe(row)
+    return rows
+
+
+EXPORTED = ("run_id", "number", "ts_ns", "action", "argument", "hold", "seq", "result_seq", "held_ns")
+
+
+def exported(db: ReadDb, run_ids: list[int]) -> list[dict[str, Any]]:
+    """The control rows of ``run_ids`` as an export's header keeps them (``import`` reads them
+    back); a row's ``seq``/``result_seq`` are the run's frame numbers, kept whole by an export
+    of the run."""
+    return [{k: row[k] for k in EXPORTED if row.get(k) is not None} for row in control_rows(db, run_ids)]
+
+
+def held_fates(controls: Iterable[Mapping[str, Any]]) -> dict[tuple[Any, Any], str]:
+    """(run_id, seq) of each held row a release or drop decided -> what became of it."""
+    return {
+        (c["run_id"], c["seq"]): pc.held_fate(c)
+        for c in controls
+        if c.get("action") in ("release", "drop") and c.get("seq") is not None
+    }
+
+
+def with_controls(
+    frames: Iterable[dict[str, Any]], controls: list[dict[str, Any]], expr: Any = None
+) -> Iterator[dict[str, Any]]:
+    """Frames in relay order with the control rows ``expr`` selects (all: None) placed among
+    them by time, within their run; a held frame row gets ``held``, its fate (``held_fate``).
+    Frames come in (run_id, seq) order; a run's controls after its last frame follow it."""
+    fates = held_fates(controls)
+    chosen = [c for c in controls if expr is None or _selects(expr, c)]
+    at = 0
+    for row in frames:
+        run, ts = row.get("run_id"), row.get("ts_ns") or 0
+        while at < len(chosen) and _before(chosen[at], run, ts):
+            yield chosen[at]
+            at += 1
+        if pc.is_held(row.get("note")):
+            row = {**row, "held": fates.get((row.get("run_id"), row.get("seq"))) or pc.held_fate(None)}
+        yield row
+    yield from chosen[at:]
+
+
+def _before(control: Mapping[str, Any], run: Any, ts: int) -> bool:
+    other = control["run_id"]
+    if isinstance(run, int) and other != run:
+        return bool(other < run)
+    return bool((control.get("ts_ns") or 0) <= ts)
+
+
+def _selects(expr: Any, control: Mapping[str, Any]) -> bool:
+    try:
+        return bool(expr.matches(pc.filter_record(control)))
+    except Exception:  # a term that cannot read a control row does not select it
+        return False

@@ -315,6 +315,8 @@ class Folder(ContentRules):
         # What the agent's update counts towards its turn: protocol.output's vocabulary.
         if turn_seq is None or item.dir != A2C or not isinstance(msg, dict) or msg.get("method") != "session/update":
             return
+        if not item.forwarded:  # what the client received counts (a held chunk: its copy)
+            return
         mask = output.counts(_str(_dict(_dict(msg.get("params")).get("update")).get("sessionUpdate")))
         turn = self._turns.get((item.run, turn_seq))
         if turn is not None and mask & output.IS_CHUNK:

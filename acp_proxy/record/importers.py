@@ -311,6 +311,15 @@ class JsonlParser(Parser):
             if "seed" in facts and not -(2**63) <= facts["seed"] < 2**63:
                 facts.pop("seed")
             self.runs[run.get("id")] = facts
+        controls = obj.get("controls")
+        for control in controls if isinstance(controls, list) else ():
+            # Actions of acp-proxy ctl (read.controls.exported), kept with their run.
+            if not isinstance(control, dict) or not isinstance(control.get("number"), int):
+                continue
+            owner = self.runs.get(control["run_id"]) if isinstance(control.get("run_id"), int) else None
+            if owner is not None:
+                row = {k: v for k, v in control.items() if k != "run_id" and isinstance(v, int | str)}
+                owner.setdefault("controls", []).append(row)
 
 
 # -- jsons: the ACP conductor's trace -------------------------------------------------------------
@@ -880,6 +889,8 @@ def write_run(db_path: Path, records: Iterable[Record], provenance: dict[str, An
             for name in ("agent_pid", "exit_code", "exit_signal"):
                 if provenance.get(name) is not None:
                     end[name] = provenance[name]
+            if provenance.get("controls"):
+                writer.record(jr.META, 0, ts, _encode({"control": provenance["controls"]}))
             writer.record(jr.META, 0, ts, _encode(end))
             if writer.problem is not None:
                 raise store.StoreError(f"cannot import into {db_path}: {writer.problem}")

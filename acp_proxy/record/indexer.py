@@ -1,7 +1,9 @@
 """Journal records in, row batches out: framing, decoding and protocol tracking of one run.
 
 Owns: the ``Indexer`` (each journal record's place, the lines it completes, the frames rows and
-tracker Changes they make, and the journal state a resume needs), the batch shape sent to the
+tracker Changes they make, the ``controls`` rows of a META record's ``control`` list — linked to
+the held row a release or drop decided and, once its LINE comes, to the frame the action wrote —
+and the journal state a resume needs), the batch shape sent to the
 writer (``_SparseInserts``: one INSERT per row shape, long lines beside the batch), and rebuilding
 the tracker from frames already committed (``replay_committed``).
 
@@ -34,6 +36,13 @@ LINE_BESIDE_BYTES = 64 * 1024  # a line this long goes to the writer beside its 
 CONTROL = 3  # the index slot of records that belong to no direction (START, META)
 
 _INSERT_FAULT = "INSERT INTO faults (run_id, seq, ts_ns, rule, action, detail) VALUES (?, ?, ?, ?, ?, ?)"
+# A control action (``acp-proxy ctl``, journaled in a META record's ``control``). The frame a
+# release or drop decided is the held row journaled with the hold's time; when this process did
+# not index that row itself (a resume after a crash), the row already committed is looked up.
+_INSERT_CONTROL = """INSERT INTO controls (run_id, number, ts_ns, action, argument, hold, held_ns, result_seq, seq)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, (select seq from frames where run_id = ? and ts_ns = ?
+        and forwarded = 0 and batch_seq is null order by seq limit 1)))"""
+_CONTROL_WROTE = "UPDATE controls SET result_seq = ? WHERE run_id = ? AND number = ?"
 _RAW = COLUMNS.index("raw")
 
 
@@ -199,6 +208,9 @@ class Indexer:
         self.framers = [LineFramer(max_keep) for _ in DIRECTIONS]
         self.pending = _SparseInserts(lines_beside=redactor is None)
         self.fault_rows: list[tuple] = []
+        self.control_rows: list[tuple] = []
+        self.control_results: list[tuple] = []  # (seq, run_id, number): the frame an action wrote
+        self.hold_seqs: dict[int, int] = {}  # hold number -> its held row's seq, this process's
         self.patches: list[dict[str, Any]] = []  # frames rows to correct (forwarded=0 after a hang-up)
         self.run_values: dict[str, Any] = {}  # run-row columns the next batch sets (META records)
         self.unflushed_bytes = 0
@@ -369,6 +381,11 @@ class Indexer:
             self.bytes[rec.direction] += line.size + line.terminated
         seq = self._add(rec.direction, rec.ts_ns, line, meta)
         self.last_line[rec.direction] = [seq, line.size + line.terminated, meta.get("note")] if forwarded else None
+        hold, control = meta.get("hold"), meta.get("control")
+        if isinstance(hold, int):
+            self.hold_seqs[hold] = seq
+        if isinstance(control, int):
+            self.control_results.append((seq, self.run_id, control))
 
     def _unsent(self, d: int) -> None:
         """The last line the gate framed in ``d`` was recorded before its write, which failed."""
@@ -436,6 +453,9 @@ class Indexer:
 
     def _meta(self, payload: bytes) -> None:
         values = json.loads(payload)
+        controls = values.pop("control", None)
+        if isinstance(controls, list):
+            self._controls(controls)
         if values.pop("final", False):
             self.final = True
         values.pop("status", None)  # the run's status is set when its recording is complete
@@ -444,6 +464,30 @@ class Indexer:
             for d, lost in enumerate(by_direction):
                 self.lost_by_dir[d] += lost
         self.run_values.update(values)
+
+    def _controls(self, rows: list[Any]) -> None:
+        for row in rows:
+            if not isinstance(row, dict) or not isinstance(row.get("number"), int):
+                continue
+            # An import gives seq and result_seq; the relay names a held frame by its hold.
+            hold, seq = row.get("hold"), row.get("seq")
+            if not isinstance(seq, int):
+                seq = self.hold_seqs.get(hold) if isinstance(hold, int) else None
+            self.control_rows.append(
+                (
+                    self.run_id,
+                    row["number"],
+                    row.get("ts_ns") or 0,
+                    str(row.get("action")),
+                    row.get("argument"),
+                    hold,
+                    row.get("held_ns"),
+                    row.get("result_seq"),
+                    seq,
+                    self.run_id,
+                    row.get("held_ts"),
+                )
+            )
 
     def _add(self, direction: int, ts_ns: int, line: Line, meta: dict[str, Any] | None) -> int:
         self.seq += 1
@@ -495,6 +539,7 @@ class Indexer:
             self.pending.count >= FLUSH_ROWS
             or self.unflushed_bytes >= FLUSH_BYTES
             or (bool(self.pending.count) and time.monotonic() - self.last_flush > FLUSH_SECONDS)
+            or bool(self.control_rows)  # a person's action: shown as soon as it is made
         )
 
     def message(self, offset: int) -> dict[str, Any]:
@@ -508,6 +553,12 @@ class Indexer:
         if self.fault_rows:
             batches.append((_INSERT_FAULT, self.fault_rows))
             self.fault_rows = []
+        if self.control_rows:
+            batches.append((_INSERT_CONTROL, self.control_rows))
+            self.control_rows = []
+        if self.control_results:
+            batches.append((_CONTROL_WROTE, self.control_results))
+            self.control_results = []
         run = {**self.run_values, **self.counters(), "lost": self.lost_lines}
         self.run_values = {}
         message = {

@@ -4,7 +4,8 @@ Owns: the socket's place (beside the run's journal, or in a private directory un
 system's temporary directory when that path is too long for a Unix socket), its creation (0600,
 in a 0700 directory, removed at the end), the wire (one JSON request line in, one JSON answer
 line out, per connection), one controller at a time, and carrying out what a request changed:
-the gate's plan swapped, the run's fault spec journaled (a META record: the run row's
+each action journaled (a META record's ``control`` rows: the recorder writes them to the
+``controls`` table), the gate's plan swapped, the run's fault spec journaled (a META record: the run row's
 ``fault_spec`` then holds every run-time rule with the times it was added and removed), a
 direction waiting on a held frame woken, a frame ``ctl send`` asked for written (through the
 relay's ``inject``: journaled, then written under the pipe's lock, between two whole lines),
@@ -102,6 +103,10 @@ class ControlServer:
         self.busy = False
         self.to_send: list[list[Step]] = []
         """What the last request asked to write, as the gate's steps (recorded before written)."""
+        live.serving = True
+        if live.early:  # the breakpoints of the command line (--break): actions too
+            changed_plan({"control": live.early})
+            live.early = []
 
     async def wait_decision(self, number: int) -> None:
         """Block the calling direction until held frame ``number`` is decided."""
@@ -161,12 +166,18 @@ class ControlServer:
         if not isinstance(parsed, dict):
             return {"error": "the request is not a JSON object"}
         answer, changes = self.live.handle(parsed)
+        values: dict[str, Any] = {}
         if changes.plan:
             self.gate.plan = self.live.plan
-            self.changed_plan({"fault_spec": json.dumps(self.live.spec(), default=str)})
-        for direction, data, note in changes.send:
+            values["fault_spec"] = json.dumps(self.live.spec(), default=str)
+        if changes.control:
+            # Journaled before any frame the action writes: the recorder then links the two.
+            values["control"] = changes.control
+        if values:
+            self.changed_plan(values)  # one META record per request
+        for direction, data, note, control in changes.send:
             # The gate's tracker sees it now, before any answer can arrive.
-            self.to_send.append(self.gate.sent(direction, data, note))
+            self.to_send.append(self.gate.sent(direction, data, note, control))
         for number in changes.decided:
             event = self.waiting.pop(number, None)
             if event is not None:

@@ -53,7 +53,9 @@ __all__ = ["FRAME_COLUMNS", "default_db_path"]
 # A test hook: lower SQLite's limit on one value (SQLITE_LIMIT_LENGTH, 1e9 bytes by default) in
 # every connection that writes, so that lines over it can be tested without a gigabyte of disk.
 LENGTH_LIMIT_VAR = "ACP_PROXY_SQLITE_MAX_LENGTH"
-OWN_TABLES = frozenset(("runs", "frames", "sessions", "session_runs", "turns", "faults", "findings", "marks"))
+OWN_TABLES = frozenset(
+    ("runs", "frames", "sessions", "session_runs", "turns", "faults", "findings", "marks", "controls")
+)
 
 # column -> the schema version that added it
 _FRAME_COLUMNS_ADDED = {"origin": 2, "transport": 7, "connection": 7, "stream": 7}
@@ -800,6 +802,30 @@ def _create_v7(db: sqlite_utils.Database) -> None:
             db.execute(f"ALTER TABLE frames ADD COLUMN [{name}] TEXT")
 
 
+def _create_controls(db: sqlite_utils.Database) -> None:
+    # What a person did to a live run through its control socket (``acp-proxy ctl``): one row per
+    # action, beside the frames rather than among them. A frame row is a line that travelled a
+    # pipe (seq orders lines; counters, pairing and turns are built on that); an action is not
+    # one. ``number`` counts a run's actions; ``seq`` is the frame it acted on (the held row a
+    # release or drop decided, the frame a resend sent again), ``result_seq`` the frame it wrote
+    # (the released or edited copy, the frame sent), ``held_ns`` how long a decided frame was held.
+    db.execute(
+        """CREATE TABLE controls (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id),
+            number INTEGER NOT NULL,
+            ts_ns INTEGER NOT NULL,
+            action TEXT NOT NULL,
+            argument TEXT,
+            hold INTEGER,
+            seq INTEGER,
+            result_seq INTEGER,
+            held_ns INTEGER
+        )"""
+    )
+    db.execute("CREATE INDEX idx_controls_run ON controls (run_id, number)")
+
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v1,
     _create_v2,
@@ -808,6 +834,7 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [
     _create_v5,
     _create_marks,  # schema 6: marks and notes on frames
     _create_v7,  # schema 7: remote transports
+    _create_controls,  # schema 8: control actions of live runs
 ]
 
 

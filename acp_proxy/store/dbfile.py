@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     PathLike: TypeAlias = "str | os.PathLike[str]"
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 BUSY_TIMEOUT_MS = 10_000  # how long a connection waits for another's write lock before failing
 MODE_DIR = 0o700
 MODE_FILE = 0o600

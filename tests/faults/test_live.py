@@ -79,20 +79,22 @@ def test_without_breakpoints_every_frame_is_forwarded_whole() -> None:
     assert Playbook(gate) >> Chunk("c2a", prompt(1)) << Forward("c2a", prompt(1))
 
 
-def held_note(point: int = 1) -> dict[str, Any]:
-    return {"forwarded": 0, "note": f"held by breakpoint {point} (acp-proxy ctl); forwarded only if released"}
+def held_note(point: int = 1, hold: int = 1) -> dict[str, Any]:
+    note = f"held by breakpoint {point} (acp-proxy ctl); forwarded only if released"
+    return {"forwarded": 0, "note": note, "hold": hold}
 
 
 def test_a_breakpoint_holds_the_frame_the_frames_behind_it_queue_the_other_direction_flows() -> None:
     live, gate = control()
     assert ok(live, gate, op="break", filter="method:session/update") == {"id": 1, "filter": "method:session/update"}
     first, second = update("one"), update("two")
-    # Each held frame is recorded at once, not forwarded, with its hold's time as its key.
+    # Each held frame is recorded at once, not forwarded, with its hold's time as its key
+    # (the breakpoint's own record took the clock's 2 s).
     assert (
         Playbook(gate)
         >> Chunk("a2c", first + second)
-        << Note("a2c", as_line(first), held_note(), 2_000_000_000)
-        << Note("a2c", as_line(second), held_note(), 3_000_000_000)  # recorded before the wait
+        << Note("a2c", as_line(first), held_note(), 3_000_000_000)
+        << Note("a2c", as_line(second), held_note(hold=2), 4_000_000_000)  # recorded before the wait
         << Hold("a2c", as_line(first), 1)
         << Hold("a2c", as_line(second), 2)
         >> Chunk("c2a", prompt(3))
@@ -100,8 +102,8 @@ def test_a_breakpoint_holds_the_frame_the_frames_behind_it_queue_the_other_direc
     )
     held = ok(live, gate, op="held")
     assert [(h["hold"], h["ts_ns"], h["dir"], h["method"], h["kind"]) for h in held] == [
-        (1, 2_000_000_000, "a2c", "session/update", "notification"),
-        (2, 3_000_000_000, "a2c", "session/update", "notification"),
+        (1, 3_000_000_000, "a2c", "session/update", "notification"),
+        (2, 4_000_000_000, "a2c", "session/update", "notification"),
     ]
     assert json.loads(held[0]["frame"]) == json.loads(first)
 
@@ -120,7 +122,7 @@ def test_release_forwards_a_copy_and_records_how_long_it_was_held() -> None:
     ok(live, gate, op="break", filter="method:session/update")
     steps = gate.chunk("a2c", update("one"))
     assert steps == [
-        Note("a2c", as_line(update("one")), held_note(), 2_000_000_000),
+        Note("a2c", as_line(update("one")), held_note(), 3_000_000_000),
         Hold("a2c", as_line(update("one")), 1),
     ]
     assert live.take(1) is None  # not decided yet: the direction keeps waiting
@@ -131,7 +133,11 @@ def test_release_forwards_a_copy_and_records_how_long_it_was_held() -> None:
         Note(
             "a2c",
             as_line(update("one")),
-            {"forwarded": 1, "note": "released by acp-proxy ctl after it was held 1.000s by a breakpoint"},
+            {
+                "forwarded": 1,
+                "note": "released by acp-proxy ctl after it was held 1.000s by a breakpoint",
+                "control": 2,  # the release (the breakpoint was action 1): the recorder links them
+            },
         ),
         Send("a2c", update("one")),
     ]
@@ -153,6 +159,7 @@ def test_release_with_an_edited_frame_records_the_edit_after_the_held_original()
             {
                 "origin": "proxy",
                 "note": "edited by acp-proxy ctl in place of a frame held 1.000s by a breakpoint",
+                "control": 2,
                 "forwarded": 1,
             },
         ),
@@ -199,11 +206,13 @@ def test_send_writes_a_request_with_an_id_of_the_proxys_own_and_keeps_its_answer
     ok(live, gate, op="break", filter="dir:a2c")  # the answer is kept before any breakpoint
     answer, changes = live.handle({"op": "send", "to": "agent", "frame": prompt(1, "again").decode()})
     assert answer == {"ok": {"sent": "agent", "id": "acp-proxy-ctl-1", "method": "session/prompt"}}
-    ((direction, data, note),) = changes.send
+    ((direction, data, note, number),) = changes.send
     assert direction == "c2a" and json.loads(data)["id"] == "acp-proxy-ctl-1" and "sent by acp-proxy ctl" in note
-    steps = gate.sent(direction, data, note)
+    assert [c["action"] for c in changes.control] == ["send"] and changes.control[0]["number"] == number == 2
+    steps = gate.sent(direction, data, note, number)
+    meta = {"forwarded": 1, "origin": "proxy", "note": note, "control": 2}
     assert steps == [
-        Note("c2a", Line(data, len(data), True, False), {"forwarded": 1, "origin": "proxy", "note": note}),
+        Note("c2a", Line(data, len(data), True, False), meta),
         Send("c2a", data + b"\n"),
     ]
     reply = line({"jsonrpc": "2.0", "id": "acp-proxy-ctl-1", "result": {"stopReason": "end_turn"}})

@@ -72,6 +72,8 @@ def test_the_socket_is_private_answers_one_line_and_is_removed_at_the_end(tmp_pa
     assert not path.exists()
     (spec,) = journaled  # the run's fault spec, journaled once per change
     assert [r["rule"] for r in json.loads(spec["fault_spec"])["runtime"]] == ["drop if dir:a2c"]
+    (action,) = spec["control"]  # the action itself, in the same record: a controls row
+    assert (action["number"], action["action"], action["argument"]) == (1, "fault-add", "#1 drop if dir:a2c")
 
 
 def test_a_second_controller_at_the_same_moment_is_told_so(tmp_path: Path) -> None:
