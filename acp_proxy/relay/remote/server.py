@@ -471,9 +471,9 @@ async def serve(options: ServeOptions) -> None:
 async def _serve_task(
     app: ProxyApp, config: Any, stop: Callable[[], Awaitable[None]], task_status: Any = trio.TASK_STATUS_IGNORED
 ) -> None:
-    import hypercorn.trio
+    from acp_proxy.relay.remote import listen
 
-    await hypercorn.trio.serve(app, config, shutdown_trigger=stop, task_status=task_status)  # type: ignore[arg-type]
+    await listen.serve(app, config, stop, task_status=task_status)
 
 
 def _server_log() -> logging.Logger:
