@@ -170,6 +170,8 @@ class Config:
     slow_start: float = 0.3  # seconds of CPU-bound start-up for the "slow" agent
     lock_seconds: float = 25.0  # how long another process holds the database's write lock
     cat_trials: int = 9  # spawns with ``cat`` as the agent (the instant agent's judged row)
+    remote_chunks: int = 100_000  # the remote workload's WebSocket stream (remote_bench.py)
+    remote_trips: int = 1_000
 
     @classmethod
     def full(cls) -> Config:
@@ -177,7 +179,7 @@ class Config:
 
     @classmethod
     def quick(cls) -> Config:
-        return cls(20_000, 1000, 200, 20, [(16, MiB), (2, 16 * MiB)], 20_000, 300, 60.0, 3, 0.3, 5.0)
+        return cls(20_000, 1000, 200, 20, [(16, MiB), (2, 16 * MiB)], 20_000, 300, 60.0, 3, 0.3, 5.0, 9, 10_000, 200)
 
 
 @dataclass(frozen=True)
@@ -937,6 +939,25 @@ def check_sdk_recording(db: Path, chunks: int) -> None:
 # -- the run -------------------------------------------------------------------------------
 
 
+def remote_stream(relays: list[Relay], cfg: Config, scratches: dict[str, Path]) -> dict[str, dict | Exception]:
+    """``acp-proxy serve`` (recording) vs the WebSocket agent directly: remote_bench.py's
+    stream of chunks and round trips, the two interleaved in one round. The direct side's
+    figures go to the ``direct`` column, serve's to ``proxy recording``."""
+    sys.path.insert(0, str(HERE))
+    try:
+        import remote_bench
+    finally:
+        sys.path.remove(str(HERE))
+    try:
+        results = remote_bench.measure(scratches["proxy_rec"], cfg.remote_chunks, cfg.remote_trips)
+    except SystemExit as exc:  # a check failed (a message not recorded, a peer that did not start)
+        raise BenchError(str(exc)) from None
+    direct, served = results["direct"][0], results["serve"][0]
+    served["added_p50_us"] = served["p50_us"] - direct["p50_us"]
+    outcome: dict[str, dict | Exception] = {"direct": direct, "proxy_rec": served}
+    return {relay.key: outcome[relay.key] for relay in relays}
+
+
 @dataclass
 class Cell:
     """Results of one (workload, relay) pair over the repeats."""
@@ -1001,6 +1022,7 @@ def make_plans(cfg: Config, examples: Path, skip_sdk: str | None) -> list[Plan]:
                 lambda relay, scratch: sdk_stream(relay, examples, cfg, scratch),
             )
         )
+    plans.append(Plan("remote", ["direct", "proxy_rec"], group=lambda relays, scr: remote_stream(relays, cfg, scr)))
     return plans
 
 
@@ -1267,6 +1289,28 @@ def build_rows(cfg: Config, cells: dict, sdk_note: str | None) -> tuple[list[Row
             {k: (lambda v, b=b: v <= b) for k, b in bound.items()},
         )
 
+    # (e) remote: acp-proxy serve (WebSocket)
+    rows.append(
+        Row(
+            f"remote: WebSocket, {cfg.remote_chunks:,} chunks; serve in the recording column",
+            {},
+            section=True,
+        )
+    )
+    remote = series("remote", "msgs_per_s", "max")
+    row("msgs/s", "remote", remote, fmt_int)
+    row("x direct", "remote", ratios(remote, "direct"), fmt_ratio, "rec >= 0.8x", {"proxy_rec": lambda v: v >= 0.8})
+    row("round trip p50 us", "remote", series("remote", "p50_us", "min"), fmt_int)
+    row(
+        "  added p50 us",
+        "remote",
+        series("remote", "added_p50_us", "median"),
+        fmt_signed,
+        "rec <= 500",
+        {"proxy_rec": lambda v: v <= 500},
+    )
+    row("serve CPU us/msg", "remote", series("remote", "cpu_us_per_msg", "min"), lambda v: f"{v:,.1f}")
+
     # (d) the official SDK
     if sdk_note is not None:
         rows.append(Row(f"SDK: skipped — {sdk_note}", {}, section=True))
@@ -1446,7 +1490,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         metavar="WORKLOADS",
-        help="comma-separated workloads to run: storm, rt, big, startup, lock, sdk (default: all)",
+        help="comma-separated workloads to run: storm, rt, big, startup, lock, sdk, remote (default: all)",
     )
     parser.add_argument(
         "--relays",
