@@ -24,6 +24,9 @@ from acp_proxy.record import journal as jr
 from acp_proxy.relay.stdio import ExitStatus, Recording, RunOptions
 
 DIRECTIONS = {"c2a": jr.C2A, "a2c": jr.A2C}
+# Runs recorded at once by one serve: each has a recorder process (tens of MiB), so a client that
+# opens a thousand connections must not make a thousand of them; the rest are refused (503).
+MAX_LIVE_RUNS = 64
 
 
 class RemoteRun:

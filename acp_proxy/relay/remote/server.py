@@ -34,7 +34,7 @@ import trio
 import trio_websocket
 
 from acp_proxy.relay.remote import shapes
-from acp_proxy.relay.remote.runs import RemoteRun
+from acp_proxy.relay.remote.runs import MAX_LIVE_RUNS, RemoteRun
 from acp_proxy.relay.spawn import say
 
 Scope = dict[str, Any]
@@ -76,6 +76,8 @@ class ProxyApp:
         self.port = options.listen_port
         self.http_runs: dict[str, RemoteRun] = {}
         self.live: set[RemoteRun] = set()
+        self.connecting = 0  # WebSockets between the check for a free run and their run
+        self.refusing = False  # said once on stderr while serve is full
         self.tls = system_tls()
 
     # -- runs --------------------------------------------------------------------------------
@@ -102,6 +104,18 @@ class ProxyApp:
         )
         self.live.add(run)
         return run
+
+    def _full(self) -> bool:
+        """Whether a new client connection would be one run too many (each run has a recorder
+        process): it is then refused with 503, so memory and processes stay bounded."""
+        full = self.options.db_path is not None and len(self.live) + self.connecting >= MAX_LIVE_RUNS
+        if full and not self.refusing:
+            say(f"{MAX_LIVE_RUNS} connections are being recorded: new ones are refused (503) until one ends")
+        self.refusing = full
+        return full
+
+    async def _refuse_full(self, scope: Scope, send: Send) -> None:
+        await _refuse(scope, send, 503, f"acp-proxy: {MAX_LIVE_RUNS} connections are being recorded; try again later")
 
     async def _finish(self, run: RemoteRun | None, code: int = 0) -> None:
         if run is None:
@@ -150,12 +164,25 @@ class ProxyApp:
         headers = scope["headers"]
         body = await _read_body(receive) if method != "GET" else b""
         connection = shapes.header(headers, CONNECTION_ID)
+        if connection is None and method == "POST" and self._full():
+            await self._refuse_full(scope, send)
+            return
         run = self.http_runs.get(connection) if connection else None
         stream = "post" if method == "POST" else method.lower()
         if method == "GET":
             session = shapes.header(headers, SESSION_ID)
             stream = f"sse:{session}" if session else "sse"
         ts = time.time_ns()
+        # A connection this serve did not see established (unknown, expired, or from before it
+        # started): its messages are a run of their own rather than lost, with why beside them.
+        orphan = connection is not None and run is None and self.options.db_path is not None
+        if orphan:
+            if self._full():
+                await self._refuse_full(scope, send)
+                return
+            run = self._new_run("http", connection)
+            if run is not None:
+                run.event(f"a {method} on a connection serve did not see established", stream=stream)
         if run is not None and body:
             run.message("c2a", body, stream=stream, ts_ns=ts)
         request = self.client.build_request(
@@ -176,13 +203,18 @@ class ProxyApp:
             if run is not None:
                 run.event(f"{method} not relayed, 502 sent: {why}", stream=stream)
             await _refuse(scope, send, 502, f"acp-proxy: {why}")
-            if attempt:
+            if attempt or orphan:
                 await self._finish(run)
             return
+        known = 200 <= response.status_code < 300 and method != "DELETE"
+        if orphan and known and connection is not None and run is not None:
+            self.http_runs[connection] = run  # the upstream knows it: its next messages join this run
         try:
             await self._answer(scope, receive, send, response, run, stream, method, body, ts)
         finally:
             await response.aclose()
+            if orphan and not known:
+                await self._finish(run)
 
     async def _answer(
         self,
@@ -272,6 +304,23 @@ class ProxyApp:
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (await receive())["type"] != "websocket.connect":
             return
+        if self._full():
+            await self._refuse_full(scope, send)
+            return
+        self.connecting += 1
+        counted = [1]
+
+        def connected() -> None:  # once: when its run exists, or when it failed before
+            self.connecting -= counted.pop() if counted else 0
+
+        try:
+            await self._websocket_connected(scope, receive, send, connected)
+        finally:
+            connected()
+
+    async def _websocket_connected(
+        self, scope: Scope, receive: Receive, send: Send, connected: Callable[[], None]
+    ) -> None:
         url = self._upstream_target(scope, websocket=True)
         tls = self.tls if url.startswith("wss:") else None
         extra = shapes.websocket_headers(scope["headers"])
@@ -295,6 +344,7 @@ class ProxyApp:
                 connection = shapes.header(accepted, CONNECTION_ID)
                 plan = self._new_plan()
                 run = self._new_run("websocket", connection, plan)
+                connected()
                 await send({"type": "websocket.accept", "headers": accepted, "subprotocol": upstream.subprotocol})
                 try:
                     await self._relay_websocket(receive, send, upstream, run, plan)
