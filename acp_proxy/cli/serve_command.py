@@ -51,6 +51,16 @@ class MissingExtra(AcpProxyError):
     help="Inject a fault on WebSocket connections (repeatable; as run --fault). See `acp-proxy faults-help`.",
 )
 @click.option("--seed", type=int, default=None, help="Seed for the random choices of fault rules.")
+@click.option(
+    "--redact",
+    "redact_rules",
+    multiple=True,
+    is_flag=False,
+    flag_value="",
+    metavar="[RULE]",
+    help="Store a masked copy of each message (as run --redact): built-in secrets and what RULE names, "
+    "a JSON path or a regular expression (repeatable). What is forwarded is never altered.",
+)
 def serve(
     listen: str,
     upstream: str,
@@ -59,6 +69,7 @@ def serve(
     no_record: bool,
     fault_rules: tuple[str, ...],
     seed: int | None,
+    redact_rules: tuple[str, ...],
 ) -> None:
     """Relay remote ACP clients to an agent at --upstream, recording every message.
 
@@ -94,6 +105,13 @@ def serve(
     from acp_proxy.cli.run_command import build_fault_plan
 
     plan = build_fault_plan(fault_rules, None, seed)
+    if redact_rules and no_record:
+        raise UsageError("--redact masks what is recorded: it cannot be used with --no-record")
+    redact = [rule for rule in redact_rules if rule] if redact_rules else None
+    if redact:
+        from acp_proxy.protocol.redact import Redactor
+
+        Redactor(redact)  # a bad rule: one line, exit 2
     record_to = None
     if not no_record:
         from acp_proxy.record import recovery
@@ -115,6 +133,7 @@ def serve(
         allowed_hosts=allowed | {host.lower()},
         argv=argv,
         fault_plan=plan,
+        redact=redact,
     )
     try:
         trio.run(serve_forever, options)

@@ -41,9 +41,17 @@ class RemoteRun:
         transport: str,
         connection: str | None,
         fault_plan: Any = None,
+        redact: list[str] | None = None,
     ) -> None:
+        # With --redact the recorder stores masked copies, as for run --redact; the options say
+        # so, never the rules (they may name a secret).
+        masked = {"redact": True} if redact is not None else {}
         run_options = RunOptions(
-            argv=argv, db_path=db_path, options={**options, "transport": transport}, fault_plan=fault_plan
+            argv=argv,
+            db_path=db_path,
+            options={**options, "transport": transport, **masked},
+            fault_plan=fault_plan,
+            redact=redact,
         )
         self.recording = Recording(run_options, attached=False)
         self.transport = transport

@@ -60,6 +60,7 @@ class ServeOptions:
     allowed_hosts: frozenset[str] = frozenset()
     argv: list[str] = field(default_factory=list)  # masked already
     fault_plan: Any = None  # a FaultPlan: its rules apply to WebSocket connections, each its own plan
+    redact: list[str] | None = None  # serve --redact: runs store masked copies (the rules stay unrecorded)
 
 
 def system_tls() -> ssl.SSLContext:
@@ -101,6 +102,7 @@ class ProxyApp:
             transport=transport,
             connection=connection,
             fault_plan=plan,
+            redact=self.options.redact,
         )
         self.live.add(run)
         return run

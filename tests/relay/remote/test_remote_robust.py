@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -247,3 +248,20 @@ def test_garbage_bodies_get_what_the_upstream_says_and_are_recorded(
     assert (
         any(r["dir"] == "a2c" and f"HTTP {direct.status_code}" in str(r["note"]) for r in first) or not direct.content
     )
+
+
+def test_serve_redact_masks_what_is_recorded_never_what_is_forwarded(upstream: str, db_path: Path) -> None:  # noqa: F811
+    server = start_serve(upstream, "--db", str(db_path), "--redact", "hunter[0-9]+")
+    try:
+        seen = sdk_client("ws", f"{server.url.replace('http', 'ws', 1)}/acp", "my password is hunter42")
+    finally:
+        said = server.stop()
+    assert "<< echo: my password is hunter42" in seen  # forwarded as it was
+    assert "Traceback" not in said and "hunter42" not in said
+    rows = frames(db_path)
+    prompts = [str(r["raw"]) for r in rows if r["method"] == "session/prompt" and r["dir"] == "c2a"]
+    assert len(prompts) == 1 and "[redacted]" in prompts[0]
+    with sqlite3.connect(db_path) as conn:
+        dump = "\n".join(conn.iterdump())
+    assert "hunter42" not in dump and "hunter[0-9]" not in dump  # neither the secret nor the rule
+    assert json.loads(str(runs(db_path)[0]["options"]))["redact"] is True
