@@ -186,7 +186,7 @@ class ProxyApp:
             if run is not None:
                 run.event(f"a {method} on a connection serve did not see established", stream=stream)
         if run is not None and body:
-            run.message("c2a", body, stream=stream, ts_ns=ts)
+            _record_request(run, headers, body, stream, ts)
         request = self.client.build_request(
             method,
             self._upstream_target(scope, websocket=False),
@@ -201,7 +201,7 @@ class ProxyApp:
             if attempt:  # an initialize that never reached the agent: a run of its own
                 run = self._new_run("http", None)
                 if run is not None:
-                    run.message("c2a", body, stream=stream, ts_ns=ts)
+                    _record_request(run, headers, body, stream, ts)
             if run is not None:
                 run.event(f"{method} not relayed, 502 sent: {why}", stream=stream)
             await _refuse(scope, send, 502, f"acp-proxy: {why}")
@@ -245,20 +245,24 @@ class ProxyApp:
             run = self._new_run("http", established)
             if run is not None:
                 self.http_runs[established] = run
-                run.message("c2a", body, stream=stream, ts_ns=ts)
+                _record_request(run, scope["headers"], body, stream, ts)
         attempt = run is None and method == "POST" and shapes.header(scope["headers"], CONNECTION_ID) is None
         if attempt:
             # A connection-less POST (an initialize) the upstream did not answer with a connection:
             # an error status, HTML from something that is not an ACP agent... a run of its own.
             run = self._new_run("http", None)
             if run is not None:
-                run.message("c2a", body, stream=stream, ts_ns=ts)
+                _record_request(run, scope["headers"], body, stream, ts)
         if run is not None and content:
             kind = response.headers.get("content-type", "")
             note = None if 200 <= status < 300 else f"HTTP {status} answer to a {method}"
             if "json" not in kind:
                 note = f"{note or f'HTTP {status} answer to a {method}'} ({kind or 'no content-type'})"
-            run.message("a2c", content, stream=stream, note=note)
+            decoder = shapes.BodyDecoder(response.headers.get("content-encoding"))
+            recorded = decoder.decode(content) if decoder.active else content
+            if decoder.note is not None:
+                note = f"{note}; {decoder.note}" if note else decoder.note
+            run.message("a2c", recorded, stream=stream, note=note)
         await send({"type": "http.response.start", "status": status, "headers": out_headers})
         await send({"type": "http.response.body", "body": content})
         if attempt:
@@ -274,6 +278,7 @@ class ProxyApp:
         """Forward an SSE stream chunk by chunk; each event's message is journaled just before
         the chunk that completes it is forwarded. A client that goes away ends it."""
         events = shapes.SseEvents()
+        decoder = shapes.BodyDecoder(response.headers.get("content-encoding"))
         ended = "the upstream ended the stream"
         async with trio.open_nursery() as nursery:
 
@@ -286,8 +291,8 @@ class ProxyApp:
             try:
                 async for chunk in response.aiter_raw():
                     if run is not None:
-                        for message in events.feed(chunk):
-                            run.message("a2c", message, stream=stream)
+                        for message in events.feed(decoder.decode(chunk) if decoder.active else chunk):
+                            run.message("a2c", message, stream=stream, note=decoder.note)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except httpx.HTTPError as exc:
                 ended = f"the upstream dropped the stream: {type(exc).__name__}: {_short(exc)}"
@@ -455,6 +460,15 @@ class ProxyApp:
                     run.noted(step.direction, step.line, step.meta, stream="websocket")
             elif isinstance(step, Pause):
                 await trio.sleep(step.seconds)
+
+
+def _record_request(run: RemoteRun, headers: list[tuple[bytes, bytes]], body: bytes, stream: str, ts: int) -> None:
+    """Journal a request body: decoded when it came with a Content-Encoding, the note says so."""
+    decoder = shapes.BodyDecoder(shapes.header(headers, "content-encoding"))
+    if not decoder.active:
+        run.message("c2a", body, stream=stream, ts_ns=ts)
+        return
+    run.message("c2a", decoder.decode(body), stream=stream, ts_ns=ts, note=decoder.note)
 
 
 async def _read_body(receive: Receive) -> bytes:

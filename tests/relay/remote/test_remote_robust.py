@@ -265,3 +265,56 @@ def test_serve_redact_masks_what_is_recorded_never_what_is_forwarded(upstream: s
         dump = "\n".join(conn.iterdump())
     assert "hunter42" not in dump and "hunter[0-9]" not in dump  # neither the secret nor the rule
     assert json.loads(str(runs(db_path)[0]["options"]))["redact"] is True
+
+
+def test_compressed_answers_are_relayed_unaltered_and_recorded_decoded(db_path: Path) -> None:
+    import gzip
+
+    import httpx
+
+    def raw(client: httpx.Client, method: str, url: str, headers: dict[str, str]) -> tuple[str | None, bytes]:
+        request = client.build_request(method, url, content=json.dumps(INITIALIZE) if method == "POST" else None)
+        request.headers.pop("accept-encoding", None)  # only what the test names
+        request.headers.update(headers)
+        response = client.send(request, stream=True)
+        try:
+            return response.headers.get("content-encoding"), b"".join(response.iter_raw())
+        finally:
+            response.close()
+
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "gzip_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    timer = watchdog(proc, 300)
+    try:
+        line = wait_for_output(proc.stdout, b"\n", TIMEOUT)
+        upstream_url = f"http://127.0.0.1:{int(line.split()[1])}/acp"
+        server = start_serve(upstream_url, "--db", str(db_path))
+        try:
+            seen = []
+            for url in (upstream_url, f"{server.url}/acp"):
+                with httpx.Client(timeout=TIMEOUT) as client:
+                    seen.append(
+                        [
+                            raw(client, "POST", url, {"accept-encoding": "gzip"}),
+                            raw(client, "POST", url, {}),  # a client that names no encoding
+                            raw(client, "GET", url, {"accept-encoding": "gzip", "acp-connection-id": "c-gzip"}),
+                        ]
+                    )
+        finally:
+            said = server.stop()
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait(timeout=TIMEOUT)
+    assert "Traceback" not in said
+    assert seen[0] == seen[1]  # the same bytes, compressed as the upstream sent them
+    (coding, gzipped), (bare_coding, bare), (sse_coding, _) = seen[1]
+    assert coding == sse_coding == "gzip" and bare_coding is None  # no encoding asked, none given
+    rows = [r for r in frames(db_path) if r["dir"] == "a2c"]
+    decoded = [(json.loads(str(r["raw"])), r["note"]) for r in rows]
+    assert (json.loads(gzip.decompress(gzipped)), "content-encoding gzip: recorded decoded") in decoded
+    assert (json.loads(bare), None) in decoded
+    events = [(body, note) for body, note in decoded if body.get("method") == "session/update"]
+    assert [body["params"]["n"] for body, _ in events] == [0, 1]
+    assert {note for _, note in events} == {"content-encoding gzip: recorded decoded"}
