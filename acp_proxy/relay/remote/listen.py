@@ -26,6 +26,7 @@ import trio.testing
 HIGH_WATER = 256 * 1024  # buffered bytes at which a writer's producers wait for it
 BATCH = 64 * 1024  # bytes at which the writer sends without waiting for the burst to end
 LINGER = 0.001  # seconds the writer waits at most for a burst to end
+HEAD_SECONDS = 10.0  # how long a new connection may take to send its request head before hypercorn gets it
 
 
 class CoalescingStream(trio.abc.HalfCloseableStream):
@@ -41,6 +42,7 @@ class CoalescingStream(trio.abc.HalfCloseableStream):
         self._error: BaseException | None = None
         self._closed = False
         self._sending = trio.StrictFIFOLock()  # one send at a time: the writer's, or a drain's
+        self._unread = b""  # bytes read to tell the protocol, handed back to whoever serves it
 
     async def run_writer(self) -> None:
         """Send what is buffered, a burst at a time, until the stream is closed or broken."""
@@ -88,7 +90,15 @@ class CoalescingStream(trio.abc.HalfCloseableStream):
     async def wait_send_all_might_not_block(self) -> None:
         await self.transport.wait_send_all_might_not_block()
 
+    def unread(self, data: bytes) -> None:
+        """Give ``data`` back: the next ``receive_some`` returns it first."""
+        self._unread = data + self._unread
+
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if self._unread:
+            data, self._unread = self._unread, b""
+            await trio.lowlevel.checkpoint()
+            return data
         return await self.transport.receive_some(max_bytes)
 
     async def _drain(self) -> None:
@@ -112,12 +122,26 @@ class CoalescingStream(trio.abc.HalfCloseableStream):
             await self.transport.aclose()
 
 
-async def _connection(server_for: Callable[[Any], Awaitable[None]], stream: trio.SocketStream) -> None:
+async def _connection(
+    server_for: Callable[[Any], Awaitable[None]], app: Any, config: Any, stream: trio.SocketStream
+) -> None:
+    """One client connection: an HTTP/1.1 WebSocket upgrade is served by ``wsserver``, anything
+    else (HTTP/1.1, h2c, a head that does not come) by hypercorn, with what was read handed back."""
+    from acp_proxy.relay.remote import wsserver
+
     coalescing = CoalescingStream(stream)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(coalescing.run_writer)
         try:
-            await server_for(coalescing)
+            try:
+                head = await wsserver.read_head(coalescing, HEAD_SECONDS)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return
+            if wsserver.is_upgrade(head):
+                await wsserver.WebSocketDoor(app, coalescing, head, config.websocket_max_message_size).serve()
+            else:
+                coalescing.unread(head)
+                await server_for(coalescing)
         finally:
             await coalescing.aclose()
             nursery.cancel_scope.cancel()
@@ -148,9 +172,8 @@ async def serve(
     server_for = partial(TCPServer, ASGIWrapper(app), config, context, ConnectionState({}))
     async with trio.open_nursery() as connections:
         async with trio.open_nursery() as accepting:
-            accepting.start_soon(
-                partial(trio.serve_listeners, partial(_connection, server_for), listeners, handler_nursery=connections)
-            )
+            handler = partial(_connection, server_for, app, config)
+            accepting.start_soon(partial(trio.serve_listeners, handler, listeners, handler_nursery=connections))
             task_status.started(binds)
             await shutdown_trigger()
             accepting.cancel_scope.cancel()

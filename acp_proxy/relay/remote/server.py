@@ -396,12 +396,16 @@ class ProxyApp:
                 return
             await self._carry_out(gate.chunk(direction, message.encode() + b"\n"), run, out)
 
+        client_closed = False  # the agent's close that follows is the echo of the client's
+
         async with trio.open_nursery() as nursery:
 
             async def client_to_agent() -> None:
+                nonlocal client_closed
                 while True:
                     event = await receive()
                     if event["type"] == "websocket.disconnect":
+                        client_closed = True
                         code = event.get("code", 1000)
                         if run is not None and code not in (1000, 1001, 1005):
                             run.event(f"the client closed the WebSocket: code {code}", stream="websocket")
@@ -422,6 +426,8 @@ class ProxyApp:
                         message = await upstream.get_message()
                     except trio_websocket.ConnectionClosed as exc:
                         code = exc.reason.code if exc.reason is not None else 1000
+                        if client_closed:
+                            break
                         if run is not None and code not in (1000, 1001, 1005):
                             reason = exc.reason.reason if exc.reason is not None else None
                             said = f"the agent closed the WebSocket: code {code}" + (f" ({reason})" if reason else "")
