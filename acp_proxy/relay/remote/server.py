@@ -1,5 +1,5 @@
 """``acp-proxy serve``: the reverse proxy for remote ACP, as an ASGI application served by
-hypercorn's trio worker.
+``listen`` (hypercorn's trio ``TCPServer``; HTTP/1.1 WebSocket upgrades by ``wsserver``).
 
 Owns: the one endpoint's routing (WebSocket upgrade, POST, GET with SSE, DELETE, anything else
 passed through), the upstream connections (httpx for HTTP, trio-websocket for WebSocket, TLS with
