@@ -74,6 +74,10 @@ Workloads:
   the response has come, after all N chunks: chunks/s over that prompt turn (no start-up, no
   handshake). Also shown: the same up to the client's exit (after the relay's, so after the
   recording is complete). Skipped, with a note, when those examples are missing.
+- **remote**: ``acp-proxy serve --db`` in front of a WebSocket agent (``remote_bench.py``): a
+  stream of N chunk notifications and then round trips, directly (the ``direct`` column) and
+  through serve (the ``proxy recording`` column), interleaved in each round; every message must
+  be a ``frames`` row once serve has stopped. Judged: stream >= 0.8x direct, p50 added <= 0.5 ms.
 
 After every run the script checks that the client got every byte and line the agent sent; after
 every recording run, that the database holds one ``frames`` row per line, per direction, and
