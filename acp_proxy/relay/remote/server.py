@@ -77,7 +77,7 @@ class ProxyApp:
         self.port = options.listen_port
         self.http_runs: dict[str, RemoteRun] = {}
         self.live: set[RemoteRun] = set()
-        self.connecting = 0  # WebSockets between the check for a free run and their run
+        self.websockets = 0  # WebSocket connections open (each is, or is about to be, a run)
         self.refusing = False  # said once on stderr while serve is full
         self.tls = system_tls()
 
@@ -110,7 +110,8 @@ class ProxyApp:
     def _full(self) -> bool:
         """Whether a new client connection would be one run too many (each run has a recorder
         process): it is then refused with 503, so memory and processes stay bounded."""
-        full = self.options.db_path is not None and len(self.live) + self.connecting >= MAX_LIVE_RUNS
+        others = sum(1 for run in self.live if run.transport != "websocket")
+        full = self.options.db_path is not None and others + self.websockets >= MAX_LIVE_RUNS
         if full and not self.refusing:
             say(f"{MAX_LIVE_RUNS} connections are being recorded: new ones are refused (503) until one ends")
         self.refusing = full
@@ -144,7 +145,15 @@ class ProxyApp:
             await _refuse(scope, send, 403, "acp-proxy: this Host is not allowed (see serve --allow-host)")
             return
         if kind == "websocket":
-            await self._websocket(scope, receive, send)
+            if self._full():
+                await receive()  # websocket.connect
+                await self._refuse_full(scope, send)
+                return
+            self.websockets += 1  # counted from here, so a flood of handshakes cannot overshoot
+            try:
+                await self._websocket(scope, receive, send)
+            finally:
+                self.websockets -= 1
         elif kind == "http":
             await self._http(scope, receive, send)
 
@@ -311,23 +320,6 @@ class ProxyApp:
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (await receive())["type"] != "websocket.connect":
             return
-        if self._full():
-            await self._refuse_full(scope, send)
-            return
-        self.connecting += 1
-        counted = [1]
-
-        def connected() -> None:  # once: when its run exists, or when it failed before
-            self.connecting -= counted.pop() if counted else 0
-
-        try:
-            await self._websocket_connected(scope, receive, send, connected)
-        finally:
-            connected()
-
-    async def _websocket_connected(
-        self, scope: Scope, receive: Receive, send: Send, connected: Callable[[], None]
-    ) -> None:
         url = self._upstream_target(scope, websocket=True)
         tls = self.tls if url.startswith("wss:") else None
         extra = shapes.websocket_headers(scope["headers"])
@@ -351,7 +343,6 @@ class ProxyApp:
                 connection = shapes.header(accepted, CONNECTION_ID)
                 plan = self._new_plan()
                 run = self._new_run("websocket", connection, plan)
-                connected()
                 await send({"type": "websocket.accept", "headers": accepted, "subprotocol": upstream.subprotocol})
                 try:
                     await self._relay_websocket(receive, send, upstream, run, plan)
