@@ -78,6 +78,10 @@ Workloads:
   the response has come, after all N chunks: chunks/s over that prompt turn (no start-up, no
   handshake). Also shown: the same up to the client's exit (after the relay's, so after the
   recording is complete). Skipped, with a note, when those examples are missing.
+- **remote**: ``acp-proxy serve --db`` in front of a WebSocket agent (``remote_bench.py``): a
+  stream of N chunk notifications and then round trips, directly (the ``direct`` column) and
+  through serve (the ``proxy recording`` column), interleaved in each round; every message must
+  be a ``frames`` row once serve has stopped. Judged: stream >= 0.8x direct, p50 added <= 0.5 ms.
 
 After every run the script checks that the client got every byte and line the agent sent; after
 every recording run, that the database holds one ``frames`` row per line, per direction, and
@@ -175,6 +179,8 @@ class Config:
     lock_seconds: float = 25.0  # how long another process holds the database's write lock
     cat_trials: int = 9  # spawns with ``cat`` as the agent (the instant agent's judged row)
     live: tuple[tuple[int, float], ...] = ((2000, 30.0), (10000, 30.0))  # (frames/s, seconds): live_bench
+    remote_chunks: int = 100_000  # the remote workload's WebSocket stream (remote_bench.py)
+    remote_trips: int = 1_000
 
     @classmethod
     def full(cls) -> Config:
@@ -182,7 +188,22 @@ class Config:
 
     @classmethod
     def quick(cls) -> Config:
-        quick = cls(20_000, 1000, 200, 20, [(16, MiB), (2, 16 * MiB)], 20_000, 300, 60.0, 3, 0.3, 5.0)
+        quick = cls(
+            20_000,
+            1000,
+            200,
+            20,
+            [(16, MiB), (2, 16 * MiB)],
+            20_000,
+            300,
+            60.0,
+            3,
+            0.3,
+            5.0,
+            9,
+            remote_chunks=10_000,
+            remote_trips=200,
+        )
         quick.live = ((2000, 5.0), (10000, 5.0))
         return quick
 
@@ -955,6 +976,25 @@ def check_sdk_recording(db: Path, chunks: int) -> None:
 # -- the run -------------------------------------------------------------------------------
 
 
+def remote_stream(relays: list[Relay], cfg: Config, scratches: dict[str, Path]) -> dict[str, dict | Exception]:
+    """``acp-proxy serve`` (recording) vs the WebSocket agent directly: remote_bench.py's
+    stream of chunks and round trips, the two interleaved in one round. The direct side's
+    figures go to the ``direct`` column, serve's to ``proxy recording``."""
+    sys.path.insert(0, str(HERE))
+    try:
+        import remote_bench
+    finally:
+        sys.path.remove(str(HERE))
+    try:
+        results = remote_bench.measure(scratches["proxy_rec"], cfg.remote_chunks, cfg.remote_trips)
+    except SystemExit as exc:  # a check failed (a message not recorded, a peer that did not start)
+        raise BenchError(str(exc)) from None
+    direct, served = results["direct"][0], results["serve"][0]
+    served["added_p50_us"] = served["p50_us"] - direct["p50_us"]
+    outcome: dict[str, dict | Exception] = {"direct": direct, "proxy_rec": served}
+    return {relay.key: outcome[relay.key] for relay in relays}
+
+
 @dataclass
 class Cell:
     """Results of one (workload, relay) pair over the repeats."""
@@ -1025,6 +1065,7 @@ def make_plans(cfg: Config, examples: Path, skip_sdk: str | None) -> list[Plan]:
                 lambda relay, scratch: sdk_stream(relay, examples, cfg, scratch),
             )
         )
+    plans.append(Plan("remote", ["direct", "proxy_rec"], group=lambda relays, scr: remote_stream(relays, cfg, scr)))
     return plans
 
 
@@ -1302,6 +1343,28 @@ def build_rows(cfg: Config, cells: dict, sdk_note: str | None) -> tuple[list[Row
         row("  p50 ms (frames sent)", name, series(name, "journal_p50_ms", "min"), fmt_int)
         row("  max ms", name, series(name, "journal_max_ms", "min"), fmt_int)
         row("  database only: last frame, ms", name, series(name, "database_last_ms", "min"), fmt_int)
+    # (f) remote: acp-proxy serve (WebSocket)
+    if any(name == "remote" for name, _ in cells):
+        rows.append(
+            Row(
+                f"remote: WebSocket, {cfg.remote_chunks:,} chunks; serve in the recording column",
+                {},
+                section=True,
+            )
+        )
+        remote = series("remote", "msgs_per_s", "max")
+        row("msgs/s", "remote", remote, fmt_int)
+        row("x direct", "remote", ratios(remote, "direct"), fmt_ratio, "rec >= 0.8x", {"proxy_rec": lambda v: v >= 0.8})
+        row("round trip p50 us", "remote", series("remote", "p50_us", "min"), fmt_int)
+        row(
+            "  added p50 us",
+            "remote",
+            series("remote", "added_p50_us", "median"),
+            fmt_signed,
+            "rec <= 500",
+            {"proxy_rec": lambda v: v <= 500},
+        )
+        row("serve CPU us/msg", "remote", series("remote", "cpu_us_per_msg", "min"), lambda v: f"{v:,.1f}")
 
     # (d) the official SDK
     if sdk_note is not None:
@@ -1482,7 +1545,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         metavar="WORKLOADS",
-        help="comma-separated workloads to run: storm, rt, big, startup, lock, live, sdk (default: all)",
+        help="comma-separated workloads to run: storm, rt, big, startup, lock, live, sdk, remote (default: all)",
     )
     parser.add_argument(
         "--relays",

@@ -1,13 +1,14 @@
 """``acp-proxy serve`` under load: a WebSocket stream of 100,000 ``agent_message_chunk``
 notifications through the recording proxy vs straight from the agent, and the round-trip p50.
 
-    python benchmarks/remote_bench.py [--chunks N] [--round-trips N]
+    python benchmarks/remote_bench.py [--chunks N] [--round-trips N] [--rounds N]
 
 The agent is ``remote_bench.py agent``: a trio-websocket server that answers ``bench/storm``
 with N chunk notifications (~300 bytes each) and then the response, and any other request with
 a response of the same id. The client (this process) times from sending ``bench/storm`` to its
 response, and each of the round trips. Every process has a deadline; the recording is checked
-(every message a frame) once serve has stopped.
+(every message a frame) once serve has stopped. ``measure`` is also ``relay_bench.py``'s
+``remote`` workload.
 """
 
 from __future__ import annotations
@@ -89,45 +90,81 @@ def line_of(proc: subprocess.Popen[bytes], stream: str, needle: bytes) -> bytes:
     raise SystemExit(f"no {needle!r} from {proc.args}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process, from /proc (0 where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(db: Path, chunks: int, round_trips: int, rounds: int = 1) -> dict[str, list[dict[str, float]]]:
+    """The stream and the round trips, directly and through ``serve --db DB``, interleaved over
+    ``rounds`` (direct, then proxied, each round): per side a list of {msgs_per_s, p50_us} (and
+    for serve its CPU time per message, start-up excluded). Checks that every message of the
+    proxied runs is a frame once serve has stopped (SystemExit otherwise)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    upstream = subprocess.Popen([sys.executable, __file__, "agent"], stdout=subprocess.PIPE, env=env)
+    results: dict[str, list[dict[str, float]]] = {"direct": [], "serve": []}
+    try:
+        port = int(line_of(upstream, "stdout", b"PORT").split()[1])
+        serve = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "acp_proxy", "serve", "--listen", "127.0.0.1:0"),
+                *("--upstream", f"http://127.0.0.1:{port}/acp", "--db", str(db)),
+            ],
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        try:
+            address = line_of(serve, "stderr", b"serving").decode().split("serving ")[1].split()[0]
+            for _ in range(rounds):
+                elapsed, p50 = trio.run(client, f"ws://127.0.0.1:{port}/acp", chunks, round_trips)
+                results["direct"].append({"msgs_per_s": chunks / elapsed, "p50_us": p50 * 1e6})
+                before = cpu_seconds(serve.pid)
+                elapsed, p50 = trio.run(client, address.replace("http", "ws", 1) + "/acp", chunks, round_trips)
+                cpu = (cpu_seconds(serve.pid) - before) / (chunks + 2 * round_trips + 2)
+                results["serve"].append(
+                    {"msgs_per_s": chunks / elapsed, "p50_us": p50 * 1e6, "cpu_us_per_msg": cpu * 1e6}
+                )
+            start = time.perf_counter()
+            serve.send_signal(signal.SIGTERM)
+            serve.wait(timeout=DEADLINE)
+            results["serve"][-1]["recorded_after_s"] = time.perf_counter() - start
+        finally:
+            serve.kill()
+            serve.wait(timeout=60)
+    finally:
+        upstream.kill()
+        upstream.wait(timeout=60)
+    with sqlite3.connect(db) as conn:
+        (frames,) = conn.execute("select count(*) from frames where dir != 'stderr'").fetchone()
+    expected = rounds * (2 + chunks + 2 * round_trips)
+    if frames != expected:
+        raise SystemExit(f"serve recorded {frames:,} of {expected:,} messages")
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--round-trips", type=int, default=1_000)
+    parser.add_argument("--rounds", type=int, default=1, help="direct and proxied runs, interleaved")
     args = parser.parse_args()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    upstream = subprocess.Popen([sys.executable, __file__, "agent"], stdout=subprocess.PIPE, env=env)
     with tempfile.TemporaryDirectory() as scratch:
-        db = Path(scratch) / "bench.db"
-        try:
-            port = int(line_of(upstream, "stdout", b"PORT").split()[1])
-            direct = trio.run(client, f"ws://127.0.0.1:{port}/acp", args.chunks, args.round_trips)
-            serve = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "acp_proxy", "serve", "--listen", "127.0.0.1:0"),
-                    *("--upstream", f"http://127.0.0.1:{port}/acp", "--db", str(db)),
-                ],
-                stderr=subprocess.PIPE,
-                env=env,
-            )
-            try:
-                address = line_of(serve, "stderr", b"serving").decode().split("serving ")[1].split()[0]
-                proxied = trio.run(client, address.replace("http", "ws", 1) + "/acp", args.chunks, args.round_trips)
-                start = time.perf_counter()
-                serve.send_signal(signal.SIGTERM)
-                serve.wait(timeout=DEADLINE)
-                recorded_after = time.perf_counter() - start
-            finally:
-                serve.kill()
-        finally:
-            upstream.kill()
-            upstream.wait(timeout=60)
-        with sqlite3.connect(db) as conn:
-            (frames,) = conn.execute("select count(*) from frames where dir != 'stderr'").fetchone()
-    expected = 2 + args.chunks + 2 * args.round_trips
-    print(f"{args.chunks:,} chunks over WebSocket, {args.round_trips:,} round trips")
-    print(f"  direct:  {direct[0]:.2f} s ({args.chunks / direct[0]:,.0f} msg/s), p50 {direct[1] * 1e3:.2f} ms")
-    print(f"  serve:   {proxied[0]:.2f} s ({args.chunks / proxied[0]:,.0f} msg/s), p50 {proxied[1] * 1e3:.2f} ms")
-    print(f"  recorded {frames:,} of {expected:,} messages; serve finished recording {recorded_after:.1f} s after")
+        results = measure(Path(scratch) / "bench.db", args.chunks, args.round_trips, args.rounds)
+    direct, served = results["direct"], results["serve"]
+    best_direct = max(run["msgs_per_s"] for run in direct)
+    best_served = max(run["msgs_per_s"] for run in served)
+    print(f"{args.chunks:,} chunks over WebSocket, {args.round_trips:,} round trips, {args.rounds} round(s)")
+    print(f"  direct:  {best_direct:,.0f} msg/s, p50 {statistics.median(r['p50_us'] for r in direct):,.0f} us")
+    print(
+        f"  serve:   {best_served:,.0f} msg/s ({best_served / best_direct:.2f}x direct), "
+        f"p50 {statistics.median(r['p50_us'] for r in served):,.0f} us, "
+        f"CPU {min(r['cpu_us_per_msg'] for r in served):,.1f} us/msg"
+    )
+    print(f"  every message recorded; serve finished recording {served[-1]['recorded_after_s']:.1f} s after SIGTERM")
 
 
 if __name__ == "__main__":

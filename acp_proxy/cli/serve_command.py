@@ -59,6 +59,16 @@ class MissingExtra(AcpProxyError):
     help="A TOML file of fault rules (as run --faults; $ACP_PROXY_FAULTS is read too).",
 )
 @click.option("--seed", type=int, default=None, help="Seed for the random choices of fault rules.")
+@click.option(
+    "--redact",
+    "redact_rules",
+    multiple=True,
+    is_flag=False,
+    flag_value="",
+    metavar="[RULE]",
+    help="Store a masked copy of each message (as run --redact): built-in secrets and what RULE names, "
+    "a JSON path or a regular expression (repeatable). What is forwarded is never altered.",
+)
 def serve(
     listen: str,
     upstream: str,
@@ -68,6 +78,7 @@ def serve(
     fault_rules: tuple[str, ...],
     faults_file: Path | None,
     seed: int | None,
+    redact_rules: tuple[str, ...],
 ) -> None:
     """Relay remote ACP clients to an agent at --upstream, recording every message.
 
@@ -104,6 +115,13 @@ def serve(
     from acp_proxy.cli.run_command import build_fault_plan
 
     plan = build_fault_plan(fault_rules, faults_file, seed, remote=True)
+    if redact_rules and no_record:
+        raise UsageError("--redact masks what is recorded: it cannot be used with --no-record")
+    redact = [rule for rule in redact_rules if rule] if redact_rules else None
+    if redact:
+        from acp_proxy.protocol.redact import Redactor
+
+        Redactor(redact)  # a bad rule: one line, exit 2
     record_to = None
     if not no_record:
         from acp_proxy.record import recovery
@@ -125,6 +143,7 @@ def serve(
         allowed_hosts=allowed | {host.lower()},
         argv=argv,
         fault_plan=plan,
+        redact=redact,
     )
     try:
         trio.run(serve_forever, options)

@@ -12,6 +12,7 @@ messages (JSON-RPC text, or an HTTP error body) and masked addresses only.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ from acp_proxy.record import journal as jr
 from acp_proxy.relay.stdio import ExitStatus, Recording, RunOptions
 
 DIRECTIONS = {"c2a": jr.C2A, "a2c": jr.A2C}
+# Runs recorded at once by one serve: each has a recorder process (tens of MiB), so a client that
+# opens a thousand connections must not make a thousand of them; the rest are refused (503).
+MAX_LIVE_RUNS = 64
 
 
 class RemoteRun:
@@ -37,14 +41,23 @@ class RemoteRun:
         transport: str,
         connection: str | None,
         fault_plan: Any = None,
+        redact: list[str] | None = None,
     ) -> None:
+        # With --redact the recorder stores masked copies, as for run --redact; the options say
+        # so, never the rules (they may name a secret).
+        masked = {"redact": True} if redact is not None else {}
         run_options = RunOptions(
-            argv=argv, db_path=db_path, options={**options, "transport": transport}, fault_plan=fault_plan
+            argv=argv,
+            db_path=db_path,
+            options={**options, "transport": transport, **masked},
+            fault_plan=fault_plan,
+            redact=redact,
         )
         self.recording = Recording(run_options, attached=False)
         self.transport = transport
         self.connection = connection
         self.finished = False
+        self._around: dict[str, tuple[bytes, bytes]] = {}  # per stream: the meta's JSON around the size
         self.recording.start(agent_pid=None, marker=f"serve-{transport}-{connection}")
         self.recording.start_recorder()
 
@@ -54,12 +67,25 @@ class RemoteRun:
         """Journal one message (whole: an SSE event's data, a WebSocket message, a POST body)."""
         if self.finished:
             return
-        meta: dict[str, Any] = {"transport": self.transport, "connection": self.connection, "stream": stream}
-        if note is not None:
-            meta["note"] = note
-        line = Line(data, len(data), True, False)
         stamp = time.time_ns() if ts_ns is None else ts_ns
-        self.recording.journal.record(jr.LINE, DIRECTIONS[direction], stamp, jr.line_payload(line, meta))
+        if note is None:
+            payload = self._payload(stream, data)
+        else:
+            meta = {"transport": self.transport, "connection": self.connection, "stream": stream, "note": note}
+            payload = jr.line_payload(Line(data, len(data), True, False), meta)
+        self.recording.journal.record(jr.LINE, DIRECTIONS[direction], stamp, payload)
+
+    def _payload(self, stream: str, data: bytes) -> bytes:
+        """``jr.line_payload`` of a whole message on ``stream``, byte for byte, with the JSON
+        around its size made once per stream: in a stream of chunks, encoding the same meta
+        again for each was a third of the journaling's cost."""
+        around = self._around.get(stream)
+        if around is None:
+            meta = {"transport": self.transport, "connection": self.connection, "stream": stream, "size": 0}
+            head, _, _ = json.dumps(meta).rpartition("0}")
+            around = self._around[stream] = (head.encode(), b', "terminated": true, "cut": false}')
+        blob = b"%s%d%s" % (around[0], len(data), around[1])
+        return jr.LINE_META.pack(len(blob)) + blob + data
 
     def noted(self, direction: str, line: Line, meta: dict[str, Any], *, stream: str, ts_ns: int | None = None) -> None:
         """Journal a message the fault gate judged, with what it did (forwarded, fault, note)."""

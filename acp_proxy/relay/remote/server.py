@@ -1,5 +1,5 @@
 """``acp-proxy serve``: the reverse proxy for remote ACP, as an ASGI application served by
-hypercorn's trio worker.
+``listen`` (hypercorn's trio ``TCPServer``; HTTP/1.1 WebSocket upgrades by ``wsserver``).
 
 Owns: the one endpoint's routing (WebSocket upgrade, POST, GET with SSE, DELETE, anything else
 passed through), the upstream connections (httpx for HTTP, trio-websocket for WebSocket, TLS with
@@ -38,7 +38,7 @@ import trio_websocket
 from acp_proxy.protocol import transports
 from acp_proxy.relay.remote import faults as remote_faults
 from acp_proxy.relay.remote import shapes
-from acp_proxy.relay.remote.runs import RemoteRun
+from acp_proxy.relay.remote.runs import MAX_LIVE_RUNS, RemoteRun
 from acp_proxy.relay.spawn import say
 
 Scope = dict[str, Any]
@@ -64,6 +64,7 @@ class ServeOptions:
     allowed_hosts: frozenset[str] = frozenset()
     argv: list[str] = field(default_factory=list)  # masked already
     fault_plan: Any = None  # a FaultPlan: its rules apply to every connection, each its own plan
+    redact: list[str] | None = None  # serve --redact: runs store masked copies (the rules stay unrecorded)
 
 
 def system_tls() -> ssl.SSLContext:
@@ -80,6 +81,8 @@ class ProxyApp:
         self.port = options.listen_port
         self.http_runs: dict[str, RemoteRun] = {}
         self.live: set[RemoteRun] = set()
+        self.websockets = 0  # WebSocket connections open (each is, or is about to be, a run)
+        self.refusing = False  # said once on stderr while serve is full
         self.tls = system_tls()
         self.barriers = remote_faults.Barriers()
         self.http_faults: dict[str, remote_faults.HttpFaults] = {}
@@ -107,9 +110,23 @@ class ProxyApp:
             transport=transport,
             connection=connection,
             fault_plan=plan,
+            redact=self.options.redact,
         )
         self.live.add(run)
         return run
+
+    def _full(self) -> bool:
+        """Whether a new client connection would be one run too many (each run has a recorder
+        process): it is then refused with 503, so memory and processes stay bounded."""
+        others = sum(1 for run in self.live if run.transport != "websocket")
+        full = self.options.db_path is not None and others + self.websockets >= MAX_LIVE_RUNS
+        if full and not self.refusing:
+            say(f"{MAX_LIVE_RUNS} connections are being recorded: new ones are refused (503) until one ends")
+        self.refusing = full
+        return full
+
+    async def _refuse_full(self, scope: Scope, send: Send) -> None:
+        await _refuse(scope, send, 503, f"acp-proxy: {MAX_LIVE_RUNS} connections are being recorded; try again later")
 
     async def _finish(self, run: RemoteRun | None, code: int = 0) -> None:
         if run is None:
@@ -182,7 +199,15 @@ class ProxyApp:
             await _refuse(scope, send, 403, "acp-proxy: this Host is not allowed (see serve --allow-host)")
             return
         if kind == "websocket":
-            await self._websocket(scope, receive, send)
+            if self._full():
+                await receive()  # websocket.connect
+                await self._refuse_full(scope, send)
+                return
+            self.websockets += 1  # counted from here, so a flood of handshakes cannot overshoot
+            try:
+                await self._websocket(scope, receive, send)
+            finally:
+                self.websockets -= 1
         elif kind == "http":
             await self._http(scope, receive, send)
 
@@ -204,12 +229,25 @@ class ProxyApp:
         headers = scope["headers"]
         body = await _read_body(receive) if method != "GET" else b""
         connection = shapes.header(headers, CONNECTION_ID)
+        if connection is None and method == "POST" and self._full():
+            await self._refuse_full(scope, send)
+            return
         run = self.http_runs.get(connection) if connection else None
         stream = "post" if method == "POST" else method.lower()
         if method == "GET":
             session = shapes.header(headers, SESSION_ID)
             stream = f"sse:{session}" if session else "sse"
         ts = time.time_ns()
+        # A connection this serve did not see established (unknown, expired, or from before it
+        # started): its messages are a run of their own rather than lost, with why beside them.
+        orphan = connection is not None and run is None and self.options.db_path is not None
+        if orphan:
+            if self._full():
+                await self._refuse_full(scope, send)
+                return
+            run = self._new_run("http", connection)
+            if run is not None:
+                run.event(f"a {method} on a connection serve did not see established", stream=stream)
         initialize = connection is None and method == "POST" and body and self.options.fault_plan
         if initialize and await self._faulted_initialize(scope, receive, send, body, stream):
             return
@@ -222,7 +260,7 @@ class ProxyApp:
                 await self._give(receive, send, answer, run, stream, faults)
                 return
         if run is not None and body:
-            run.message("c2a", body, stream=stream, ts_ns=ts)
+            _record_request(run, headers, body, stream, ts)
         request = self._client_of(connection).build_request(
             method,
             self._upstream_target(scope, websocket=False),
@@ -237,17 +275,22 @@ class ProxyApp:
             if attempt:  # an initialize that never reached the agent: a run of its own
                 run = self._new_run("http", None)
                 if run is not None:
-                    run.message("c2a", body, stream=stream, ts_ns=ts)
+                    _record_request(run, headers, body, stream, ts)
             if run is not None:
                 run.event(f"{method} not relayed, 502 sent: {why}", stream=stream)
             await _refuse(scope, send, 502, f"acp-proxy: {why}")
-            if attempt:
+            if attempt or orphan:
                 await self._finish(run)
             return
+        known = 200 <= response.status_code < 300 and method != "DELETE"
+        if orphan and known and connection is not None and run is not None:
+            self.http_runs[connection] = run  # the upstream knows it: its next messages join this run
         try:
             await self._answer(scope, receive, send, response, run, stream, method, body, ts)
         finally:
             await response.aclose()
+            if orphan and not known:
+                await self._finish(run)
 
     async def _answer(
         self,
@@ -278,17 +321,21 @@ class ProxyApp:
             run = self._new_run("http", established)
             if run is not None:
                 self.http_runs[established] = run
-                run.message("c2a", body, stream=stream, ts_ns=ts)
+                _record_request(run, scope["headers"], body, stream, ts)
         attempt = run is None and method == "POST" and shapes.header(scope["headers"], CONNECTION_ID) is None
         if attempt:
             # A connection-less POST (an initialize) the upstream did not answer with a connection:
             # an error status, HTML from something that is not an ACP agent... a run of its own.
             run = self._new_run("http", None)
             if run is not None:
-                run.message("c2a", body, stream=stream, ts_ns=ts)
+                _record_request(run, scope["headers"], body, stream, ts)
         if run is not None and content:
             note = transports.http_answer_note(status, method, response.headers.get("content-type", ""))
-            run.message("a2c", content, stream=stream, note=note)
+            decoder = shapes.BodyDecoder(response.headers.get("content-encoding"))
+            recorded = decoder.decode(content) if decoder.active else content
+            if decoder.note is not None:
+                note = f"{note}; {decoder.note}" if note else decoder.note
+            run.message("a2c", recorded, stream=stream, note=note)
         await send({"type": "http.response.start", "status": status, "headers": out_headers})
         await send({"type": "http.response.body", "body": content})
         if attempt:
@@ -314,6 +361,7 @@ class ProxyApp:
         """Forward an SSE stream chunk by chunk; each event's message is journaled just before
         the chunk that completes it is forwarded. A client that goes away ends it."""
         events = shapes.SseEvents()
+        decoder = shapes.BodyDecoder(response.headers.get("content-encoding"))
         ended = "the upstream ended the stream"
         async with trio.open_nursery() as nursery:
 
@@ -333,8 +381,8 @@ class ProxyApp:
                 else:
                     async for chunk in response.aiter_raw():
                         if run is not None:
-                            for message in events.feed(chunk):
-                                run.message("a2c", message, stream=stream)
+                            for message in events.feed(decoder.decode(chunk) if decoder.active else chunk):
+                                run.message("a2c", message, stream=stream, note=decoder.note)
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except httpx.HTTPError as exc:
                 ended = f"the upstream dropped the stream: {type(exc).__name__}: {_short(exc)}"
@@ -425,12 +473,16 @@ class ProxyApp:
             else:
                 await send({"type": "websocket.send", "bytes": message})
 
+        client_closed = False  # the agent's close that follows is the echo of the client's
+
         async with trio.open_nursery() as nursery:
 
             async def client_to_agent() -> None:
+                nonlocal client_closed
                 while True:
                     event = await receive()
                     if event["type"] == "websocket.disconnect":
+                        client_closed = True
                         code = event.get("code", 1000)
                         if run is not None and code not in (1000, 1001, 1005):
                             run.event(f"the client closed the WebSocket: code {code}", stream="websocket")
@@ -451,6 +503,8 @@ class ProxyApp:
                         message = await upstream.get_message()
                     except trio_websocket.ConnectionClosed as exc:
                         code = exc.reason.code if exc.reason is not None else 1000
+                        if client_closed:
+                            break
                         if run is not None and code not in (1000, 1001, 1005):
                             reason = exc.reason.reason if exc.reason is not None else None
                             said = f"the agent closed the WebSocket: code {code}" + (f" ({reason})" if reason else "")
@@ -556,6 +610,15 @@ def _upstream_client(tls: ssl.SSLContext) -> httpx.AsyncClient:
     return httpx.AsyncClient(verify=tls, timeout=timeout, http2=_has_h2(), trust_env=False)
 
 
+def _record_request(run: RemoteRun, headers: list[tuple[bytes, bytes]], body: bytes, stream: str, ts: int) -> None:
+    """Journal a request body: decoded when it came with a Content-Encoding, the note says so."""
+    decoder = shapes.BodyDecoder(shapes.header(headers, "content-encoding"))
+    if not decoder.active:
+        run.message("c2a", body, stream=stream, ts_ns=ts)
+        return
+    run.message("c2a", decoder.decode(body), stream=stream, ts_ns=ts, note=decoder.note)
+
+
 async def _read_body(receive: Receive) -> bytes:
     chunks: list[bytes] = []
     while True:
@@ -622,9 +685,9 @@ async def serve(options: ServeOptions) -> None:
 async def _serve_task(
     app: ProxyApp, config: Any, stop: Callable[[], Awaitable[None]], task_status: Any = trio.TASK_STATUS_IGNORED
 ) -> None:
-    import hypercorn.trio
+    from acp_proxy.relay.remote import listen
 
-    await hypercorn.trio.serve(app, config, shutdown_trigger=stop, task_status=task_status)  # type: ignore[arg-type]
+    await listen.serve(app, config, stop, task_status=task_status)
 
 
 def _server_log() -> logging.Logger:

@@ -12,6 +12,7 @@ tested alone.
 from __future__ import annotations
 
 import ipaddress
+import zlib
 from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 # Headers that describe one hop, not the message: a proxy must not forward them (RFC 9110
@@ -58,8 +59,13 @@ def _named(headers: list[tuple[bytes, bytes]], dropped: frozenset[str]) -> list[
 
 def request_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """What of a client's request headers goes upstream (Authorization and cookies do: the
-    upstream decides on them; the proxy never stores them)."""
-    return _named(headers, _REQUEST_DROPPED)
+    upstream decides on them; the proxy never stores them). A client that names no
+    Accept-Encoding gets none upstream either: ``identity`` is said in its place, as an HTTP
+    client library would otherwise ask for gzip and the client would get bytes it cannot read."""
+    named = _named(headers, _REQUEST_DROPPED)
+    if header(named, "accept-encoding") is None:
+        named.append((b"accept-encoding", b"identity"))
+    return named
 
 
 def response_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -123,6 +129,43 @@ class SseEvents:
         name, _, value = line.partition(b":")
         if name == b"data":
             self._data.append(value[1:] if value.startswith(b" ") else value)
+
+
+class BodyDecoder:
+    """A body sent with ``Content-Encoding``, decoded chunk by chunk for the recording only (what
+    is forwarded stays encoded, byte for byte). gzip and deflate are decoded; any other coding
+    (br, zstd...) or a body that does not decode is recorded as it came, and ``note`` says so."""
+
+    def __init__(self, encoding: str | None) -> None:
+        self.codings = [name.strip().lower() for name in (encoding or "").split(",") if name.strip()]
+        self.codings = [name for name in self.codings if name != "identity"]
+        self.ok = all(name in ("gzip", "x-gzip", "deflate") for name in self.codings)
+        # Codings are listed in the order they were applied: undone from the last. wbits 47
+        # takes a gzip or a zlib header (deflate in HTTP is zlib data).
+        self._steps = [zlib.decompressobj(wbits=47) for _ in self.codings] if self.ok else []
+
+    @property
+    def active(self) -> bool:
+        return bool(self.codings)
+
+    def decode(self, chunk: bytes) -> bytes:
+        """The decoded bytes ``chunk`` completes (``chunk`` itself once decoding has failed)."""
+        if not self.ok:
+            return chunk
+        try:
+            for step in self._steps:
+                chunk = step.decompress(chunk)
+        except zlib.error:
+            self.ok = False
+            self.codings.append("(undecodable)")
+        return chunk
+
+    @property
+    def note(self) -> str | None:
+        if not self.codings:
+            return None
+        named = ", ".join(self.codings)
+        return f"content-encoding {named}: recorded decoded" if self.ok else f"content-encoding {named}: not decoded"
 
 
 def mask_url(url: str) -> str:

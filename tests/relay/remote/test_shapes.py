@@ -53,7 +53,12 @@ def test_hop_by_hop_headers_and_the_ones_connection_names_are_not_forwarded() ->
         (b"Content-Length", b"3"),
         (b"Acp-Connection-Id", b"c"),
     ]
-    assert shapes.request_headers(headers) == [(b"Authorization", b"Bearer t"), (b"Acp-Connection-Id", b"c")]
+    assert shapes.request_headers(headers) == [
+        (b"Authorization", b"Bearer t"),
+        (b"Acp-Connection-Id", b"c"),
+        (b"accept-encoding", b"identity"),  # the client named none: none is asked for upstream
+    ]
+    assert shapes.request_headers([(b"Accept-Encoding", b"gzip")]) == [(b"Accept-Encoding", b"gzip")]
     assert (b"Content-Length", b"3") in shapes.response_headers(headers)
 
 
@@ -90,3 +95,20 @@ def test_upstream_urls() -> None:
     assert "http://" in (shapes.check_upstream("ftp://h/acp") or "")
     assert shapes.websocket_url("https://h/acp") == "wss://h/acp"
     assert shapes.http_url("ws://h:1/acp") == "http://h:1/acp"
+
+
+def test_a_body_decoder_decodes_gzip_and_deflate_in_pieces_and_flags_the_rest() -> None:
+    import gzip
+    import zlib
+
+    body = b'{"jsonrpc":"2.0","id":1,"result":{}}' * 50
+    for coding, encoded in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
+        decoder = shapes.BodyDecoder(coding)
+        assert b"".join(decoder.decode(encoded[i : i + 7]) for i in range(0, len(encoded), 7)) == body
+        assert decoder.note == f"content-encoding {coding}: recorded decoded"
+    assert not shapes.BodyDecoder(None).active and shapes.BodyDecoder("identity").note is None
+    brotli = shapes.BodyDecoder("br")
+    assert brotli.decode(b"\x0b") == b"\x0b" and brotli.note == "content-encoding br: not decoded"
+    broken = shapes.BodyDecoder("gzip")
+    assert broken.decode(b"not gzip") == b"not gzip"
+    assert broken.note == "content-encoding gzip, (undecodable): not decoded"
