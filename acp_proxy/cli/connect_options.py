@@ -101,8 +101,6 @@ def connect_and_exit(
         _redirect_stderr(stderr_file, record_to)
     from acp_proxy.relay.remote.connect import ConnectOptions, run_connected
 
-    options = ConnectOptions(
-        url=url, headers=pairs, db_path=record_to, argv=recorded_argv(url, pairs), fault_plan=plan
-    )
+    options = ConnectOptions(url=url, headers=pairs, db_path=record_to, argv=recorded_argv(url, pairs), fault_plan=plan)
     code = run_connected(options)
     raise SystemExit(code)

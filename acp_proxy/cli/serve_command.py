@@ -23,7 +23,7 @@ class MissingExtra(AcpProxyError):
     """serve's libraries are not installed (the ``remote`` extra)."""
 
 
-@cli.command()
+@cli.command(context_settings={"allow_interspersed_args": False})
 @click.option(
     "--listen",
     default="127.0.0.1:8765",
@@ -32,7 +32,10 @@ class MissingExtra(AcpProxyError):
     help="Where clients connect (port 0: any free one). Loopback unless --allow-host names HOST.",
 )
 @click.option(
-    "--upstream", required=True, metavar="URL", help="The agent's endpoint: http(s)://HOST:PORT/acp or ws(s)://..."
+    "--upstream",
+    default=None,
+    metavar="URL",
+    help="The agent's endpoint: http(s)://HOST:PORT/acp or ws(s)://... (or -- AGENT: a stdio agent).",
 )
 @click.option(
     "--allow-host",
@@ -51,14 +54,16 @@ class MissingExtra(AcpProxyError):
     help="Inject a fault on WebSocket connections (repeatable; as run --fault). See `acp-proxy faults-help`.",
 )
 @click.option("--seed", type=int, default=None, help="Seed for the random choices of fault rules.")
+@click.argument("agent", nargs=-1, required=False, type=click.UNPROCESSED, metavar="[-- AGENT [ARGS]...]")
 def serve(
     listen: str,
-    upstream: str,
+    upstream: str | None,
     allow_hosts: tuple[str, ...],
     db_path: Path | None,
     no_record: bool,
     fault_rules: tuple[str, ...],
     seed: int | None,
+    agent: tuple[str, ...],
 ) -> None:
     """Relay remote ACP clients to an agent at --upstream, recording every message.
 
@@ -71,6 +76,12 @@ def serve(
         acp-proxy serve --upstream http://127.0.0.1:8000/acp
         acp-proxy serve --listen 127.0.0.1:0 --upstream wss://agent.example/acp --db remote.db
         acp-proxy serve --upstream ws://h/acp --fault 'drop if method:session/prompt kind:response'
+
+    With `-- AGENT...` instead of --upstream, a stdio agent is served to remote clients on any
+    path: each client connection starts its own AGENT process (stopped with the connection).
+
+    \b
+        acp-proxy serve --listen 127.0.0.1:8000 -- python examples/sdk_agent.py
     """
     try:
         import hypercorn  # noqa: F401
@@ -88,6 +99,13 @@ def serve(
     allowed = frozenset(name.lower().strip("[]") for name in allow_hosts)
     if not shapes.is_loopback(host) and host.lower() not in allowed:
         raise UsageError(f"--listen {host} is not a loopback address; add --allow-host {host} to serve on it")
+    if (upstream is None) == (not agent):
+        raise UsageError("give --upstream URL or -- AGENT [ARGS]... (one of the two)")
+    if agent:
+        from acp_proxy.cli.serve_agent_options import serve_agent
+
+        return serve_agent(listen, host, port, allowed, list(agent), db_path, no_record, bool(fault_rules))
+    assert upstream is not None
     problem = shapes.check_upstream(upstream)
     if problem is not None:
         raise UsageError(problem)

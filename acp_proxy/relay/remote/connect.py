@@ -232,7 +232,8 @@ class Bridge:
                     )
             except trio_websocket.ConnectionRejected as exc:
                 kind = shapes.header(list(exc.headers), "content-type") or "no content-type"
-                self.fail(f"the agent at {self.masked} refused the WebSocket: HTTP {exc.status_code} ({kind})", "websocket")
+                why = f"the agent at {self.masked} refused the WebSocket: HTTP {exc.status_code} ({kind})"
+                self.fail(why, "websocket")
                 return
             except (OSError, trio.TooSlowError, trio_websocket.HandshakeError) as exc:
                 self.fail(f"the agent at {self.masked} cannot be reached: {_short(exc)}", "websocket")

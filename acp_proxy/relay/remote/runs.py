@@ -37,6 +37,7 @@ class RemoteRun:
         transport: str,
         connection: str | None,
         fault_plan: Any = None,
+        agent_pid: int | None = None,  # serve -- AGENT: the connection's own agent
     ) -> None:
         run_options = RunOptions(
             argv=argv, db_path=db_path, options={**options, "transport": transport}, fault_plan=fault_plan
@@ -45,7 +46,7 @@ class RemoteRun:
         self.transport = transport
         self.connection = connection
         self.finished = False
-        self.recording.start(agent_pid=None, marker=f"serve-{transport}-{connection}")
+        self.recording.start(agent_pid=agent_pid, marker=f"serve-{transport}-{connection}")
         self.recording.start_recorder()
 
     def message(

@@ -1,0 +1,57 @@
+"""``acp-proxy serve -- AGENT``'s checks and handing over to ``relay.remote.agent_server``.
+
+Owns: refusing what does not apply to a local agent (one line, exit 2), finding the agent
+before serving (127/126 like ``run``), the recorded command line. Must not know: HTTP, the
+journal, SQL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from acp_proxy.errors import UsageError
+
+
+def serve_agent(
+    listen: str,
+    host: str,
+    port: int,
+    allowed: frozenset[str],
+    agent: list[str],
+    db_path: Path | None,
+    no_record: bool,
+    faults: bool,
+) -> None:
+    if faults:
+        raise UsageError("--fault applies to serve --upstream; serve -- AGENT does not inject faults yet")
+    from acp_proxy.relay.spawn import RelayError, resolve_agent, say
+
+    try:
+        resolve_agent(agent)  # an agent that cannot be found is said now, not at the first client
+    except RelayError as exc:
+        say(str(exc))
+        raise SystemExit(exc.code) from None
+    record_to = None
+    if not no_record:
+        from acp_proxy.cli.group import resolve_db
+        from acp_proxy.record import recovery
+
+        record_to = resolve_db(db_path)
+        recovery.open_for_writing(record_to).conn.close()  # a refused database is refused before serving
+    import trio
+
+    from acp_proxy.relay.remote.agent_server import AgentServeOptions
+    from acp_proxy.relay.remote.agent_server import serve_agent as serve_forever
+
+    options = AgentServeOptions(
+        agent=agent,
+        db_path=record_to,
+        listen_host=host,
+        listen_port=port,
+        allowed_hosts=allowed | {host.lower()},
+        argv=["acp-proxy", "serve", "--listen", listen, "--", *agent],
+    )
+    try:
+        trio.run(serve_forever, options)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {listen}: {(exc.strerror or str(exc)).lower()}") from None
