@@ -219,25 +219,29 @@ class Bridge:
     # -- WebSocket ---------------------------------------------------------------------------
 
     async def _websocket(self, client_in: Any) -> None:
+        # A refused handshake is raised by the socket's reader task too: out of the nursery.
+        try:
+            await self._websocket_session(client_in)
+        except* trio_websocket.ConnectionRejected as group:
+            exc = _first(group)
+            assert isinstance(exc, trio_websocket.ConnectionRejected)
+            kind = shapes.header(list(exc.headers or ()), "content-type") or "no content-type"
+            why = f"the agent at {self.masked} refused the WebSocket: HTTP {exc.status_code} ({kind})"
+            self.fail(why, "websocket")
+        except* (OSError, trio.TooSlowError, trio_websocket.HandshakeError) as group:
+            self.fail(f"the agent at {self.masked} cannot be reached: {_short(_first(group))}", "websocket")
+
+    async def _websocket_session(self, client_in: Any) -> None:
         extra = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in self.options.headers]
         async with trio.open_nursery() as nursery:
-            try:
-                with trio.fail_after(CONNECT_TIMEOUT):
-                    self.socket = await trio_websocket.connect_websocket_url(
-                        nursery,
-                        self.url,
-                        ssl_context=ssl.create_default_context() if self.secure else None,
-                        extra_headers=extra,
-                        max_message_size=MAX_WEBSOCKET_MESSAGE,
-                    )
-            except trio_websocket.ConnectionRejected as exc:
-                kind = shapes.header(list(exc.headers), "content-type") or "no content-type"
-                why = f"the agent at {self.masked} refused the WebSocket: HTTP {exc.status_code} ({kind})"
-                self.fail(why, "websocket")
-                return
-            except (OSError, trio.TooSlowError, trio_websocket.HandshakeError) as exc:
-                self.fail(f"the agent at {self.masked} cannot be reached: {_short(exc)}", "websocket")
-                return
+            with trio.fail_after(CONNECT_TIMEOUT):
+                self.socket = await trio_websocket.connect_websocket_url(
+                    nursery,
+                    self.url,
+                    ssl_context=ssl.create_default_context() if self.secure else None,
+                    extra_headers=extra,
+                    max_message_size=MAX_WEBSOCKET_MESSAGE,
+                )
             socket = self.socket
             self._established(shapes.header(list(socket.handshake_headers), CONNECTION_ID))
 
@@ -365,6 +369,14 @@ class Bridge:
             self.session_streams.discard(session)
             if self.run is not None and not self.closing:
                 self.run.event(ended.replace("connection's", f"session {session}'s"), stream=stream)
+
+
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The first leaf of an exception group."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _short(exc: BaseException) -> str:
