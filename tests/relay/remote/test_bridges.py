@@ -299,7 +299,7 @@ def _exchanges(url: str) -> list[tuple[int, Any]]:
         prompt = b'{"jsonrpc":"2.0","id":5,"method":"session/prompt","params":{"sessionId":"s"}}'
         answers.append(client.post(url, content=prompt, headers=connection))
         answers.append(client.post(url, content=prompt, headers={**connection, "acp-session-id": "s"}))
-        answers.append(client.get(url, headers={"acp-connection-id": connection["acp-connection-id"]}))
+        answers.append(client.get(url, headers={**connection, "accept": "application/json"}))
         answers.append(client.get(url, headers={"accept": "text/event-stream"}))
         answers.append(client.delete(url, headers={"acp-connection-id": "nope"}))
         answers.append(client.delete(url, headers={"acp-connection-id": connection["acp-connection-id"]}))
