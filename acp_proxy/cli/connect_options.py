@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from acp_proxy.errors import AcpProxyError, UsageError
 
@@ -61,8 +63,8 @@ def connect_and_exit(
     agent: tuple[str, ...],
     db_path: Path | None,
     no_record: bool,
-    faults: tuple[tuple[str, ...], Path | None, int | None],
-    stderr_file: Path | None,
+    plan: Any,
+    redirect_stderr: Callable[[Path | None], None],
     unsupported: dict[str, bool],
 ) -> None:
     if url is None:
@@ -86,19 +88,14 @@ def connect_and_exit(
         raise UsageError(problem.replace("--upstream", "--connect"))
     pairs = parse_headers(headers, os.environ.get(AUTH_VARIABLE))
     from acp_proxy.cli.group import resolve_db
-    from acp_proxy.cli.run_command import build_fault_plan
 
-    plan = build_fault_plan(*faults)
     record_to = None
     if not no_record:
         from acp_proxy.record import recovery
 
         record_to = resolve_db(db_path)
         recovery.open_for_writing(record_to).conn.close()  # a refused database is refused first
-    if stderr_file is not None:
-        from acp_proxy.cli.run_command import _redirect_stderr
-
-        _redirect_stderr(stderr_file, record_to)
+    redirect_stderr(record_to)
     from acp_proxy.relay.remote.connect import ConnectOptions, run_connected
 
     options = ConnectOptions(url=url, headers=pairs, db_path=record_to, argv=recorded_argv(url, pairs), fault_plan=plan)

@@ -211,9 +211,13 @@ def run(
             "--strip-replayed-notices": strip_replayed_notices,
             "--db-limit": db_limit is not None,
         }
-        connect_and_exit(
-            connect, headers, agent, db_path, no_record, (fault_rules, faults_file, seed), stderr_file, unsupported
-        )
+        plan = build_fault_plan(fault_rules, faults_file, seed) if connect is not None else None
+
+        def redirect(db: Path | None) -> None:
+            if stderr_file is not None:
+                _redirect_stderr(stderr_file, db)
+
+        connect_and_exit(connect, headers, agent, db_path, no_record, plan, redirect, unsupported)
         return
     if not agent:
         raise click.UsageError("Missing argument '-- AGENT [ARGS]...' (or --connect URL).")
