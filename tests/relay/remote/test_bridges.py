@@ -281,7 +281,7 @@ def test_the_sdk_remote_clients_talk_to_a_stdio_agent_through_serve_one_agent_pe
 
 def _exchanges(url: str) -> list[tuple[int, Any]]:
     """HTTP misuse, as the reference server answers it: status and JSON body of each."""
-    answers: list[httpx.Response] = []
+    answers: list[Any] = []
     with httpx.Client(timeout=TIMEOUT) as client:
         json_type = {"content-type": "application/json"}
         init = client.post(url, content=INITIALIZE, headers=json_type)
