@@ -275,8 +275,10 @@ class AgentApp:
                         await send(message)
                     await agent.exited.wait()
                     why = f"the agent exited with status {agent.returncode}"
-                    if run is not None and not agent.stopping:
-                        run.event(why, stream="websocket")
+                    if not agent.stopping:  # on its own, before its connection ended
+                        say(f"connection {connection}: {why}")
+                        if run is not None:
+                            run.event(why, stream="websocket")
                     try:
                         await send({"type": "websocket.close", "code": 1000 if agent.returncode == 0 else 1011})
                     except Exception:  # the client left first: nothing to close
@@ -391,8 +393,10 @@ class AgentApp:
         connection.gone = True
         for sender, _ in connection.outboxes.values():
             sender.close()
-        if run is not None and not agent.stopping:
-            run.event(f"the agent exited with status {code}", stream="sse")
+        if not agent.stopping:  # on its own, before its connection ended
+            say(f"connection {connection.id}: the agent exited with status {code}")
+            if run is not None:
+                run.event(f"the agent exited with status {code}", stream="sse")
         self.live.discard(connection)
         if run is not None:
             await run.finish(code if code >= 0 else 128 - code)

@@ -349,3 +349,37 @@ def test_a_drop_rule_on_run_connect_drops_the_prompt_response_and_the_fixture_na
     assert "agent: echo: lost" in result.stdout
     (fault,) = agent.faults()
     assert (fault["action"], fault["dir"], fault["method"]) == ("drop", "a2c", "session/prompt")
+
+
+def test_an_agent_that_dies_is_its_connection_s_end_said_and_recorded_and_serve_goes_on(db_path: Path) -> None:
+    dying = "import sys; sys.stdin.readline(); print('dying words', file=sys.stderr); sys.exit(3)"
+    proc = subprocess.Popen(
+        [*PROXY, "serve", "--listen", "127.0.0.1:0", "--db", str(db_path), "--", sys.executable, "-c", dying],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=proxy_env(),
+    )
+    timer = watchdog(proc, 300)
+    try:
+        said = wait_for_output(proc.stderr, b"\n", TIMEOUT).decode()
+        url = said.split("serving ", 1)[1].split()[0] + "/acp"
+        for _ in range(2):  # the first agent's death does not stop the next connection's
+            with httpx.Client(timeout=TIMEOUT) as client:
+                answer = client.post(url, content=INITIALIZE, headers={"content-type": "application/json"})
+            assert (answer.status_code, answer.json()) == (500, {"error": "initialize failed"})
+        both = runs(db_path)
+        assert [(r["status"], r["exit_code"]) for r in both] == [("ended", 3), ("ended", 3)]
+        assert proc.poll() is None
+    finally:
+        timer.cancel()
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=TIMEOUT)
+    lines = rest.decode().splitlines()
+    assert lines.count("dying words") == 2 and "Traceback" not in rest.decode()
+    assert sum(line.endswith(": the agent exited with status 3") for line in lines) == 2
+    rows = [r for r in frames(db_path) if r["run_id"] == both[0]["id"]]
+    assert [(r["dir"], r["stream"], r["raw"]) for r in rows if r["dir"] == "stderr"] == [
+        ("stderr", "stderr", "dying words"),
+        ("stderr", "sse", "acp-proxy: the agent exited with status 3"),
+    ]
