@@ -1,6 +1,6 @@
 """``acp-proxy serve -- AGENT``'s checks and handing over to ``relay.remote.agent_server``.
 
-Owns: refusing what does not apply to a local agent (one line, exit 2), finding the agent
+Owns: the fault plan (its rules apply to WebSocket connections, as with --upstream), finding the agent
 before serving (127/126 like ``run``), the recorded command line. Must not know: HTTP, the
 journal, SQL.
 """
@@ -20,10 +20,12 @@ def serve_agent(
     agent: list[str],
     db_path: Path | None,
     no_record: bool,
-    faults: bool,
+    fault_rules: tuple[str, ...],
+    seed: int | None,
 ) -> None:
-    if faults:
-        raise UsageError("--fault applies to serve --upstream; serve -- AGENT does not inject faults yet")
+    from acp_proxy.cli.run_command import build_fault_plan
+
+    plan = build_fault_plan(fault_rules, None, seed)
     from acp_proxy.relay.spawn import RelayError, resolve_agent, say
 
     try:
@@ -50,6 +52,7 @@ def serve_agent(
         listen_port=port,
         allowed_hosts=allowed | {host.lower()},
         argv=["acp-proxy", "serve", "--listen", listen, "--", *agent],
+        fault_plan=plan,
     )
     try:
         trio.run(serve_forever, options)

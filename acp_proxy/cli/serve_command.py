@@ -104,7 +104,7 @@ def serve(
     if agent:
         from acp_proxy.cli.serve_agent_options import serve_agent
 
-        return serve_agent(listen, host, port, allowed, list(agent), db_path, no_record, bool(fault_rules))
+        return serve_agent(listen, host, port, allowed, list(agent), db_path, no_record, fault_rules, seed)
     assert upstream is not None
     problem = shapes.check_upstream(upstream)
     if problem is not None:

@@ -61,6 +61,7 @@ class AgentServeOptions:
     allowed_hosts: frozenset[str] = frozenset()
     argv: list[str] = field(default_factory=list)
     grace: float = 2.0
+    fault_plan: Any = None  # a FaultPlan: its rules apply to WebSocket connections, each its own plan
 
 
 class LocalAgent:
@@ -204,7 +205,7 @@ class AgentApp:
         elif kind == "http":
             await self._http(scope, receive, send)
 
-    def _new_run(self, transport: str, connection: str, agent: LocalAgent) -> RemoteRun | None:
+    def _new_run(self, transport: str, connection: str, agent: LocalAgent, plan: Any = None) -> RemoteRun | None:
         if self.options.db_path is None:
             return None
         return RemoteRun(
@@ -214,7 +215,19 @@ class AgentApp:
             transport=transport,
             connection=connection,
             agent_pid=agent.pid,
+            fault_plan=plan,
         )
+
+    def _new_gate(self) -> tuple[Any, Any]:
+        """A connection's own fault plan (nth=, first= count within it) and its gate, or Nones."""
+        plan = self.options.fault_plan
+        if not plan:
+            return None, None
+        from acp_proxy.faults.gate import Gate
+        from acp_proxy.faults.plan import FaultPlan
+
+        own = FaultPlan(plan.rules, plan.seed)
+        return own, Gate(plan=own)
 
     def _start_agent(self) -> LocalAgent | str:
         """A new agent, or why there is none."""
@@ -236,9 +249,29 @@ class AgentApp:
             await _refuse(scope, send, 502, f"acp-proxy: the agent could not be started: {agent}")
             return
         connection = uuid.uuid4().hex
-        run = self._new_run("websocket", connection, agent)
+        plan, gate = self._new_gate()
+        run = self._new_run("websocket", connection, agent, plan)
         await send({"type": "websocket.accept", "headers": [(CONNECTION_ID.encode(), connection.encode())]})
         code = 0
+
+        async def out(direction: str, line: bytes) -> bool:
+            if direction == "c2a":
+                return await agent.send_line(line)
+            try:
+                message: dict[str, Any] = {"type": "websocket.send", "text": line.decode()}
+            except UnicodeDecodeError:  # not text (a corrupt= fault): only as a binary message
+                message = {"type": "websocket.send", "bytes": line}
+            await send(message)
+            return True
+
+        async def carry(direction: str, data: bytes) -> bool:
+            """Journal, then forward, one message; through the fault gate when there are rules."""
+            if gate is None:
+                if run is not None:
+                    run.message(direction, data, stream="websocket")
+                return await out(direction, data)
+            return await _carry_out(gate.chunk(direction, routing.one_line(data) + b"\n"), run, out)
+
         try:
             async with trio.open_nursery() as nursery:
 
@@ -255,24 +288,14 @@ class AgentApp:
                                 note = "binary WebSocket message, not relayed"
                                 run.message("c2a", event.get("bytes") or b"", stream="websocket", note=note)
                             continue
-                        data = text.encode()
-                        if run is not None:
-                            run.message("c2a", data, stream="websocket")
-                        if not await agent.send_line(data):
+                        if not await carry("c2a", text.encode()):
                             break
                     await agent.stop()
 
                 async def agent_to_client() -> None:
                     async for line in agent.lines(agent.stdout):
-                        if not line.strip():
-                            continue
-                        if run is not None:
-                            run.message("a2c", line, stream="websocket")
-                        try:
-                            message: dict[str, Any] = {"type": "websocket.send", "text": line.decode()}
-                        except UnicodeDecodeError:
-                            message = {"type": "websocket.send", "bytes": line}
-                        await send(message)
+                        if line.strip():
+                            await carry("a2c", line)
                     await agent.exited.wait()
                     why = f"the agent exited with status {agent.returncode}"
                     if not agent.stopping:  # on its own, before its connection ended
@@ -476,6 +499,29 @@ class AgentApp:
         with trio.CancelScope(shield=True):
             for connection in list(self.connections.values()):
                 await self._end(connection)
+
+
+async def _carry_out(steps: list[Any], run: RemoteRun | None, out: Any) -> bool:
+    """The gate's steps, on messages: each line it writes is one message. A Signal or a
+    ClosePipe is skipped (as ``serve --upstream`` does). False once the agent's stdin is gone."""
+    from acp_proxy.faults.gate import Forward, Note, Pause
+    from acp_proxy.faults.gate import Send as Write
+
+    going = True
+    for step in steps:
+        if isinstance(step, Forward | Write):
+            for line in step.data.split(b"\n"):
+                if not line:
+                    continue
+                if isinstance(step, Forward) and run is not None:
+                    run.message(step.direction, line, stream="websocket")
+                going = await out(step.direction, line) and going
+        elif isinstance(step, Note):
+            if run is not None:
+                run.noted(step.direction, step.line, step.meta, stream="websocket")
+        elif isinstance(step, Pause):
+            await trio.sleep(step.seconds)
+    return going
 
 
 async def _first(*events: trio.Event) -> None:

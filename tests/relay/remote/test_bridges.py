@@ -383,3 +383,33 @@ def test_an_agent_that_dies_is_its_connection_s_end_said_and_recorded_and_serve_
         ("stderr", "stderr", "dying words"),
         ("stderr", "sse", "acp-proxy: the agent exited with status 3"),
     ]
+
+
+def test_a_drop_rule_on_serve_agent_drops_the_agent_s_updates_on_a_websocket_and_records_the_faults(
+    db_path: Path,
+) -> None:
+    rule = "drop if method:session/update"
+    agent = [sys.executable, "examples/sdk_agent.py"]
+    proc = subprocess.Popen(
+        [*PROXY, "serve", "--listen", "127.0.0.1:0", "--db", str(db_path), "--fault", rule, "--", *agent],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=proxy_env(),
+        cwd=HERE.parents[2],
+    )
+    timer = watchdog(proc, 300)
+    try:
+        said = wait_for_output(proc.stderr, b"\n", TIMEOUT).decode()
+        url = said.split("serving ", 1)[1].split()[0].replace("http", "ws", 1) + "/acp"
+        seen = sdk_remote_client("ws", url, "never heard")
+    finally:
+        timer.cancel()
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=TIMEOUT)
+    assert seen == sorted(["initialized (protocol v1)", "session: <id>", "stop reason: end_turn"])
+    (run,) = runs(db_path)
+    dropped = [r for r in frames(db_path) if r["method"] == "session/update"]
+    assert len(dropped) == 2 and all(r["forwarded"] == 0 and r["fault"] == "drop" for r in dropped)
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("select count(*) from faults where run_id = ?", (run["id"],)).fetchone() == (2,)
