@@ -1,7 +1,7 @@
 """``acp-proxy serve -- AGENT``'s checks and handing over to ``relay.remote.agent_server``.
 
 Owns: the fault plan (its rules apply to WebSocket connections, as with --upstream), finding the agent
-before serving (127/126 like ``run``), the recorded command line. Must not know: HTTP, the
+before serving (a usage error when it cannot be: exit 2), the recorded command line. Must not know: HTTP, the
 journal, SQL.
 """
 
@@ -26,13 +26,15 @@ def serve_agent(
     from acp_proxy.cli.run_command import build_fault_plan
 
     plan = build_fault_plan(fault_rules, None, seed)
-    from acp_proxy.relay.spawn import RelayError, resolve_agent, say
+    from acp_proxy.relay.spawn import RelayError, resolve_agent
 
     try:
+        "".join(agent).encode()
         resolve_agent(agent)  # an agent that cannot be found is said now, not at the first client
+    except UnicodeEncodeError:
+        raise UsageError("the AGENT command line must be UTF-8 text") from None
     except RelayError as exc:
-        say(str(exc))
-        raise SystemExit(exc.code) from None
+        raise UsageError(f"AGENT {exc}") from None
     record_to = None
     if not no_record:
         from acp_proxy.cli.group import resolve_db

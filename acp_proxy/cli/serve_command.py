@@ -23,7 +23,16 @@ class MissingExtra(AcpProxyError):
     """serve's libraries are not installed (the ``remote`` extra)."""
 
 
-@cli.command(context_settings={"allow_interspersed_args": False})
+class _AgentAfterDashes(click.Command):
+    """serve's command: it notes whether ``--`` was given (an AGENT comes only after it, so a
+    stray word is a usage error, not a program to start)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["serve_dashes"] = "--" in args
+        return super().parse_args(ctx, args)
+
+
+@cli.command(cls=_AgentAfterDashes, context_settings={"allow_interspersed_args": False})
 @click.option(
     "--listen",
     default="127.0.0.1:8765",
@@ -99,6 +108,8 @@ def serve(
     allowed = frozenset(name.lower().strip("[]") for name in allow_hosts)
     if not shapes.is_loopback(host) and host.lower() not in allowed:
         raise UsageError(f"--listen {host} is not a loopback address; add --allow-host {host} to serve on it")
+    if agent and not click.get_current_context().meta.get("serve_dashes"):
+        raise UsageError(f"unexpected argument {agent[0]!r} (a stdio agent comes after --)")
     if (upstream is None) == (not agent):
         raise UsageError("give --upstream URL or -- AGENT [ARGS]... (one of the two)")
     if agent:

@@ -317,8 +317,10 @@ def test_serve_refuses_an_agent_and_an_upstream_together_and_an_agent_it_cannot_
     both = run_proxy(["serve", "--db", str(db_path), "--upstream", "http://127.0.0.1:1/acp", "--", "x"])
     assert both.returncode == 2 and b"one of the two" in both.stderr
     missing = run_proxy(["serve", "--listen", "127.0.0.1:0", "--db", str(db_path), "--", "no-such-agent-here"])
-    assert missing.returncode == 127
-    assert missing.stderr.decode().splitlines() == ["acp-proxy: no-such-agent-here: command not found"]
+    assert missing.returncode == 2
+    assert missing.stderr.decode().splitlines()[0] == "acp-proxy: AGENT no-such-agent-here: command not found"
+    stray = run_proxy(["serve", "--listen", "127.0.0.1:0", "--db", str(db_path), "true"])
+    assert stray.returncode == 2 and b"a stdio agent comes after --" in stray.stderr
 
 
 # -- the fixture, given a URL --------------------------------------------------------------
