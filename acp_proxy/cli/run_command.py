@@ -143,7 +143,23 @@ from acp_proxy.limits import GRACE_MAX_S, MAX_DB_LIMIT, MAX_RECORD_BYTES, SEED_R
     "keys, JWTs) and what RULE names, a JSON path or a regular expression (repeatable). What is forwarded "
     "is never altered.",
 )
-@click.argument("agent", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- AGENT [ARGS]...")
+@click.option(
+    "--connect",
+    default=None,
+    type=TEXT,
+    metavar="URL",
+    help="No AGENT: relay stdio to the remote agent at URL (ws(s):// WebSocket, http(s):// Streamable HTTP).",
+)
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    type=TEXT,
+    metavar="'NAME: VALUE'",
+    help="With --connect: send this header upstream, e.g. 'Authorization: Bearer ...' (repeatable; "
+    "also $ACP_PROXY_AUTHORIZATION). Values are never recorded.",
+)
+@click.argument("agent", nargs=-1, required=False, type=click.UNPROCESSED, metavar="-- AGENT [ARGS]...")
 def run(
     db_path: Path | None,
     no_record: bool,
@@ -161,6 +177,8 @@ def run(
     otlp: str | None,
     otlp_content: bool,
     redact_rules: tuple[str, ...],
+    connect: str | None,
+    headers: tuple[str, ...],
     agent: tuple[str, ...],
 ) -> None:
     """Launch AGENT and relay its stdio byte for byte, recording every frame.
@@ -174,7 +192,35 @@ def run(
 
     The proxy exits with the agent's status (a death by signal is reproduced). Its own
     messages go to stderr prefixed `acp-proxy:`; stdout carries only the agent's bytes.
+
+    With --connect URL instead of AGENT, the editor talks to a remote agent (exit 1 when it
+    cannot be reached or goes away):
+
+    \b
+        acp-proxy run --connect wss://agent.example/acp --header 'Authorization: Bearer ...'
     """
+    if connect is not None or headers:
+        from acp_proxy.cli.connect_options import connect_and_exit
+
+        seed = seeds[0] if len(seeds) == 1 else None
+        unsupported = {
+            "--control": control or bool(breaks),
+            "--check": bool(live_check),
+            "--otlp": otlp is not None,
+            "--redact": bool(redact_rules),
+            "--strip-replayed-notices": strip_replayed_notices,
+            "--db-limit": db_limit is not None,
+        }
+        plan = build_fault_plan(fault_rules, faults_file, seed) if connect is not None else None
+
+        def redirect(db: Path | None) -> None:
+            if stderr_file is not None:
+                _redirect_stderr(stderr_file, db)
+
+        connect_and_exit(connect, headers, agent, db_path, no_record, plan, redirect, unsupported)
+        return
+    if not agent:
+        raise click.UsageError("Missing argument '-- AGENT [ARGS]...' (or --connect URL).")
     if live_check and no_record:
         raise click.UsageError("--check checks what is recorded: it cannot be used with --no-record")
     if breaks:

@@ -23,7 +23,16 @@ class MissingExtra(AcpProxyError):
     """serve's libraries are not installed (the ``remote`` extra)."""
 
 
-@cli.command()
+class _AgentAfterDashes(click.Command):
+    """serve's command: it notes whether ``--`` was given (an AGENT comes only after it, so a
+    stray word is a usage error, not a program to start)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["serve_dashes"] = "--" in args
+        return super().parse_args(ctx, args)
+
+
+@cli.command(cls=_AgentAfterDashes, context_settings={"allow_interspersed_args": False})
 @click.option(
     "--listen",
     default="127.0.0.1:8765",
@@ -32,7 +41,10 @@ class MissingExtra(AcpProxyError):
     help="Where clients connect (port 0: any free one). Loopback unless --allow-host names HOST.",
 )
 @click.option(
-    "--upstream", required=True, metavar="URL", help="The agent's endpoint: http(s)://HOST:PORT/acp or ws(s)://..."
+    "--upstream",
+    default=None,
+    metavar="URL",
+    help="The agent's endpoint: http(s)://HOST:PORT/acp or ws(s)://... (or -- AGENT: a stdio agent).",
 )
 @click.option(
     "--allow-host",
@@ -69,9 +81,10 @@ class MissingExtra(AcpProxyError):
     help="Store a masked copy of each message (as run --redact): built-in secrets and what RULE names, "
     "a JSON path or a regular expression (repeatable). What is forwarded is never altered.",
 )
+@click.argument("agent", nargs=-1, required=False, type=click.UNPROCESSED, metavar="[-- AGENT [ARGS]...]")
 def serve(
     listen: str,
-    upstream: str,
+    upstream: str | None,
     allow_hosts: tuple[str, ...],
     db_path: Path | None,
     no_record: bool,
@@ -79,6 +92,7 @@ def serve(
     faults_file: Path | None,
     seed: int | None,
     redact_rules: tuple[str, ...],
+    agent: tuple[str, ...],
 ) -> None:
     """Relay remote ACP clients to an agent at --upstream, recording every message.
 
@@ -92,6 +106,12 @@ def serve(
         acp-proxy serve --listen 127.0.0.1:0 --upstream wss://agent.example/acp --db remote.db
         acp-proxy serve --upstream ws://h/acp --fault 'drop if method:session/prompt kind:response'
         acp-proxy serve --upstream http://h/acp --fault 'status=503:2 if method:session/prompt nth=1'
+
+    With `-- AGENT...` instead of --upstream, a stdio agent is served to remote clients on any
+    path: each client connection starts its own AGENT process (stopped with the connection).
+
+    \b
+        acp-proxy serve --listen 127.0.0.1:8000 -- python examples/sdk_agent.py
     """
     try:
         import hypercorn  # noqa: F401
@@ -109,6 +129,17 @@ def serve(
     allowed = frozenset(name.lower().strip("[]") for name in allow_hosts)
     if not shapes.is_loopback(host) and host.lower() not in allowed:
         raise UsageError(f"--listen {host} is not a loopback address; add --allow-host {host} to serve on it")
+    if agent and not click.get_current_context().meta.get("serve_dashes"):
+        raise UsageError(f"unexpected argument {agent[0]!r} (a stdio agent comes after --)")
+    if (upstream is None) == (not agent):
+        raise UsageError("give --upstream URL or -- AGENT [ARGS]... (one of the two)")
+    if agent:
+        from acp_proxy.cli.serve_agent_options import serve_agent
+
+        if redact_rules:
+            raise UsageError("--redact is for serve --upstream; with -- AGENT it is not supported yet")
+        return serve_agent(listen, host, port, allowed, list(agent), db_path, no_record, fault_rules, seed, faults_file)
+    assert upstream is not None
     problem = shapes.check_upstream(upstream)
     if problem is not None:
         raise UsageError(problem)

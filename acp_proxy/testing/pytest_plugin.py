@@ -8,6 +8,10 @@ Loaded automatically (entry point ``pytest11``) when acp-proxy is installed::
         assert result.returncode == 1 and "timed out" in result.stderr
         assert agent.frames("fault:drop")
 
+Given a URL instead of an argv, it is a ``ProxiedRemote`` (``acp_proxy.testing.remote``): its
+``argv`` runs ``acp-proxy run --connect URL`` for a stdio client, its ``serve()`` yields the
+proxy's URL for a remote client.
+
 ``agent.run`` bounds the client by ``timeout`` seconds (default 60): a client that hangs fails
 the test with ``ClientHung``, naming the frame it never got (``examples/test_fault_injection.py``
 runs this with the SDK example client).
@@ -27,6 +31,7 @@ from typing import Any
 import pytest
 
 from acp_proxy.testing import ProxiedAgent
+from acp_proxy.testing.remote import ProxiedRemote
 
 _MADE = pytest.StashKey[list[ProxiedAgent]]()
 
@@ -35,11 +40,12 @@ _MADE = pytest.StashKey[list[ProxiedAgent]]()
 def acp_proxy(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., ProxiedAgent]:
     made = request.node.stash.setdefault(_MADE, [])
 
-    def wrap(agent: Sequence[str], **options: Any) -> ProxiedAgent:
+    def wrap(agent: Sequence[str] | str, **options: Any) -> ProxiedAgent:
         number = len(made) + 1
         options.setdefault("db", tmp_path / f"acp-proxy-{number}.db")
         options.setdefault("stderr_file", tmp_path / f"acp-proxy-{number}.stderr")
-        proxied = ProxiedAgent(agent, **options)
+        # A URL: a remote agent (``testing.remote``: run --connect, or serve --upstream).
+        proxied = ProxiedRemote(agent, **options) if isinstance(agent, str) else ProxiedAgent(agent, **options)
         made.append(proxied)
         return proxied
 

@@ -42,6 +42,7 @@ class RemoteRun:
         connection: str | None,
         fault_plan: Any = None,
         redact: list[str] | None = None,
+        agent_pid: int | None = None,  # serve -- AGENT: the connection's own agent
     ) -> None:
         # With --redact the recorder stores masked copies, as for run --redact; the options say
         # so, never the rules (they may name a secret).
@@ -58,7 +59,7 @@ class RemoteRun:
         self.connection = connection
         self.finished = False
         self._around: dict[str, tuple[bytes, bytes]] = {}  # per stream: the meta's JSON around the size
-        self.recording.start(agent_pid=None, marker=f"serve-{transport}-{connection}")
+        self.recording.start(agent_pid=agent_pid, marker=f"serve-{transport}-{connection}")
         self.recording.start_recorder()
 
     def message(

@@ -1,0 +1,593 @@
+"""``acp-proxy serve -- AGENT ...``: a stdio agent served to remote clients.
+
+Owns: one endpoint (``/acp`` or any path) for WebSocket and Streamable HTTP in front of a stdio
+agent, one agent process per client connection (the simple, safe choice: no two clients ever
+share an agent's state, and a connection's end is its agent's end), the relay of each WebSocket
+text message to one stdio line and back, and for HTTP what the SDK's server does (the
+reference: ``acp.http.server``): ``initialize`` POSTed without a connection starts one (its
+answer in the POST's body, with ``Acp-Connection-Id``), every other POST is 202 and goes to the
+agent, the agent's messages go out on the connection's or a session's GET SSE stream
+(``protocol.http_routing.Routes``), DELETE ends the connection and its agent; the errors (400,
+404, 406, 415, 501, 504) are the SDK's.
+
+The agent is started and watched with ``relay.spawn`` (its own process group, its parent-death
+signal, the run's marker in its environment); when its connection ends, its stdin is closed,
+then it gets ``grace`` seconds, SIGTERM, ``grace`` more, SIGKILL, and what it left behind with
+the marker is stopped too. Its stderr goes to the proxy's and into the run, line by line.
+
+Must not know: SQL, click, JSON-RPC beyond the routing fields. Bytes are relayed, never
+re-encoded: a WebSocket text message is written as it came (line breaks, only whitespace in JSON,
+become spaces: stdio frames by lines), an agent's line is sent as it came.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from acp_proxy.protocol import http_routing as routing
+from acp_proxy.protocol.framing import Line
+from acp_proxy.record import journal as jr
+from acp_proxy.record import supervise
+from acp_proxy.relay.pumps import close_quietly, open_stream, trio_streams
+from acp_proxy.relay.remote import shapes
+from acp_proxy.relay.remote.runs import RemoteRun
+from acp_proxy.relay.remote.server import MAX_WEBSOCKET_MESSAGE, Receive, Scope, Send, _read_body, _refuse
+from acp_proxy.relay.spawn import RelayError, resolve_agent, say, spawn_agent
+
+CONNECTION_ID = "acp-connection-id"
+SESSION_ID = "acp-session-id"
+INITIALIZE_TIMEOUT = 30.0  # the SDK's: a hung agent must not hold the initialize POST forever
+KEEPALIVE = 15.0  # an idle SSE stream's comment, as the SDK's server sends it
+OUTBOX = 1024  # messages a stream holds for a reader that has not come yet (the SDK's)
+JSON = [(b"content-type", b"application/json")]
+
+
+@dataclass
+class AgentServeOptions:
+    agent: list[str]
+    db_path: Path | None  # None: --no-record
+    listen_host: str
+    listen_port: int
+    allowed_hosts: frozenset[str] = frozenset()
+    argv: list[str] = field(default_factory=list)
+    grace: float = 2.0
+    fault_plan: Any = None  # a FaultPlan: its rules apply to WebSocket connections, each its own plan
+
+
+class LocalAgent:
+    """One connection's agent process, its pipes as trio streams."""
+
+    def __init__(self, argv: list[str], grace: float) -> None:
+        self.marker = supervise.new_marker()
+        agent = spawn_agent(resolve_agent(argv), argv, self.marker, attached=False)
+        self.process = agent.process
+        self.pid = agent.pid
+        streams = trio_streams()
+        self.stdin = open_stream(agent.stdin_fd, streams)
+        self.stdout = open_stream(agent.stdout_fd, streams)
+        self.stderr = open_stream(agent.stderr_fd, streams)
+        self.grace = grace
+        self.exited = trio.Event()
+        self.returncode: int | None = None
+        self.stopping = False
+
+    async def send_line(self, data: bytes) -> bool:
+        """Write one message as one line; False once the agent's stdin is gone."""
+        line = routing.one_line(data) + b"\n"
+        return bool(await self.stdin.send_counted(line) == len(line))
+
+    @staticmethod
+    async def lines(stream: Any) -> AsyncIterator[bytes]:
+        pending = b""
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""
+            if not data:
+                break
+            pending += data
+            *complete, pending = pending.split(b"\n")
+            for line in complete:
+                yield line.rstrip(b"\r")
+        if pending:
+            yield pending
+
+    async def wait(self) -> int:
+        """Its exit status (minus the signal that ended it); the one waiter."""
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            pidfd = -1
+        if pidfd >= 0:
+            try:
+                await trio.lowlevel.wait_readable(pidfd)
+            finally:
+                os.close(pidfd)
+            code = self.process.wait()
+        else:
+            code = await trio.to_thread.run_sync(self.process.wait, abandon_on_cancel=True)
+        self.returncode = code
+        self.exited.set()
+        return code
+
+    async def stop(self) -> None:
+        """stdin closed, ``grace``, SIGTERM to its group, ``grace``, SIGKILL; then the run's
+        other processes (the marker's). Safe to call more than once."""
+        if self.stopping:
+            return
+        self.stopping = True
+        with trio.CancelScope(shield=True):
+            await close_quietly(self.stdin)
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with trio.move_on_after(self.grace):
+                    await self.exited.wait()
+                if self.exited.is_set():
+                    break
+                try:
+                    os.killpg(self.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            await trio.to_thread.run_sync(supervise.stop_marked, self.marker, self.grace)
+
+
+def _journal_stderr(run: RemoteRun | None, line: bytes) -> None:
+    """The agent's stderr line, in the run beside its messages."""
+    if run is None or run.finished:
+        return
+    meta = {"transport": run.transport, "connection": run.connection, "stream": "stderr"}
+    record = Line(line, len(line), True, False)
+    run.recording.journal.record(jr.LINE, jr.STDERR, time.time_ns(), jr.line_payload(record, meta))
+
+
+async def _pass_stderr(agent: LocalAgent, run: RemoteRun | None) -> None:
+    async for line in agent.lines(agent.stderr):
+        _journal_stderr(run, line)
+        try:
+            os.write(2, line + b"\n")
+        except OSError:
+            pass
+
+
+@dataclass(eq=False)  # one object per connection: hashable by identity
+class HttpConnection:
+    """One Acp-Connection-Id: its agent, its run, its streams and who waits for what."""
+
+    id: str
+    agent: LocalAgent
+    run: RemoteRun | None
+    routes: routing.Routes = field(default_factory=routing.Routes)
+    outboxes: dict[str, tuple[trio.MemorySendChannel[bytes], trio.MemoryReceiveChannel[bytes]]] = field(
+        default_factory=dict
+    )
+    waiters: dict[str, tuple[trio.Event, list[bytes]]] = field(default_factory=dict)
+    gone: bool = False
+
+    def outbox(self, key: str) -> tuple[trio.MemorySendChannel[bytes], trio.MemoryReceiveChannel[bytes]]:
+        if key not in self.outboxes:
+            self.outboxes[key] = trio.open_memory_channel[bytes](OUTBOX)
+        return self.outboxes[key]
+
+
+class AgentApp:
+    """The ASGI application of ``serve -- AGENT``."""
+
+    def __init__(self, options: AgentServeOptions, nursery: trio.Nursery) -> None:
+        self.options = options
+        self.nursery = nursery  # the connections' agents outlive the requests that started them
+        self.port = options.listen_port
+        self.connections: dict[str, HttpConnection] = {}
+        self.live: set[HttpConnection] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        host = shapes.header(scope["headers"], "host")
+        if not shapes.host_allowed(host, self.port, self.options.allowed_hosts):
+            await _refuse(scope, send, 403, "acp-proxy: this Host is not allowed (see serve --allow-host)")
+            return
+        if kind == "websocket":
+            await self._websocket(scope, receive, send)
+        elif kind == "http":
+            await self._http(scope, receive, send)
+
+    def _new_run(self, transport: str, connection: str, agent: LocalAgent, plan: Any = None) -> RemoteRun | None:
+        if self.options.db_path is None:
+            return None
+        return RemoteRun(
+            self.options.db_path,
+            self.options.argv,
+            {"agent": self.options.agent, "connection": connection},
+            transport=transport,
+            connection=connection,
+            agent_pid=agent.pid,
+            fault_plan=plan,
+        )
+
+    def _new_gate(self) -> tuple[Any, Any]:
+        """A connection's own fault plan (nth=, first= count within it) and its gate, or Nones."""
+        plan = self.options.fault_plan
+        if not plan:
+            return None, None
+        from acp_proxy.faults.gate import Gate
+        from acp_proxy.faults.plan import FaultPlan
+
+        own = FaultPlan(plan.rules, plan.seed)
+        return own, Gate(plan=own)
+
+    def _start_agent(self) -> LocalAgent | str:
+        """A new agent, or why there is none."""
+        try:
+            return LocalAgent(self.options.agent, self.options.grace)
+        except RelayError as exc:
+            return str(exc)
+        except OSError as exc:
+            return f"{self.options.agent[0]}: {(exc.strerror or str(exc)).lower()}"
+
+    # -- WebSocket: one text message, one line -----------------------------------------------
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (await receive())["type"] != "websocket.connect":
+            return
+        agent = self._start_agent()
+        if isinstance(agent, str):
+            say(f"the agent could not be started: {agent}")
+            await _refuse(scope, send, 502, f"acp-proxy: the agent could not be started: {agent}")
+            return
+        connection = uuid.uuid4().hex
+        plan, gate = self._new_gate()
+        run = self._new_run("websocket", connection, agent, plan)
+        await send({"type": "websocket.accept", "headers": [(CONNECTION_ID.encode(), connection.encode())]})
+        code = 0
+
+        async def out(direction: str, line: bytes) -> bool:
+            if direction == "c2a":
+                return await agent.send_line(line)
+            try:
+                message: dict[str, Any] = {"type": "websocket.send", "text": line.decode()}
+            except UnicodeDecodeError:  # not text (a corrupt= fault): only as a binary message
+                message = {"type": "websocket.send", "bytes": line}
+            await send(message)
+            return True
+
+        async def carry(direction: str, data: bytes) -> bool:
+            """Journal, then forward, one message; through the fault gate when there are rules."""
+            if gate is None:
+                if run is not None:
+                    run.message(direction, data, stream="websocket")
+                return await out(direction, data)
+            return await _carry_out(gate.chunk(direction, routing.one_line(data) + b"\n"), run, out)
+
+        try:
+            async with trio.open_nursery() as nursery:
+
+                async def client_to_agent() -> None:
+                    while True:
+                        event = await receive()
+                        if event["type"] == "websocket.disconnect":
+                            break
+                        if event["type"] != "websocket.receive":
+                            continue
+                        text = event.get("text")
+                        if text is None:  # the SDK's server ignores binary messages too
+                            if run is not None:
+                                note = "binary WebSocket message, not relayed"
+                                run.message("c2a", event.get("bytes") or b"", stream="websocket", note=note)
+                            continue
+                        if not await carry("c2a", text.encode()):
+                            break
+                    await agent.stop()
+
+                async def agent_to_client() -> None:
+                    async for line in agent.lines(agent.stdout):
+                        if line.strip():
+                            await carry("a2c", line)
+                    await agent.exited.wait()
+                    why = f"the agent exited with status {agent.returncode}"
+                    if not agent.stopping:  # on its own, before its connection ended
+                        say(f"connection {connection}: {why}")
+                        if run is not None:
+                            run.event(why, stream="websocket")
+                    try:
+                        await send({"type": "websocket.close", "code": 1000 if agent.returncode == 0 else 1011})
+                    except Exception:  # the client left first: nothing to close
+                        pass
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(client_to_agent)
+                nursery.start_soon(agent_to_client)
+                nursery.start_soon(_pass_stderr, agent, run)
+                code = await agent.wait()
+        finally:
+            with trio.CancelScope(shield=True):
+                await agent.stop()
+                code = agent.returncode if agent.returncode is not None else code
+                if run is not None:
+                    await run.finish(code if code >= 0 else 128 - code)
+
+    # -- Streamable HTTP ---------------------------------------------------------------------
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method = scope["method"]
+        headers = scope["headers"]
+        if method == "POST":
+            await self._post(headers, await _read_body(receive), send)
+        elif method == "GET":
+            await self._get(headers, receive, send)
+        elif method == "DELETE":
+            await _read_body(receive)
+            await self._delete(headers, send)
+        else:
+            await _answer(send, 405, b'{"error": "Method not allowed"}')
+
+    async def _post(self, headers: list[tuple[bytes, bytes]], body: bytes, send: Send) -> None:
+        kind = shapes.header(headers, "content-type")
+        connection = self.connections.get(shapes.header(headers, CONNECTION_ID) or "")
+        run = connection.run if connection is not None else None
+
+        async def refuse(status: int, error: str) -> None:
+            answer = f'{{"error": "{error}"}}'.encode()
+            if run is not None:
+                run.message("c2a", body, stream="post")
+                run.message("a2c", answer, stream="post", note=f"HTTP {status} answer to a POST")
+            await _answer(send, status, answer)
+
+        if kind is None or not kind.lower().startswith("application/json"):
+            return await refuse(415, "Content-Type must be application/json")
+        fields = routing.read(body)
+        if not fields.json:
+            shape = _json_shape(body)
+            if shape == "array":
+                return await refuse(501, "Batch requests are not supported")
+            return await refuse(400, "Invalid JSON" if shape == "invalid" else "Invalid JSON-RPC message")
+        if routing.is_initialize(fields):
+            return await self._initialize(body, fields, send)
+        if shapes.header(headers, CONNECTION_ID) is None:
+            return await refuse(400, "Missing connection id")
+        if connection is None:
+            return await refuse(404, "Unknown connection id")
+        session = shapes.header(headers, SESSION_ID)
+        if fields.method in routing.SESSION_SCOPED and session is None:
+            return await refuse(400, "Missing session id header")
+        if session is not None and session not in connection.routes.sessions:
+            return await refuse(404, "Unknown session id")
+        connection.routes.from_client(fields)
+        if connection.run is not None:
+            connection.run.message("c2a", body, stream="post")
+        await connection.agent.send_line(body)
+        await _answer(send, 202, b"")
+
+    async def _initialize(self, body: bytes, fields: routing.Fields, send: Send) -> None:
+        agent = self._start_agent()
+        if isinstance(agent, str):
+            say(f"the agent could not be started: {agent}")
+            return await _answer(send, 500, b'{"error": "initialize failed"}')
+        connection_id = uuid.uuid4().hex
+        connection = HttpConnection(connection_id, agent, self._new_run("http", connection_id, agent))
+        waiter: tuple[trio.Event, list[bytes]] = (trio.Event(), [])
+        connection.waiters[fields.id_key or ""] = waiter
+        self.connections[connection.id] = connection
+        self.nursery.start_soon(self._supervise, connection)
+        if connection.run is not None:
+            connection.run.message("c2a", body, stream="post")
+        await agent.send_line(body)
+        with trio.move_on_after(INITIALIZE_TIMEOUT):
+            await _first(waiter[0], agent.exited)
+        if not waiter[1]:
+            failed = b'{"error": "initialize timed out"}' if not agent.exited.is_set() else None
+            await self._end(connection)
+            if failed is not None:
+                return await _answer(send, 504, failed)
+            return await _answer(send, 500, b'{"error": "initialize failed"}')
+        await _answer(send, 200, waiter[1][0], [(CONNECTION_ID.encode(), connection.id.encode())])
+
+    async def _supervise(self, connection: HttpConnection) -> None:
+        """The agent's life: its messages routed to the streams, its stderr, its exit."""
+        self.live.add(connection)
+        agent, run = connection.agent, connection.run
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_pass_stderr, agent, run)
+
+            async def agent_out() -> None:
+                async for line in agent.lines(agent.stdout):
+                    if line.strip():
+                        await self._route(connection, line)
+                for sender, _ in connection.outboxes.values():
+                    sender.close()
+                connection.gone = True
+
+            nursery.start_soon(agent_out)
+            code = await agent.wait()
+        self.connections.pop(connection.id, None)
+        connection.gone = True
+        for sender, _ in connection.outboxes.values():
+            sender.close()
+        if not agent.stopping:  # on its own, before its connection ended
+            say(f"connection {connection.id}: the agent exited with status {code}")
+            if run is not None:
+                run.event(f"the agent exited with status {code}", stream="sse")
+        self.live.discard(connection)
+        if run is not None:
+            await run.finish(code if code >= 0 else 128 - code)
+
+    async def _route(self, connection: HttpConnection, line: bytes) -> None:
+        fields = routing.read(line)
+        run = connection.run
+        waiter = connection.waiters.pop(fields.id_key or "", None) if fields.is_response else None
+        if waiter is not None:  # initialize's answer: the POST's body
+            if run is not None:
+                run.message("a2c", line, stream="post")
+            waiter[1].append(line)
+            waiter[0].set()
+            return
+        key = connection.routes.to_client(fields)
+        if run is not None:
+            run.message("a2c", line, stream=f"sse:{key}" if key else "sse")
+        sender, _ = connection.outbox(key)
+        try:
+            await sender.send(line)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+    async def _get(self, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send) -> None:
+        accept = shapes.header(headers, "accept") or ""
+        if "text/event-stream" not in accept and "*/*" not in accept:
+            return await _answer(send, 406, b'{"error": "Accept must include text/event-stream"}')
+        connection_id = shapes.header(headers, CONNECTION_ID)
+        session = shapes.header(headers, SESSION_ID)
+        connection = self.connections.get(connection_id or "")
+        if connection_id is None:
+            return await _answer(send, 400, b'{"error": "Missing connection id"}')
+        if connection is None or connection.gone:
+            return await _answer(send, 404, b'{"error": "Unknown connection id"}')
+        if session is not None and session not in connection.routes.sessions:
+            return await _answer(send, 404, b'{"error": "Unknown session id"}')
+        _, messages = connection.outbox(session or routing.CONNECTION)
+        start = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+        await send({"type": "http.response.start", "status": 200, "headers": start})
+        async with trio.open_nursery() as nursery:
+
+            async def client_gone() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(client_gone)
+            while True:
+                with trio.move_on_after(KEEPALIVE) as idle:
+                    try:
+                        line = await messages.receive()
+                    except (trio.EndOfChannel, trio.ClosedResourceError):
+                        break
+                if idle.cancelled_caught:
+                    await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
+                    continue
+                await send({"type": "http.response.body", "body": b"data: " + line + b"\n\n", "more_body": True})
+            nursery.cancel_scope.cancel()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _delete(self, headers: list[tuple[bytes, bytes]], send: Send) -> None:
+        connection_id = shapes.header(headers, CONNECTION_ID)
+        if connection_id is None:
+            return await _answer(send, 400, b'{"error": "Missing connection id"}')
+        connection = self.connections.get(connection_id)
+        if connection is None:
+            return await _answer(send, 404, b'{"error": "Unknown connection id"}')
+        await self._end(connection)
+        await _answer(send, 202, b"")
+
+    async def _end(self, connection: HttpConnection) -> None:
+        self.connections.pop(connection.id, None)
+        await connection.agent.stop()
+
+    async def finish_all(self) -> None:
+        """SIGINT or SIGTERM: every connection's agent stopped, its run finished."""
+        with trio.CancelScope(shield=True):
+            for connection in list(self.connections.values()):
+                await self._end(connection)
+
+
+async def _carry_out(steps: list[Any], run: RemoteRun | None, out: Any) -> bool:
+    """The gate's steps, on messages: each line it writes is one message. A Signal or a
+    ClosePipe is skipped (as ``serve --upstream`` does). False once the agent's stdin is gone."""
+    from acp_proxy.faults.gate import Forward, Note, Pause
+    from acp_proxy.faults.gate import Send as Write
+
+    going = True
+    for step in steps:
+        if isinstance(step, Forward | Write):
+            for line in step.data.split(b"\n"):
+                if not line:
+                    continue
+                if isinstance(step, Forward) and run is not None:
+                    run.message(step.direction, line, stream="websocket")
+                going = await out(step.direction, line) and going
+        elif isinstance(step, Note):
+            if run is not None:
+                run.noted(step.direction, step.line, step.meta, stream="websocket")
+        elif isinstance(step, Pause):
+            await trio.sleep(step.seconds)
+    return going
+
+
+async def _first(*events: trio.Event) -> None:
+    async with trio.open_nursery() as nursery:
+        for event in events:
+
+            async def wait(event: trio.Event = event) -> None:
+                await event.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(wait)
+
+
+def _json_shape(body: bytes) -> str:
+    """invalid, array or other: what a POST body that is no JSON object is (the SDK's statuses)."""
+    import json
+
+    if not body:
+        return "other"  # the SDK reads an empty body as null: no JSON-RPC message
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return "invalid"
+    return "array" if isinstance(value, list) else "other"
+
+
+async def _answer(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    headers = [*JSON, *(extra or [])] if body else list(extra or [])
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def serve_agent(options: AgentServeOptions) -> None:
+    """Serve until SIGINT or SIGTERM; then stop every connection's agent and finish its run."""
+    import hypercorn.trio
+    from hypercorn.config import Config
+
+    from acp_proxy.relay.remote.server import _server_log
+
+    config = Config()
+    host = options.listen_host
+    config.bind = [f"[{host}]:{options.listen_port}" if ":" in host else f"{host}:{options.listen_port}"]
+    config.alpn_protocols = ["h2", "http/1.1"]
+    config.accesslog = None
+    config.loglevel = "WARNING"
+    config.errorlog = _server_log()
+    config.websocket_max_message_size = MAX_WEBSOCKET_MESSAGE
+    supervise.become_subreaper()  # an agent's orphans are ours to find and stop
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
+        async def stop() -> None:
+            async for _ in signals:
+                return
+
+        async with trio.open_nursery() as agents:
+            app = AgentApp(options, agents)
+            async with trio.open_nursery() as nursery:
+                binds = await nursery.start(
+                    lambda task_status: hypercorn.trio.serve(
+                        app,  # type: ignore[arg-type]
+                        config,
+                        shutdown_trigger=stop,
+                        task_status=task_status,
+                    )
+                )
+                app.port = int(binds[0].rsplit(":", 1)[1])
+                say(f"serving {binds[0]} -> {options.agent[0]} (one agent per connection)")
+            await app.finish_all()
+    sys.stderr.flush()
