@@ -101,6 +101,13 @@ async def main(args: argparse.Namespace) -> None:
             result = await step("prompt", conn.prompt(session_id=sid, prompt=[text_block(args.prompt)]), short)
         if result is not None:
             print(f"stop reason: {result.stop_reason}", flush=True)
+        if args.await_echo:
+            # The echo and the prompt's answer travel on different HTTP streams: wait for the
+            # echo before closing, so what is seen does not depend on which came first.
+            try:
+                await asyncio.wait_for(ECHOES.setdefault(args.await_echo, asyncio.Event()).wait(), args.wait)
+            except TimeoutError:
+                print(f"no {args.await_echo!r}", flush=True)
         if args.again:
             again = await step("session again", conn.new_session(cwd=".", mcp_servers=[]), args.again_wait or args.wait)
             if again is not None:
@@ -118,6 +125,7 @@ if __name__ == "__main__":
     parser.add_argument("kind", choices=("http", "ws"))
     parser.add_argument("url")
     parser.add_argument("--prompt", default="hi")
+    parser.add_argument("--await-echo", default=None, help="wait for this echo before closing")
     parser.add_argument("--wait", type=float, default=30.0)
     parser.add_argument("--short", type=float, default=None)
     parser.add_argument("--again-wait", type=float, default=None)

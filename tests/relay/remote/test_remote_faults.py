@@ -178,7 +178,9 @@ def test_drop_a_client_message_before_the_server_accepts_it(upstream: str, db_pa
 
 @BOTH
 def test_drop_a_client_message_after_the_server_accepted_it(upstream: str, db_path: Path, kind: str) -> None:
-    seen, _ = through(upstream, db_path, kind, ["drop=after if method:session/prompt kind:request"])
+    seen, _ = through(
+        upstream, db_path, kind, ["drop=after if method:session/prompt kind:request"], "--await-echo", "echo: hi"
+    )
     # The agent did the work (its echo came), its answer was lost: on HTTP the POST's answer is
     # cut off, on WebSocket the response never comes.
     lost = "prompt: error RemoteProtocolError" if kind == "http" else "prompt: timeout"
