@@ -138,7 +138,12 @@ async def _connection(
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return
             if wsserver.is_upgrade(head):
-                await wsserver.WebSocketDoor(app, coalescing, head, config.websocket_max_message_size).serve()
+                try:
+                    await wsserver.WebSocketDoor(app, coalescing, head, config.websocket_max_message_size).serve()
+                except Exception as exc:  # the application failed: this connection ends, serve goes on
+                    report = getattr(app, "connection_failed", None)
+                    if report is not None:
+                        report(exc)
             else:
                 coalescing.unread(head)
                 await server_for(coalescing)

@@ -89,6 +89,15 @@ class ProxyApp:
         self.run_clients: dict[str, httpx.AsyncClient] = {}
         """With fault rules, each HTTP connection's own upstream client (restart= replaces it)."""
 
+    def connection_failed(self, exc: BaseException) -> None:
+        """A WebSocket connection that ended on an exception: one line on stderr (none for a
+        stream a fault rule cut on purpose); the connection is closed, serve goes on."""
+        if _on_purpose(exc):
+            return
+        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]
+        say(f"a WebSocket connection failed: {type(exc).__name__}: {_short(exc)}")
+
     # -- runs --------------------------------------------------------------------------------
 
     def _new_plan(self) -> Any:
@@ -705,10 +714,14 @@ def _server_log() -> logging.Logger:
 
 
 def _not_dropped(record: logging.LogRecord) -> bool:
-    exc = record.exc_info[1] if record.exc_info else None
+    return not _on_purpose(record.exc_info[1] if record.exc_info else None)
+
+
+def _on_purpose(exc: BaseException | None) -> bool:
+    """Whether an exception is a stream this proxy cut on purpose (a fault rule's abort)."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
-    return not isinstance(exc, remote_faults.StreamCut)
+    return isinstance(exc, remote_faults.StreamCut)
 
 
 def _has_h2() -> bool:
