@@ -44,8 +44,9 @@ def recorder_command(args: list[str]) -> tuple[list[str], dict[str, str]]:
     ``site`` reads every ``.pth`` file of the installation and runs the ones that import (an
     installation's own hooks: measured up to a third of a bare interpreter's start-up) before
     the recorder's first line; the recorder needs none of it, only the paths they gave, so it
-    gets this process's ``sys.path`` as its ``PYTHONPATH``. A path that cannot go there (one
-    holding the separator) leaves ``site`` on."""
+    gets this process's ``sys.path`` as its ``PYTHONPATH`` (and runs ``sitecustomize`` itself:
+    ``recorder._site_hooks``). A path that cannot go there (one holding the separator) leaves
+    ``site`` on."""
     paths = [path for path in sys.path if path]
     env = dict(os.environ)
     if any(os.pathsep in path for path in paths):
