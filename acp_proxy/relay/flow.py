@@ -16,7 +16,7 @@ import os
 import sys
 
 from acp_proxy.record import journal as jr
-from acp_proxy.relay.pumps import CloseOnce, Pump
+from acp_proxy.relay.pumps import CloseOnce, Pump, deepen
 from acp_proxy.relay.recording import Recording
 from acp_proxy.relay.spawn import Agent, Begun, say
 
@@ -77,7 +77,7 @@ class Flow:
         self.agent = agent
         self.client_out = os.dup(1)
         self.c2a = Pump(os.dup(0), agent.stdin_fd, jr.C2A, journal)
-        self.a2c = Pump(agent.stdout_fd, self.client_out, jr.A2C, journal)
+        self.a2c = Pump(agent.stdout_fd, self.client_out, jr.A2C, journal, deepen(agent.stdout_fd))
         self.err = Pump(agent.stderr_fd, os.dup(2), jr.STDERR, journal)
         self.pumps = (self.c2a, self.a2c, self.err)
         self.notice_r, self.notice_w = os.pipe()
