@@ -75,7 +75,6 @@ class Recording:
         self.ready_fd = -1  # at end of file once the recorder holds its journal lock (or is gone)
         self.recorder_gone = False
         self.finished = False
-        self.started = False  # the START record is written
 
     def start(self, agent_pid: int | None, marker: str) -> None:
         """Say what runs: the journal's first record."""
@@ -101,7 +100,6 @@ class Recording:
             start["fault_spec"] = json.dumps(options.fault_plan.describe(), default=str)
             start["seed"] = options.fault_plan.seed
         self.journal.record(jr.START, 0, start["started_ns"], json.dumps(start).encode())
-        self.started = True
 
     def start_recorder(self) -> None:
         """The recorder process that follows the journal, started right after the agent and
