@@ -202,9 +202,11 @@ class Pump:
         # Reads deeper than CHUNK go into one buffer, reused: a fresh 1 MiB bytes object per read
         # cost ~25 us even for a 200-byte line (glibc mapped and cleared it each time), readv
         # into this costs what a 64 KiB read does. Each chunk is journaled and forwarded before
-        # the next read, so nothing holds on to it.
-        into = (bytearray(self.read_size),) if self.read_size > CHUNK else ()
-        view = memoryview(into[0]) if into else None
+        # the next read, so nothing holds on to it. It is made when a read first fills CHUNK
+        # (more is waiting), not before: an agent's first answer does not wait for it.
+        deep = self.read_size > CHUNK
+        into: tuple[bytearray, ...] = ()
+        view: memoryview | None = None
         try:
             for fd in (src, self.dst):
                 os.set_blocking(fd, False)
@@ -221,7 +223,13 @@ class Pump:
                     return
                 data: bytes | memoryview
                 try:
-                    data = os.read(src, CHUNK) if view is None else view[: os.readv(src, into)]
+                    if view is None:
+                        data = os.read(src, CHUNK)
+                        if deep and len(data) == CHUNK:
+                            into = (bytearray(self.read_size),)
+                            view = memoryview(into[0])
+                    else:
+                        data = view[: os.readv(src, into)]
                 except BlockingIOError:
                     continue
                 except OSError:
