@@ -69,9 +69,36 @@ def _reuse_freed_memory() -> None:
     mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES)
 
 
+def _without_dataframes() -> None:
+    """sqlite-utils imports numpy and pandas when they are installed, for column types no
+    recording holds: numpy alone was a third of the recorder's start-up (~50 ms of CPU, on the
+    way to the first commit of a burst of big frames). A None in ``sys.modules`` makes their
+    import fail as if they were absent, in this process (and the writer it forks) only."""
+    for name in ("numpy", "pandas"):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+
+
+def _site_hooks() -> None:
+    """Started without ``site`` (``python -S``: the relay gives it its paths, see
+    ``relay/recording.py``), the recorder still runs the installation's ``sitecustomize`` and
+    ``usercustomize``, as ``site`` would have: hooks someone installed on purpose."""
+    if not sys.flags.no_site:
+        return
+    for name in ("sitecustomize", "usercustomize"):
+        try:
+            __import__(name)
+        except ImportError as exc:
+            if exc.name != name:
+                say(f"error in {name}: {exc}")
+        except Exception as exc:  # site goes on after a broken hook too
+            say(f"error in {name}: {type(exc).__name__}: {exc}")
+
+
 def main(argv: list[str]) -> int:
     """``python -m acp_proxy.record.recorder --journal PATH [--wake-fd N] [--ready-fd N] |
     --recover PATH``."""
+    _site_hooks()
+    _without_dataframes()
     _reuse_freed_memory()
     # A terminal's ^C or a hang-up reaches the whole foreground group; the relay decides what
     # they mean. The recorder stops only when its journal is recorded.

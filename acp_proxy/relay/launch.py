@@ -5,8 +5,8 @@ click — click and the modules the query commands need take about 100 ms to imp
 editor waits for its agent's first answer — and handing everything else (other commands,
 ``--help``, fault rules, sizes with units, anything it does not fully understand) to the click
 CLI, which parses the whole command line again and does the same thing, only later. What it
-takes, it starts at once (``spawn.begin``: the checks, then the agent), and only then imports the
-relay.
+takes, it starts at once (``spawn.begin``: the checks, then the agent), then the journal and the
+threads that move bytes (``flow.start``), and only then imports the rest of the relay.
 
 Must not know: what the options do. It builds exactly the ``RunOptions`` that ``cli.run``
 builds for the same words (a test holds the two to that), and never rejects anything itself:
@@ -56,10 +56,10 @@ class RunPlan:
         self.strip = strip
 
     def options(self) -> Any:
-        """The RunOptions click's ``run`` would build (this imports the relay)."""
+        """The RunOptions click's ``run`` would build."""
         from pathlib import Path
 
-        from acp_proxy.relay.stdio import RunOptions
+        from acp_proxy.relay.options import RunOptions
 
         return RunOptions(
             argv=list(self.agent),
@@ -180,8 +180,9 @@ def main() -> None:
 
         cli_main()
         return
-    # The agent first (an editor waits for its answer), then everything the relay imports,
-    # while the agent's exec is under way (``run`` confirms it).
+    # The agent first (an editor waits for its answer); while its exec is under way, the few
+    # modules that move bytes; then the journal and a thread per direction (``flow.start``),
+    # so that an agent that answers at once is heard while the relay's other modules load.
     from acp_proxy.relay.spawn import RelayError, begin, say
 
     try:
@@ -189,6 +190,10 @@ def main() -> None:
     except RelayError as exc:
         say(str(exc))
         raise SystemExit(exc.code) from None
+    from acp_proxy.relay.flow import start
+
+    options = plan.options()
+    started = start(options, begun)
     from acp_proxy.relay.stdio import run_and_exit
 
-    run_and_exit(plan.options(), begun)
+    run_and_exit(options, begun, started)

@@ -24,9 +24,10 @@ ways of moving bytes are in ``pumps.py``; this module decides which runs, and wh
 
 Start-up order (an editor waits for the agent's first answer): check that the database can be
 recorded into (a cheap read-only look), spawn the agent, create the journal and write its
-first record, start the ``Flow`` (without a gate), and only then start the recorder and import
-trio — both overlap with the agent's own start-up, and an agent that answers at once is heard
-before trio is loaded. What the threads report before trio runs waits in a pipe.
+first record, start the ``Flow`` (without a gate) and the recorder (``flow.start``: the
+launcher calls it before this module is imported), and only then import this module and trio —
+they overlap with the agent's own start-up, and an agent that answers at once is heard before
+either is loaded. What the threads report before trio runs waits in a pipe.
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ from pathlib import Path
 
 from acp_proxy.record import journal as jr
 from acp_proxy.record import supervise
-from acp_proxy.relay.pumps import CHUNK, CloseOnce, Pump, close_quietly, open_stream, trio_streams
+from acp_proxy.relay.flow import Flow, Started, detach_stdout, restore_blocking
+from acp_proxy.relay.flow import start as start_flow
+from acp_proxy.relay.options import ExitStatus, RunOptions
+from acp_proxy.relay.pumps import CHUNK, close_quietly, open_stream, trio_streams
+from acp_proxy.relay.recording import Recording
 from acp_proxy.relay.spawn import (  # noqa: F401 - the agent's start, as the relay's own API
     FORWARDED_SIGNALS,
     Agent,
@@ -57,82 +62,14 @@ from acp_proxy.relay.spawn import (  # noqa: F401 - the agent's start, as the re
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
 if TYPE_CHECKING:
-    import subprocess
     from typing import Any
 
     import trio
 
     from acp_proxy.faults.gate import Gate, Step
-    from acp_proxy.faults.plan import FaultPlan
 
-# The proxy exits with its agent: it waits for the recording only ``--grace`` (at least this
-# long, so that a short run is recorded whole before the proxy exits), then leaves the recorder
-# to finish on its own. It waits longer only for the recorder to hold its journal lock (at most
-# RECORDER_LOCK_PATIENCE more): until then the proxy's lock is what says the run is live.
-RECORDER_FINISH_MIN = 1.0
-RECORDER_LOCK_PATIENCE = 10.0
 _CORE_DUMPING = (signal.SIGQUIT, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
 _DIRECTION_CODE = {"c2a": jr.C2A, "a2c": jr.A2C}
-STARTING_SWITCH_INTERVAL = 0.0002  # seconds: see Flow
-_RECORDER_LOCKED_OUT = 3  # the recorder found the journal taken by a recovery: not a failure
-
-
-class RunOptions:
-    """What ``acp-proxy run`` was asked to do (a plain class: ``dataclasses`` costs start-up)."""
-
-    def __init__(
-        self,
-        argv: list[str],
-        db_path: Path | None,  # None: --no-record
-        grace: float = 2.0,
-        max_record_bytes: int | None = 16 * 1024 * 1024,
-        db_limit: int | None = None,
-        strip_replayed_notices: bool = False,
-        check: str | None = None,  # None | "full" | "lifecycle": live conformance checks (live_check.py)
-        fault_plan: FaultPlan | None = None,
-        options: dict[str, Any] | None = None,
-        redact: list[str] | None = None,  # run --redact: store masked copies, by these rules and the built-in ones
-        control: bool = False,  # run --control: a socket for acp-proxy ctl (relay/control.py)
-        breakpoints: list[str] | None = None,  # run --break: filters holding frames from the start
-    ) -> None:
-        self.control = control
-        self.breakpoints = breakpoints or []
-        self.redact = redact
-        self.argv = argv
-        self.db_path = db_path
-        self.grace = grace
-        self.max_record_bytes = max_record_bytes
-        self.db_limit = db_limit
-        self.strip_replayed_notices = strip_replayed_notices
-        self.check = check
-        self.fault_plan = fault_plan
-        self.options = options if options is not None else {}
-
-    def needs_gate(self) -> bool:
-        """True when some frames need a verdict before they are forwarded."""
-        return self.strip_replayed_notices or bool(self.fault_plan) or self.control
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RunOptions) and vars(self) == vars(other)
-
-    def __repr__(self) -> str:
-        return f"RunOptions({vars(self)!r})"
-
-
-class ExitStatus:
-    def __init__(self, code: int | None = None, signal: int | None = None) -> None:
-        self.code = code
-        self.signal = signal
-
-    @classmethod
-    def from_returncode(cls, returncode: int) -> ExitStatus:
-        return cls(signal=-returncode) if returncode < 0 else cls(code=returncode)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ExitStatus) and (self.code, self.signal) == (other.code, other.signal)
-
-    def __repr__(self) -> str:
-        return f"ExitStatus(code={self.code}, signal={self.signal})"
 
 
 def exec_failure(name: str, executable: str, exc: OSError) -> ExitStatus:
@@ -158,250 +95,6 @@ def _interpreter(executable: str) -> str | None:
         return None
     words = first[2:].split()
     return words[0].decode(errors="replace") if words else None
-
-
-# -- the recording: journal and recorder ----------------------------------------------------
-
-
-class Recording:
-    """The run's journal (created before the agent starts) and its recorder process."""
-
-    def __init__(self, options: RunOptions, attached: bool) -> None:
-        assert options.db_path is not None
-        self.options = options
-        self.db_path = Path(os.path.abspath(options.db_path))
-        try:  # the database itself was examined before the agent started (spawn.begin)
-            self.journal = jr.JournalWriter.create(
-                jr.journal_dir(self.db_path), limit_bytes=options.db_limit, db_path=self.db_path
-            )
-        except OSError as exc:
-            raise RelayError(
-                f"cannot open database {options.db_path}: {(exc.strerror or str(exc)).lower()}", 2
-            ) from None
-        self.attached = attached
-        self.recorder: subprocess.Popen[bytes] | None = None
-        self.ready_fd = -1  # at end of file once the recorder holds its journal lock (or is gone)
-        self.recorder_gone = False
-        self.finished = False
-
-    def start(self, agent_pid: int | None, marker: str) -> None:
-        """Say what runs: the journal's first record."""
-        options = self.options
-        start: dict[str, Any] = {
-            "started_ns": time.time_ns(),
-            "argv": options.argv,
-            "cwd": os.getcwd(),
-            "proxy_pid": os.getpid(),
-            "agent_pid": agent_pid,
-            "interactive": self.attached,
-            "max_record_bytes": options.max_record_bytes,
-            "db_limit": options.db_limit,
-            "options": options.options,
-            "check": options.check,
-            "redact": options.redact,
-            "db": str(self.db_path),
-            "marker": marker,
-        }
-        import json  # after the agent's spawn: nothing before it that can wait
-
-        if options.fault_plan:
-            start["fault_spec"] = json.dumps(options.fault_plan.describe(), default=str)
-            start["seed"] = options.fault_plan.seed
-        self.journal.record(jr.START, 0, start["started_ns"], json.dumps(start).encode())
-
-    def start_recorder(self) -> None:
-        """The recorder process that follows the journal, started right after the agent and
-        in the idle scheduling class from its first instruction. Its start-up (a Python process
-        importing the decoder, the tracker and SQLite, ~0.2 s of CPU) then overlaps the
-        agent's, instead of the first frames: started once the relay ran, it was still starting
-        when a burst of big frames arrived. In the idle class it takes no core the relay or the
-        agent wants (at nice 19 alone it did: +120 ms to an instant agent's first response),
-        and the journal holds everything until it reads it."""
-        if self.recorder is None:
-            self.recorder = self._spawn_recorder(["--journal", str(self.journal.path)], wake=True)
-            self.journal.on_reader_gone = self._recorder_gone
-
-    def _spawn_recorder(self, args: list[str], *, wake: bool) -> subprocess.Popen[bytes] | None:
-        import subprocess
-
-        read_fd = ready_w = -1
-        pass_fds: tuple[int, ...] = ()
-        if wake:
-            read_fd, write_fd = os.pipe()
-            self.journal.attach_wake(write_fd)
-            self.ready_fd, ready_w = os.pipe()
-            args = [*args, "--wake-fd", str(read_fd), "--ready-fd", str(ready_w)]
-            pass_fds = (read_fd, ready_w)
-        try:
-            recorder = subprocess.Popen(
-                [sys.executable, "-m", "acp_proxy.record.recorder", *args],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                pass_fds=pass_fds,
-                start_new_session=True,  # a signal to our group must not cut the recording short
-                preexec_fn=supervise.run_idle if wake else None,
-            )
-            supervise.own(recorder.pid)  # ours, not one of the run's orphans
-            return recorder
-        except OSError as exc:
-            say(f"cannot start the recorder ({exc}); the journal will be recorded by the next acp-proxy command")
-            return None
-        finally:
-            for fd in (read_fd, ready_w):
-                if fd >= 0:
-                    os.close(fd)
-
-    def _recorder_gone(self) -> None:
-        if not self.recorder_gone:
-            self.recorder_gone = True
-            say("the recorder stopped; the conversation is still relayed, and recorded from the journal at the end")
-
-    def meta(self, values: dict[str, Any]) -> None:
-        import json
-
-        self.journal.record(jr.META, 0, time.time_ns(), json.dumps(values).encode())
-
-    def final(self, status: ExitStatus) -> None:
-        journal = self.journal
-        values: dict[str, Any] = {
-            "final": True,
-            "ended_ns": time.time_ns(),
-            "status": "ended",
-            "exit_code": status.code,
-            "exit_signal": status.signal,
-            "lost_lines": journal.unreported(),  # per direction, lost after the last GAP record written
-        }
-        self.meta(values)
-        self.finished = True
-        if journal.lost_total[0]:
-            # If the disk is full, the run row may never learn this: say it where it is seen.
-            nbytes, newlines = journal.lost_total
-            say(f"{newlines:,} lines ({nbytes:,} bytes) were relayed but could not be journaled; they are not recorded")
-
-    def close(self) -> None:
-        """Give the recorder ``--grace`` to finish (it has the journal's end now), then leave it
-        to finish on its own: the proxy exits with its agent. The recorder holds the journal's
-        lock until the run is recorded, so no one takes it for a dead run's; if it dies, the
-        next acp-proxy command records what it left. If it died already, a recovery starts
-        here, under the same deadline."""
-        import subprocess
-
-        deadline = time.monotonic() + max(self.options.grace, RECORDER_FINISH_MIN)
-        self.journal.end()
-        if self.recorder is not None:
-            # The conversation is over: out of the idle class now. On a busy machine an idle-class
-            # recorder might not run at all before the proxy exits, not even to take its lock.
-            supervise.run_normal((self.recorder.pid,))
-        returncode: int | None = None
-        try:
-            if self.recorder is not None:
-                returncode = supervise.wait_for_exit(self.recorder, max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            self._wait_recorder_locked(deadline + RECORDER_LOCK_PATIENCE)
-            return  # it finishes on its own, detached (a session of its own)
-        finally:
-            self.journal.release()  # only now: until the recorder had its lock, ours kept the run live
-            if self.ready_fd >= 0:
-                os.close(self.ready_fd)
-                self.ready_fd = -1
-        if returncode in (0, _RECORDER_LOCKED_OUT, 2) or not self.journal.path.exists():
-            return
-        # The recorder (or its writer) died: a recovery resumes from the last commit, once the
-        # dead recorder's writer has let go of the journal too.
-        recovery = self._spawn_recorder(["--recover", str(self.journal.path)], wake=False)
-        if recovery is not None:
-            try:
-                supervise.wait_for_exit(recovery, max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass  # it finishes on its own; if it dies, the next command recovers the journal
-
-    def _wait_recorder_locked(self, deadline: float) -> None:
-        """Until the recorder holds its journal lock (its ready pipe's end of file), or dies."""
-        import select
-
-        if self.ready_fd < 0:
-            return
-        poller = select.poll()
-        poller.register(self.ready_fd, select.POLLIN | select.POLLHUP)
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            try:
-                if poller.poll(int(left * 1000) + 1):
-                    return
-            except InterruptedError:
-                continue
-
-
-class Flow:
-    """The relay without a gate: a ``Pump`` thread per direction, started as soon as the agent
-    and the journal exist, before trio (~50 ms to import) or the recorder: an agent that
-    answers at once is heard at once. Each chunk is journaled before it is forwarded, as
-    always. Until trio runs, what the threads report waits in the notice pipe."""
-
-    def __init__(self, agent: Agent, journal: jr.JournalWriter | None) -> None:
-        self.close = CloseOnce()  # threads close what they are done with: each fd once, never a reused one
-        self.agent = agent
-        self.client_out = os.dup(1)
-        self.c2a = Pump(os.dup(0), agent.stdin_fd, jr.C2A, journal)
-        self.a2c = Pump(agent.stdout_fd, self.client_out, jr.A2C, journal)
-        self.err = Pump(agent.stderr_fd, os.dup(2), jr.STDERR, journal)
-        self.pumps = (self.c2a, self.a2c, self.err)
-        self.notice_r, self.notice_w = os.pipe()
-        os.set_blocking(self.notice_r, False)
-        os.set_blocking(self.notice_w, False)  # a full pipe already holds a notice
-        self.hung_up = False
-        self.finished = False
-        self.a2c.on_broken = self._client_hung_up
-        self.a2c.on_end = self._agent_output_ended
-        self.c2a.on_end = lambda: self.close(agent.stdin_fd)
-        for pump in self.pumps:
-            pump.notify_fd = self.notice_w
-        # Until trio runs, this thread imports (CPU-bound, holding the GIL): a pump waking up
-        # would wait up to the switch interval (5 ms) for the GIL at each of its syscalls.
-        self.switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(STARTING_SWITCH_INTERVAL)
-        for pump, name in zip(self.pumps, ("c2a", "a2c", "stderr"), strict=True):
-            pump.start(name)
-
-    def _client_hung_up(self) -> None:
-        say("the client closed the agent's output; stopping the agent")
-        self.hung_up = True
-        self.a2c.notify()
-
-    def _agent_output_ended(self) -> None:
-        # The agent closed its stdout (it may still run): the client hears the end now.
-        self.a2c.dst_open = False
-        self.close(self.client_out)
-        _detach_stdout()
-
-    def settled(self) -> None:
-        """Trio runs: the main thread mostly waits now, and the pumps keep the usual interval."""
-        sys.setswitchinterval(self.switch_interval)
-
-    def stop(self) -> None:
-        for pump in self.pumps:
-            pump.stop()
-
-    def finish(self) -> None:
-        """Stop the threads and close every descriptor they used (once; from the main thread)."""
-        if self.finished:
-            return
-        self.finished = True
-        self.settled()
-        self.stop()
-        # A pump waits only in poll, with its stop pipe: it ends at once.
-        ended = all([pump.finished.wait(5.0) for pump in self.pumps])
-        for pump in self.pumps:
-            pump.close()
-        agent = self.agent
-        for fd in (self.c2a.src, agent.stdin_fd, agent.stdout_fd, self.client_out, agent.stderr_fd, self.err.dst):
-            self.close(fd)
-        if ended:  # else a pump may still write its notice: its descriptor must not be reused
-            for fd in (self.notice_r, self.notice_w):
-                os.close(fd)
-        _restore_blocking()
 
 
 # -- the relay -----------------------------------------------------------------------------
@@ -490,7 +183,7 @@ class Relay:
                 nursery.cancel_scope.cancel()
             for stream in (client_in, client_out, err_out, self.agent_in, agent_out, agent_err):
                 await close_quietly(stream)
-            _restore_blocking()
+            restore_blocking()
             return ExitStatus.from_returncode(returncode)
 
     def _start_control(self, nursery: trio.Nursery) -> None:
@@ -699,7 +392,7 @@ class Relay:
         if pipe == "client-stdout":
             # The relay writes through a duplicate: fd 1 itself still holds the client's pipe,
             # and the client reads EOF only once no descriptor of ours does.
-            _detach_stdout()
+            detach_stdout()
 
     async def _pump_stderr(self, agent_err: Any, err_out: Any, done: trio.Event) -> None:
         journal = self.journal
@@ -779,44 +472,23 @@ class Relay:
             self._signal_group(sig)
 
 
-def _detach_stdout() -> None:
-    """Point fd 1 at /dev/null, letting go of the pipe it held (nothing else may reach it)."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-    except OSError:
-        return
-    try:
-        os.dup2(devnull, 1)
-    except OSError:
-        pass
-    finally:
-        os.close(devnull)
-
-
-def _restore_blocking() -> None:
-    # PipeStream made the shared descriptions non-blocking; the editor's side may share them.
-    for fd in (0, 1, 2):
-        try:
-            os.set_blocking(fd, True)
-        except OSError:
-            pass
-
-
 # -- entry points --------------------------------------------------------------------------
 
 
-def run(options: RunOptions, begun: Begun | None = None) -> ExitStatus:
+def run(options: RunOptions, begun: Begun | None = None, started: Started | None = None) -> ExitStatus:
     """Run the agent behind the proxy and return its exit status. Raises RelayError early.
     ``begun``: the agent already started by ``spawn.begin`` (the launcher does, before it
-    imports this module); otherwise it is started here."""
+    imports this module); otherwise it is started here. ``started``: what ``flow.start`` did
+    since (the launcher calls it before importing this module too)."""
     if begun is None:
         begun = begin(options.argv, None if options.db_path is None else os.path.abspath(options.db_path))
-    begun.confirm()  # the launcher imported this module while the agent's exec was under way
+    if started is None:
+        started = start_flow(options, begun)
     agent, marker, early = begun.agent, begun.marker, begun.early
-    recording = None
+    recording, flow = started.recording, started.flow
     try:
-        if options.db_path is not None:
-            recording = Recording(options, begun.attached)
+        if started.error is not None:
+            raise started.error
         if agent is None:
             assert begun.failure is not None
             status = exec_failure(options.argv[0], begun.executable, begun.failure)
@@ -825,20 +497,13 @@ def run(options: RunOptions, begun: Begun | None = None) -> ExitStatus:
                 recording.final(status)
                 recording.start_recorder()
             return status
-        if recording is not None:
-            if options.control and not begun.attached:
-                from acp_proxy.relay.control import socket_path
-
-                options.options["control"] = str(socket_path(recording.journal.path))
-            recording.start(agent.pid, marker)
         if begun.attached:
             early.restore()
             if recording is not None:
                 recording.start_recorder()
             status = _run_attached(agent, early.pending)
         else:
-            # Without a gate the bytes flow from here on, while the recorder starts and trio loads.
-            flow = None if options.needs_gate() else Flow(agent, None if recording is None else recording.journal)
+            # Without a gate the bytes flow already (``flow.start``), while trio loads.
             try:
                 if recording is not None:
                     recording.start_recorder()
@@ -889,10 +554,10 @@ def _run_attached(agent: Agent, pending: list[int]) -> ExitStatus:
     return ExitStatus.from_returncode(returncode)
 
 
-def run_and_exit(options: RunOptions, begun: Begun | None = None) -> None:
+def run_and_exit(options: RunOptions, begun: Begun | None = None, started: Started | None = None) -> None:
     """``acp-proxy run``: run, then leave like the agent did (a RelayError: one line, its code)."""
     try:
-        status = run(options, begun)
+        status = run(options, begun, started)
     except RelayError as exc:
         say(str(exc))
         raise SystemExit(exc.code) from None

@@ -139,7 +139,9 @@ def open_for_writing(path: Path, limit_bytes: int | None = None) -> sqlite_utils
         _apply_length_limit(conn)
         import sqlite_utils  # only writers need it (~0.2 s to import): query commands start faster
 
-        db = sqlite_utils.Database(conn)
+        # No plugins: loading them reads every installed distribution's entry points (~10 ms of a
+        # recorder's start-up), and no acp-proxy query calls a function a plugin could add.
+        db = sqlite_utils.Database(conn, execute_plugins=False)
         _set_pragmas(db)
         migrate(db)
         if limit_bytes is not None:

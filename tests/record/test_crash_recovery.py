@@ -519,6 +519,7 @@ def test_a_write_lock_held_elsewhere_does_not_hold_up_the_conversation(db_path: 
     # waited for the lock, which is held until the last trip: a relay that held back what the
     # recorder has not written would stop for good once its buffer is full, not for seconds.
     assert max(gaps) < 10.0, f"a round trip took {max(gaps):.3f} s while the database was locked"
+    wait_recorded(db_path)  # the recorder may finish after its proxy (``--grace``), as designed
     conn = sqlite3.connect(db_path)
     try:
         run = conn.execute("select status, frames_c2a, frames_a2c, not_recorded from runs where status != 'locker'")

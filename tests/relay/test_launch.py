@@ -20,7 +20,7 @@ class Captured(Exception):
 def click_options(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> relay.RunOptions:
     """The RunOptions click's `run` builds for ``argv`` (the relay is not started)."""
 
-    def capture(options: relay.RunOptions, begun: object = None) -> relay.ExitStatus:
+    def capture(options: relay.RunOptions, begun: object = None, started: object = None) -> relay.ExitStatus:
         raise Captured(options)
 
     monkeypatch.setattr(relay, "run", capture)

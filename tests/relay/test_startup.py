@@ -15,15 +15,17 @@ from tests.conftest import proxy_env, wait_for_output, watchdog
 
 pytestmark = pytest.mark.spawns  # every test here starts processes
 
-# The launcher, behind a finder that holds ``import trio`` until a byte arrives on fd GATE, and
-# that says on stderr when it was asked (so the test knows the hold is what it waited behind).
+# The launcher, behind a finder that holds ``import MODULE`` (trio unless told) until a byte
+# arrives on fd GATE, and that says on stderr when it was asked (so the test knows the hold is
+# what it waited behind).
 HELD_TRIO = """
 import os, sys
 gate = int(sys.argv[1])
+held = os.environ.get("HELD_MODULE", "trio")
 class HoldTrio:
     def find_spec(self, name, path=None, target=None):
-        if name == "trio":
-            os.write(2, b"trio held\\n")
+        if name == held:
+            os.write(2, held.encode() + b" held\\n")
             os.read(gate, 1)
         return None
 sys.meta_path.insert(0, HoldTrio())
@@ -35,7 +37,7 @@ main()
 LINE = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}\n'
 
 
-def run_held(args: list[str], *, end_before_trio: bool = False) -> tuple[bytes, bytes, int]:
+def run_held(args: list[str], *, end_before_trio: bool = False, held: str = "trio") -> tuple[bytes, bytes, int]:
     """Run ``acp-proxy ARGS`` with trio's import held; send a line and wait for its echo (with
     ``end_before_trio``: for the end of the proxy's stdout, the agent having closed its own),
     then let trio load and close stdin. Stdout, stderr, and the exit status."""
@@ -47,7 +49,7 @@ def run_held(args: list[str], *, end_before_trio: bool = False) -> tuple[bytes, 
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=proxy_env(),
+        env=proxy_env(HELD_MODULE=held),
         pass_fds=(gate_r,),
     )
     os.close(gate_r)
@@ -105,3 +107,46 @@ def test_an_agent_that_ends_before_trio_is_loaded_leaves_as_it_did(tmp_path: Pat
     finally:
         conn.close()
     assert exit_code == 3
+
+
+def test_the_first_answer_comes_before_the_relay_module_is_imported(tmp_path: Path) -> None:
+    # The journal, its first record, the pumps and the recorder all start before ``stdio`` (and
+    # what it imports) loads: an instant agent is heard, and recorded, while the rest loads.
+    db = tmp_path / "r.db"
+    echo, err, code = run_held(["run", "--db", str(db), "--", "cat"], held="acp_proxy.relay.stdio")
+    assert echo == LINE, err
+    assert b"acp_proxy.relay.stdio held" in err
+    assert code == 0, err
+    conn = sqlite3.connect(db)
+    try:
+        recorded = conn.execute("select dir, raw from frames order by seq").fetchall()
+    finally:
+        conn.close()
+    assert recorded == [("c2a", LINE.rstrip(b"\n").decode()), ("a2c", LINE.rstrip(b"\n").decode())]
+
+
+def test_the_recorder_starts_without_site_but_with_every_path_and_hook(tmp_path: Path) -> None:
+    # ``python -S``: no .pth file is read, yet the recorder finds what this interpreter finds
+    # (the proxy's sys.path as its PYTHONPATH) and runs an installed sitecustomize.
+    import subprocess
+
+    from acp_proxy.relay.recording import RECORDER_MODULE, recorder_command
+
+    argv, env = recorder_command(["--journal", "J"])
+    assert argv == [sys.executable, "-S", "-m", RECORDER_MODULE, "--journal", "J"]
+    assert env["PYTHONPATH"].split(os.pathsep) == [path for path in sys.path if path]
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text("import os\nos.write(2, b'hook ran\\n')\n")
+    env["PYTHONPATH"] = os.pathsep.join([str(hook), env["PYTHONPATH"]])
+    probe = (
+        "import sys\n"
+        "from acp_proxy.record.recorder import _site_hooks\n"
+        "_site_hooks()\n"
+        "import msgspec, sqlite3\n"
+        "print(sys.flags.no_site, 'site' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-S", "-c", probe], env=env, capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [b"1", b"False"]
+    assert result.stderr == b"hook ran\n"
