@@ -11,6 +11,7 @@ Playwright driving the system Chromium against `acp-proxy ui` subprocesses (as
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 import threading
@@ -86,8 +87,9 @@ def test_chunks_of_a_message_are_one_row_that_expands(browser: Any, mixed_server
     assert head.locator("td").nth(3).inner_text() == "195 chunks", "the page's chunks of the message"
     assert head.locator("td.preview").inner_text().startswith("w0 w1 w2 ")
     # Collapsed: the next row is the same message going on in the next page, not its members.
-    following = page.locator('#timeline tbody tr[data-index="6"]')
-    assert following.get_attribute("data-frame") == "1:201"
+    following = page.locator('#timeline tbody tr[data-frame="1:201"]')
+    following.wait_for()  # its page fetched as it came into view
+    assert following.get_attribute("data-index") == "6"
     assert following.locator("td").nth(3).inner_text() == "… 200 chunks more"
     assert page.locator('#timeline tbody tr[data-frame="1:7"]').count() == 0
     # Expanded: its members, each a row of its own; collapsed again: gone.
@@ -124,9 +126,11 @@ def test_keys_move_across_groups_and_the_toggle_shows_every_frame(browser: Any, 
     assert page.locator("#timeline tbody tr.current").get_attribute("data-frame") == "1:201"
     page.keyboard.press("Enter")
     page.wait_for_function("document.getElementById('detail-title').textContent.startsWith('Frame 1:201 ')")
-    # Every frame: the toggle off, the members are rows again and the list is one row a frame.
+    # Every frame: the toggle off, the members are rows again, one row a frame, the selected
+    # frame still in view.
     page.uncheck("#collapse-chunks")
-    page.locator('#timeline tbody tr[data-frame="1:7"]:not(.chunks)').wait_for()
+    page.locator('#timeline tbody tr.selected[data-frame="1:201"]:not(.chunks)').wait_for()
+    page.locator('#timeline tbody tr[data-frame="1:202"]').wait_for()
     assert page.locator("#timeline tbody tr.chunks").count() == 0
     height = page.locator("#timeline-scroll").evaluate("s => s.scrollHeight")
     assert height >= 1210 * 26, "one row a frame"
@@ -158,7 +162,7 @@ def chunk(text):
             '{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"%s"}}}}\n' % text).encode()
 sys.stdout.buffer.write(b"".join(chunk(f"w{n} ") for n in range(1100)))
 sys.stdout.buffer.flush()
-sys.stdin.buffer.readline()  # the test says when: the page is open by then
+open(sys.argv[1]).read()  # a FIFO: the test says when (the page is open by then), with no frame
 sys.stdout.buffer.write(b"".join(chunk(f"late{n} ") for n in range(3)))
 sys.stdout.buffer.flush()
 sys.stdin.buffer.read()  # then quiet, alive, until the client hangs up
@@ -181,7 +185,9 @@ def test_live_chunks_extend_the_last_group_in_place(browser: Any, tmp_path: Path
     agent.write_text(STREAMING_AGENT)
     mixed_run(db)  # run 1; the database exists before the ui opens it
     server = Server(db)
-    proxy = start_proxy(["run", "--db", str(db), "--", sys.executable, str(agent)])
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    proxy = start_proxy(["run", "--db", str(db), "--", sys.executable, str(agent), str(go)])
     timer = watchdog(proxy, 120)
     threading.Thread(target=lambda: proxy.stdout and proxy.stdout.read(), daemon=True).start()  # the client's side
     try:
@@ -191,8 +197,8 @@ def test_live_chunks_extend_the_last_group_in_place(browser: Any, tmp_path: Path
         last = page.locator('#timeline tbody tr.chunks[data-frame="2:1001"]')
         last.wait_for()
         assert last.locator("td").nth(3).inner_text() == "… 100 chunks more"
-        proxy.stdin.write(b"go\n")
-        proxy.stdin.flush()
+        # The agent waits in the FIFO's open (its chunks are recorded): never blocks, here.
+        os.close(os.open(go, os.O_WRONLY | os.O_NONBLOCK))  # the agent goes on
         page.wait_for_function(
             "document.querySelector('#timeline tbody tr.chunks[data-frame=\"2:1001\"] td.preview')"
             ".textContent.includes('late2')"

@@ -288,6 +288,7 @@ function virtualTimeline(base, filterText, onCount) {
       layout(p).forEach((e, i) => { if (e.row.id === id) found = i; }); // an open group's member row, not its head
       current = at[p] + found;
       currentId = id;
+      draw(true); // first: the list's height, which an opened group changes, bounds the scroll
       scroll.scrollTop = Math.max(0, current * ROW_H - scroll.clientHeight / 2);
       draw(true);
     },
