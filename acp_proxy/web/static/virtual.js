@@ -27,7 +27,8 @@ function virtualTimeline(base, filterText, onCount) {
   const entries = new Map(); // page number -> its display entries (a cache of `layout`)
   const expanded = new Set(); // ids of the groups shown open
   const pending = new Set();
-  let collapse = localStorage.getItem("acp-proxy.collapse-chunks") !== "0";
+  const inView = new Set(); // the pages the rows drawn last come from
+  let collapse = true; // each page opens collapsed (not remembered: a page is what its address says)
   let total = 0;
   let cursor = null;
   let current = -1; // the display index of the highlighted row (j/k)
@@ -117,10 +118,11 @@ function virtualTimeline(base, filterText, onCount) {
       forget(p);
       settle(p, before[p + 1] - before[p]);
       // Far pages go: memory holds what is near the view, whatever the run's length.
-      if (pages.size > KEEP_PAGES) {
+      // Never a page in view: with chunks collapsed, one view can span many pages.
+      if (pages.size > KEEP_PAGES + inView.size) {
         const here = pageOf(starts(), Math.floor(scroll.scrollTop / ROW_H));
-        const far = [...pages.keys()].sort((a, b) => Math.abs(b - here) - Math.abs(a - here));
-        for (const q of far.slice(0, pages.size - KEEP_PAGES)) { pages.delete(q); forget(q); }
+        const far = [...pages.keys()].filter((q) => !inView.has(q)).sort((a, b) => Math.abs(b - here) - Math.abs(a - here));
+        for (const q of far.slice(0, pages.size - KEEP_PAGES - inView.size)) { pages.delete(q); forget(q); }
       }
       draw(true);
     } finally { pending.delete(p); }
@@ -170,7 +172,9 @@ function virtualTimeline(base, filterText, onCount) {
     drawn = key;
     const rows = [spacer(first * ROW_H)];
     const wanted = new Set();
+    inView.clear();
     for (let i = first; i < last; i++) {
+      if (i === first || i === at[pageOf(at, i)]) inView.add(pageOf(at, i));
       const e = entryAt(at, i);
       if (e === undefined) {
         wanted.add(pageOf(at, i));
@@ -191,7 +195,6 @@ function virtualTimeline(base, filterText, onCount) {
   };
   box.addEventListener("change", () => {
     collapse = box.checked;
-    localStorage.setItem("acp-proxy.collapse-chunks", collapse ? "1" : "0");
     entries.clear();
     counts.clear();
     current = -1;
