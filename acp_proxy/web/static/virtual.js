@@ -40,7 +40,7 @@ function virtualTimeline(base, filterText, onCount) {
   const box = el("input", { type: "checkbox", id: "collapse-chunks" });
   box.checked = collapse;
   const toggle = el("label", { class: "collapse-chunks", title: "Show consecutive chunks of one message as one row" }, box, " collapse chunks");
-  scroll.before(toggle);
+  (scroll.closest(".frames-split") || scroll).before(toggle); // above the list and its detail, not in their grid
   const url = (params) => {
     const q = new URLSearchParams(params);
     if (filterText) q.set("filter", filterText);
