@@ -83,7 +83,8 @@ def test_a_million_frame_run_shows_its_first_frames_in_a_second_and_stays_small(
         # (the chunks collapsed, as a page opens: a row per page's run of them).
         page.locator("#timeline-scroll").evaluate("s => s.scrollTop = s.scrollHeight / 2")
         page.wait_for_function(
-            "[...document.querySelectorAll('#timeline tbody tr.chunks')].some(r => +r.dataset.frame.split(':')[1] > 5000)"
+            "[...document.querySelectorAll('#timeline tbody tr.chunks')]"
+            ".some(r => +r.dataset.frame.split(':')[1] > 5000)"
         )
         page.wait_for_timeout(10_000)  # open and following live for 10 s: what it then holds
         nodes = page.evaluate("document.getElementsByTagName('*').length")
