@@ -98,14 +98,25 @@ function virtualTimeline(base, filterText, onCount) {
     const p = pageOf(at, i);
     return pages.has(p) ? layout(p)[i - at[p]] : undefined;
   };
-  // A page's display rows changed (fetched, a group opened): the rows in view stay where they are.
-  const settle = (p, before) => {
-    const after = pages.has(p) ? layout(p).length : counts.get(p);
-    if (after !== undefined) counts.set(p, after);
+  // The display rows change (a page fetched: its estimate replaced, and with it the ratio that
+  // sizes every page not fetched yet; a group opened): the row at the top of the view and the
+  // cursor row stay where they were, each kept by its page's start.
+  const hold = () => {
     const at = starts();
-    if (before !== undefined && after !== undefined && at[p + 1] <= Math.floor(scroll.scrollTop / ROW_H)) {
-      scroll.scrollTop += (after - before) * ROW_H;
-    }
+    const top = Math.floor(scroll.scrollTop / ROW_H);
+    const p = pageOf(at, top), c = current >= 0 ? pageOf(at, current) : -1;
+    const end = scroll.scrollTop > 0 && atBottom(); // at the end (following it): stays there
+    return { p, off: scroll.scrollTop - at[p] * ROW_H, c, coff: current - (c >= 0 ? at[c] : 0), end };
+  };
+  const keep = (held) => {
+    for (const [q, page] of pages) if (page.length) counts.set(q, layout(q).length);
+    draw(true); // first: the list's new height bounds the scroll
+    const at = starts();
+    const size = (q) => (at[q + 1] - at[q]) * ROW_H;
+    if (held.end) scroll.scrollTop = scroll.scrollHeight;
+    else scroll.scrollTop = at[held.p] * ROW_H + Math.min(held.off, Math.max(0, size(held.p) - 1));
+    if (held.c >= 0) current = at[held.c] + Math.min(held.coff, Math.max(0, at[held.c + 1] - at[held.c] - 1));
+    draw(true);
   };
   const fetchPage = async (p) => {
     if (pending.has(p)) return;
@@ -113,10 +124,9 @@ function virtualTimeline(base, filterText, onCount) {
     try {
       const data = await api(url({ offset: p * PAGE, limit: PAGE }));
       if (dead || !data.ok) return;
-      const before = starts();
+      const held = hold();
       pages.set(p, data.rows);
       forget(p);
-      settle(p, before[p + 1] - before[p]);
       // Far pages go: memory holds what is near the view, whatever the run's length.
       // Never a page in view: with chunks collapsed, one view can span many pages.
       if (pages.size > KEEP_PAGES + inView.size) {
@@ -124,7 +134,7 @@ function virtualTimeline(base, filterText, onCount) {
         const far = [...pages.keys()].filter((q) => !inView.has(q)).sort((a, b) => Math.abs(b - here) - Math.abs(a - here));
         for (const q of far.slice(0, pages.size - KEEP_PAGES - inView.size)) { pages.delete(q); forget(q); }
       }
-      draw(true);
+      keep(held);
     } finally { pending.delete(p); }
   };
   const spacer = (height) => el("tr", { class: "spacer", "aria-hidden": "true" }, el("td", { colspan: 9, style: `height:${height}px;padding:0;border:0` }));
@@ -156,10 +166,9 @@ function virtualTimeline(base, filterText, onCount) {
     const p = [...pages.keys()].find((q) => layout(q).some((e) => e.group && e.group.id === id));
     if (expanded.has(id)) expanded.delete(id); else expanded.add(id);
     if (p === undefined) return;
-    const before = layout(p).length;
+    const held = hold();
     forget(p);
-    settle(p, before);
-    draw(true);
+    keep(held);
   };
   const draw = (force) => {
     const at = starts();
