@@ -109,6 +109,13 @@ def test_chunks_of_a_message_are_one_row_that_expands(browser: Any, mixed_server
     thoughts = page.locator('#timeline tbody tr.chunks[data-frame="1:1201"]')
     assert "think0 think1 think2" in thoughts.locator("td.preview").inner_text()
     assert "tool_call" in page.locator('#timeline tbody tr[data-frame="1:1204"]').inner_text()
+    # The pages fetched on the way changed the list's height: the end is still in view.
+    listed, tail = (
+        page.locator("#timeline-scroll").bounding_box(),
+        page.locator('tr[data-frame="1:1205"]').bounding_box(),
+    )
+    assert listed is not None and tail is not None
+    assert listed["y"] <= tail["y"] <= listed["y"] + listed["height"], "the end in view"
     assert page.locator("#timeline tbody tr[data-frame]").count() < 100, "still a virtual list"
     assert page.js_errors == []
     page.close()
