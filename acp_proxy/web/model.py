@@ -23,7 +23,7 @@ from typing import Any
 
 from acp_proxy.protocol import filters, wire
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.read import compare, latency, listing, live, queries
+from acp_proxy.read import chunk_groups, compare, latency, listing, live, queries
 from acp_proxy.read import conversation as folding
 from acp_proxy.read import diff as df
 from acp_proxy.read import faults as notes
@@ -315,6 +315,8 @@ def frames_page(
         timeline.timeline_row(r, faults.get((r["run_id"], r["seq"]), ()), findings.get((r["run_id"], r["seq"]), ()))
         for r in rows
     ]
+    # The virtual list shows consecutive chunks as one row: groups within this page (+1 look-behind).
+    chunk_groups.mark_page(db, out["rows"], [chunk_groups.key(r) for r in rows])
     out["total"] = total
     out["more"] = more
     out["cursor"] = f"{place[0]}:{place[1]}" if place else None

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from acp_proxy.protocol import wire
+from acp_proxy.read import chunk_groups
 from acp_proxy.read import fold as fd
 
 PREVIEW_CHARS = 160
@@ -76,13 +77,7 @@ def chunk_text(message: Any) -> str | None:
 
 def chunk_key(row: dict[str, Any]) -> str | None:
     """Frames with the same key, one after another, are chunks of one message."""
-    update = row.get("update_kind")
-    if not update or not update.endswith("_chunk") or row.get("kind") != "notification":
-        return None
-    return "|".join(
-        str(v)
-        for v in (row["run_id"], row["dir"], row.get("session_id"), update, row.get("item_id"), row.get("replay") or 0)
-    )
+    return chunk_groups.key(row)
 
 
 _QUIET_KEYS = frozenset(("jsonrpc", "sessionId", "sessionUpdate", "_meta"))
