@@ -519,14 +519,15 @@ class Primed:
         pattern = redactor.teaching_pattern()
         original = text.encode("utf-8", errors="surrogatepass")
         data = original.lower()  # as long as ``original``: a place in one is the place in the other
-        if pattern is not None and pattern.search(data) is None:
+        found = _lines_found(pattern, data) if pattern is not None else None
+        if found is not None and not found:
             return
         seqs = seq_text.split(",")
-        if pattern is None or data.count(b"\0") + 1 != len(seqs):  # user rules, or a line holding NUL
+        if found is None or data.count(b"\0") + 1 != len(seqs):  # user rules, or a line holding NUL
             self._read_lines(db, run_id, start, end, dirty)
             return
         # SQLite joins the batch in the order it reads it: the lines are read in seq order.
-        queue = [(int(seqs[i]), i, span) for i, span in _lines_found(pattern, data).items()]
+        queue = [(int(seqs[i]), i, span) for i, span in found.items()]
         heapq.heapify(queue)
         read: set[int] = set()
         while queue:
