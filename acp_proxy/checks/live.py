@@ -1,22 +1,31 @@
 """The live checker (`run --check`): a low-priority process that checks a run as it is recorded.
 
-Owns: following one run's frames in the database in relay order, as the writer commits them;
-feeding them to ``checks.Checker``; saying each finding on stderr and storing it in the
-``findings`` table; and the writer's handle on this process (``LiveCheck``).
+Owns: following one run's frames in relay order — the rows the writer has committed, then the
+journal's frames beyond the last commit (``read.live.Journals``), so a finding is said as soon as
+the relay has journaled its frame, not once the recorder, which batches and yields to a flood
+for up to 10 s, has committed it; feeding them to ``checks.Checker``; saying each finding on
+stderr and storing it in the ``findings`` table; and the writer's handle on this process
+(``LiveCheck``).
 
 Why a process that reads the database rather than a step in the recorder: with schema
 validation a checker managed about 10,000 frames/s (now well over 100,000), and a chunk storm
 brings seven times the former.
 Checking inside the recorder made the recorder fall behind, and a recorder that is behind slows
-the relay (backpressure, so that nothing is lost). Here the database is the checker's queue: it
+the relay (backpressure, so that nothing is lost). Here the journal and the database are the checker's queue: it
 may fall any number of frames behind without holding anybody up, it runs at a lower CPU
 priority, and it catches up when the storm has passed. Nothing is sampled or skipped. The
 writer pokes it after each commit with a non-blocking write that never waits, and closes the
 poke pipe once the recording is complete; the checker then checks the rest and finishes the run
-(unanswered requests, unfinished turns).
+(unanswered requests, unfinished turns). Between pokes it looks at the journal every
+JOURNAL_POLL seconds: the recorder commits nothing while it yields to a flood.
 
-Checking recorded rows is what `acp-proxy check` does too, so a live check and a later one see
-the same frames (batch elements included) and report the same findings.
+A journal frame is the row the recorder will commit (seq, line, what ``wire.decode`` reads: the
+recorder's own indexer makes it), which is all a check reads (``FRAME_COLUMNS``: the checker
+pairs requests itself), so a live check and a later `acp-proxy check` see the same frames
+(batch elements included) and report the same findings. Each frame is checked once: committed
+rows up to the commit the journal was read against, journal frames after it. (One difference
+is left: a frame checked from the journal that a hang-up later marks undelivered was checked as
+delivered.)
 
 Must not know: the relay, the link format, how frames are decoded or written, trio.
 """
@@ -26,14 +35,18 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from select import select as _readable
 from typing import Any
 
+from acp_proxy.read.live import Journals
 from acp_proxy.record import supervise
 from acp_proxy.store import database as store
 
 BATCH_ROWS = 2000  # rows read per query: one short read transaction, never a long snapshot
 PROCESS_NAME = b"acp-proxy-check"  # shown by ps/top; at most 15 bytes (Linux comm)
-_SELECT_NEW = "select {} from frames where run_id = ? and seq > ? and dir != 'stderr' order by seq limit ?"
+_SELECT_NEW = "select {} from frames where run_id = ? and seq > ? and seq <= ? and dir != 'stderr' order by seq limit ?"
+JOURNAL_POLL = 0.1  # seconds between looks at the journal when no commit pokes (a flood: see above)
+_ALL = 1 << 62  # no upper bound on seq: everything is committed
 
 
 class LiveCheck:
@@ -105,11 +118,17 @@ def follow(poke_fd: int, db_path: Path, run_id: int, *, schema: bool) -> int:
     conn = sqlite3.connect(str(db_path), isolation_level=None)
     conn.execute(f"PRAGMA busy_timeout = {store.BUSY_TIMEOUT_MS}")
     checker = Checker(schema=schema)
+    journals = Journals(db_path)
     last_seq = 0
     recording = True
-    while recording:
-        recording = _wait_for_commit(poke_fd)
-        last_seq = _check_new_rows(conn, select, run_id, last_seq, checker)
+    try:
+        while recording:
+            recording = _wait_for_commit(poke_fd, JOURNAL_POLL)
+            if recording:
+                last_seq = _check_live(conn, journals, select, run_id, last_seq, checker)
+    finally:
+        journals.close()
+    last_seq = _check_new_rows(conn, select, run_id, last_seq, _ALL, checker)  # all is committed now
     status = conn.execute("select status from runs where id = ?", [run_id]).fetchone()
     # A run the recorder could not finish (still 'running') may have answers that were never
     # recorded: then nothing counts as unanswered.
@@ -118,14 +137,35 @@ def follow(poke_fd: int, db_path: Path, run_id: int, *, schema: bool) -> int:
     return 0
 
 
-def _wait_for_commit(poke_fd: int) -> bool:
-    """Block until the writer commits again; False once it has closed the pipe (all is in)."""
-    return bool(os.read(poke_fd, 65536))
+def _wait_for_commit(poke_fd: int, timeout: float) -> bool:
+    """Until the writer commits again or ``timeout`` passes; False once it has closed the pipe
+    (all is in)."""
+    ready, _, _ = _readable([poke_fd], [], [], timeout)
+    return not ready or bool(os.read(poke_fd, 65536))
 
 
-def _check_new_rows(conn: sqlite3.Connection, select: str, run_id: int, last_seq: int, checker: Any) -> int:
+def _check_live(
+    conn: sqlite3.Connection, journals: Journals, select: str, run_id: int, last_seq: int, checker: Any
+) -> int:
+    """Check the rows committed since ``last_seq``, then the journal's frames beyond them."""
+    tail = journals.tail(conn, run_id, last_seq)
+    if tail.committed is None:  # the run is over (or its journal gone): the database holds it all
+        return _check_new_rows(conn, select, run_id, last_seq, _ALL, checker)
+    last_seq = _check_new_rows(conn, select, run_id, last_seq, tail.committed, checker)
+    found: list[Any] = []
+    for rec in tail.records:
+        if rec.seq <= last_seq:
+            continue
+        last_seq = rec.seq
+        if rec.dir != "stderr":
+            found.extend(checker.feed(rec.as_dict()))
+    _report(conn, found)
+    return last_seq
+
+
+def _check_new_rows(conn: sqlite3.Connection, select: str, run_id: int, last_seq: int, upto: int, checker: Any) -> int:
     while True:
-        cursor = conn.execute(select, [run_id, last_seq, BATCH_ROWS])
+        cursor = conn.execute(select, [run_id, last_seq, upto, BATCH_ROWS])
         names = [d[0] for d in cursor.description]
         rows = cursor.fetchall()  # ends the read transaction before any checking is done
         if not rows:

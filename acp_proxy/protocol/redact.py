@@ -277,6 +277,7 @@ class Redactor:
         self._generation = 0  # counts values remembered
         self._keys: dict[str, str] = {}
         self._keys_generation = 0
+        self._teaching: tuple[int, Any] | None = None  # (generation, teaching_pattern's pattern)
 
     # public API
 
@@ -396,6 +397,36 @@ class Redactor:
             return False
         seen = self._seen_pattern()
         return seen is None or seen.search(text) is None
+
+    @property
+    def generation(self) -> int:
+        """Counts the values remembered so far: it changes when a line taught this redactor."""
+        return self._generation
+
+    def teaching_pattern(self) -> Any:
+        """For a reader that must read a recording's lines in order only to learn from them (and
+        to tell which ones masking changes): an RE2 pattern over a line's UTF-8 bytes lowered by
+        ``bytes.lower`` that finds something in every line ``plainly_clean`` would not call clean.
+        Lines it finds nothing in teach nothing and are shown as they are; a hit is only a line
+        worth reading (lowering makes it find more, never less). None when every line must be
+        read: user rules, or a pattern RE2 will not build. A new one after each value learnt."""
+        if self.rules or not self.enabled:
+            return None
+        if self._teaching is not None and self._teaching[0] == self._generation:
+            return self._teaching[1]
+        words = [w.lower().encode() for w in (*_SHAPE_HINTS, *_SCHEME_HINTS, *_NAME_HINTS, "\\u")]
+        # str.lower() makes the KELVIN SIGN a "k" (of "key", "token", "cookie"); no other character
+        # lowers to a letter that completes a hint, and bytes.lower() lowers only ASCII.
+        words.append("\u212a".encode())
+        # A value lowered as its line is: bytes.lower() maps byte for byte, so a line holding the
+        # value holds it lowered once both are.
+        words += [value.encode("utf-8", errors="surrogatepass").lower() for value in self._seen]
+        try:
+            pattern = re2.compile(b"|".join(re.escape(w) for w in words), _RE2_OPTIONS)
+        except (re2.error, ValueError, TypeError, OverflowError):
+            pattern = None
+        self._teaching = (self._generation, pattern)
+        return pattern
 
     # Rule 2: masked values are remembered and masked in free text too.
 

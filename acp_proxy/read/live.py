@@ -43,7 +43,7 @@ from acp_proxy.protocol.frames import FrameRecord
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.read import queries
 from acp_proxy.record import journal as jr
-from acp_proxy.record.indexer import Indexer
+from acp_proxy.record.indexer import Indexer, NoTracker
 
 _SEQ = operator.attrgetter("seq")
 ROW_MARGIN = 64 * 1024  # as the recorder's session leaves under SQLite's length limit
@@ -84,20 +84,6 @@ class _Collector:
         self.records.append(rec)
 
 
-class _NoTracker:
-    """The tracker's annotations need the whole conversation before the commit; a live frame
-    carries the wire's facts only (see the module docstring)."""
-
-    def observe(self, rec: FrameRecord) -> None:
-        return None
-
-    def drain(self) -> list[Any]:
-        return []
-
-    def finish(self, ts_ns: int) -> None:
-        return None
-
-
 class _RunJournal:
     """One live run's journal, followed by a resumed ``Indexer``."""
 
@@ -121,7 +107,9 @@ class _RunJournal:
             limit = begun.get("max_record_bytes")
             keep = max_keep if limit is None else min(limit, max_keep)
             self.indexer = Indexer(run_id, keep, state, resumed=state is not None, redactor=redactor)
-            self.indexer.tracker = _NoTracker()  # type: ignore[assignment]
+            # The tracker's annotations need the whole conversation before the commit; a live frame
+            # carries the wire's facts only (see the module docstring).
+            self.indexer.tracker = NoTracker()  # type: ignore[assignment]
             self.collector = _Collector()
             self.indexer.pending = self.collector  # type: ignore[assignment]
             if state is not None:

@@ -676,3 +676,46 @@ def replay_committed(indexer: Indexer, conn: sqlite3.Connection, run_id: int) ->
         except Exception:
             pass
     return [_change_as_dict(c) for c in tracker.drain()]
+
+
+class NoTracker:
+    """Stands in for the tracker where only the frames an indexer makes (and the masking it
+    applies) are wanted: a live reader's tail, a resumed recorder's re-reading for secrets."""
+
+    def observe(self, rec: FrameRecord) -> None:
+        return None
+
+    def drain(self) -> list[Any]:
+        return []
+
+    def finish(self, ts_ns: int) -> None:
+        return None
+
+
+class _Discard:
+    """Stands in for the insert batches: the frames are dropped (their rows are committed)."""
+
+    count = 0
+
+    def add(self, rec: FrameRecord) -> None:
+        return None
+
+
+def relearn_secrets(redactor: Redactor, fd: int, run_id: int, max_keep: int | None, upto: int) -> bool:
+    """run --redact, resumed mid-run: ``redactor`` learns again every value it had masked in
+    the journal's records before offset ``upto`` (Rule 2 of ``protocol.redact``: a secret named
+    once is masked wherever it shows up later). The committed rows cannot teach it, they hold
+    ``[redacted]``; the journal from its start can, read as the first recorder read it (this is
+    how ``read.live`` follows a --redact run too). The writer keeps a --redact run's journal whole
+    for this (see ``RunWriter``). False when the journal could not be read to ``upto``."""
+    scratch = Indexer(run_id, max_keep, None, redactor=redactor)
+    scratch.tracker = NoTracker()  # type: ignore[assignment]
+    scratch.pending = _Discard()  # type: ignore[assignment]
+    try:
+        for rec in jr.JournalReader(fd).records():
+            if rec.offset >= upto:
+                return True
+            scratch.feed(rec)
+    except (OSError, jr.JournalDamaged, ValueError):
+        return False
+    return True

@@ -23,7 +23,7 @@ from typing import Any
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.record import journal as jr
 from acp_proxy.record import supervise
-from acp_proxy.record.indexer import FLUSH_SECONDS, Indexer, replay_committed
+from acp_proxy.record.indexer import FLUSH_SECONDS, Indexer, relearn_secrets, replay_committed
 from acp_proxy.record.writer import (
     LOCK_PATIENCE,
     RunWriter,
@@ -134,6 +134,10 @@ class Session:
         max_keep = room if max_keep is None else min(max_keep, room)
         self.indexer = Indexer(self.run_id, max_keep, state, resumed=existed, redactor=self.redactor)
         if state is not None:
+            # run --redact: the secrets the last recorder learnt are masked in later frames too.
+            redactor = None if self.done else self.redactor
+            if redactor is not None and not relearn_secrets(redactor, fd, self.run_id, max_keep, state["offset"]):
+                say("the journal's start is gone: secrets named before this resume may show in later frames")
             self.reader.offset = state["offset"]
             self.learned = [] if self.done else replay_committed(self.indexer, db.conn, self.run_id)
         else:
@@ -171,7 +175,9 @@ class Session:
     def recover(self, *, rescue: bool = True) -> None:
         """Record the journal to its end here; a ``rescue`` (the run's own recorder is gone)
         ends the run ``crashed``. Without, it is recording a finished journal in-process."""
-        writer = RunWriter(self.db, self.run_id, self.journal_path, self.journal_fd)
+        writer = RunWriter(
+            self.db, self.run_id, self.journal_path, self.journal_fd, keep_journal=self.redactor is not None
+        )
         if self.done:
             writer._finished()
             return

@@ -60,6 +60,7 @@ class WriterJob(Protocol):
     limit: int | None
     check: str | None
     wake_fd: int | None
+    redactor: Redactor | None  # run --redact: the journal is kept whole (see RunWriter)
 
 
 # -- rows -> SQLite ------------------------------------------------------------------------
@@ -83,12 +84,16 @@ class RunWriter:
         *,
         checkpointer: _Checkpointer | None = None,
         live: LiveCheck | None = None,
+        keep_journal: bool = False,
     ) -> None:
         self.db = db
         self.conn: sqlite3.Connection = db.conn
         self.run_id = run_id
         self.journal_path = journal_path
-        self.freer = jr.SpaceFreer(journal_fd) if journal_fd is not None else None
+        # ``keep_journal`` (run --redact): committed space is not given back, so that a resumed
+        # recorder and a live reader can read the journal from its start to learn the secrets
+        # already masked (indexer.relearn_secrets); the journal goes when the run ends.
+        self.freer = jr.SpaceFreer(journal_fd) if journal_fd is not None and not keep_journal else None
         self.checkpointer = checkpointer
         self.live = live
         self.facts = FactsApplier(db, run_id)
@@ -500,7 +505,13 @@ def _writer_main(fd: int, done_fd: int, session: WriterJob) -> int:
     every = CHECKPOINT_BYTES if session.limit is None else max(256 * 1024, min(CHECKPOINT_BYTES, session.limit // 8))
     checkpointer = _Checkpointer(session.db_path, every)
     writer = RunWriter(
-        db, session.run_id, session.journal_path, session.journal_fd, checkpointer=checkpointer, live=live
+        db,
+        session.run_id,
+        session.journal_path,
+        session.journal_fd,
+        checkpointer=checkpointer,
+        live=live,
+        keep_journal=session.redactor is not None,
     )
     ended = False
     for message in _Inbox(fd):
