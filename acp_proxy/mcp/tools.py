@@ -225,7 +225,10 @@ class Tools:
         update:tool_call`, `method:session/prompt kind:response latency>2s`, `kind:error OR
         unanswered`, `text:"permission denied"`, `marked` (frames a person marked: each shows
         its `mark`, the note), `comment:"..."`. Paged: `total`, `next` (an offset) and `after`
-        (a cursor); `frame` gives one frame whole."""
+        (a cursor); `frame` gives one frame whole. Actions of `acp-proxy ctl` (faults added,
+        breakpoints, releases, drops, frames sent) come among the frames by time as items with
+        `kind: "control"` (not counted in `total` or offsets; `control` selects them, with the
+        frames they held or wrote); a held frame carries `held`, its fate."""
         from acp_proxy.protocol import filters
         from acp_proxy.read import exports
         from acp_proxy.read import frames as pages
@@ -244,8 +247,9 @@ class Tools:
             # Masked before the filter reads them: a text: term cannot probe a secret.
             selection = pages.Selection(db, expr, self.redactor)
             found = selection.page(cursor, limit, offset)
+            rows = _with_controls(db, selection, found, cursor, offset, self.redactor)
         shown = []
-        for row in found.frames:
+        for row in rows:
             obj = exports.frame_object(row)
             if isinstance(obj.get("raw"), str):
                 obj["raw"] = shapes.cut_text(obj["raw"], max_chars)
@@ -253,7 +257,8 @@ class Tools:
         kept, note = shapes.fit(shown, offset, found.total)
         before = offset if cursor is None else 0  # frames after a cursor: offsets count from it
         more = found.more or len(kept) < len(shown)
-        last = kept[-1] if kept else None
+        frames_kept = [k for k in kept if k.get("kind") != "control"]
+        last = frames_kept[-1] if frames_kept else None
         return shapes.FramesPage(
             total=found.total,
             offset=offset,
@@ -454,6 +459,26 @@ class Tools:
             self.check,
             self.diff,
         ]
+
+
+def _with_controls(db: Any, selection: Any, found: Any, cursor: Any, offset: int, redactor: Any) -> list[Any]:
+    """A page's frames with the control rows that belong on it (``read.controls.page_controls``),
+    masked as the frames are."""
+    from acp_proxy.read import controls
+
+    rows = controls.masked(controls.control_rows(db), redactor)
+    if not rows:
+        return list(found.frames)
+    before: tuple[int, int] | None = None
+    if cursor is not None:
+        place = db.execute("select run_id, ts_ns from frames where run_id = ? and seq = ?", list(cursor)).fetchone()
+        before = (place[0], place[1] or 0) if place else None
+    elif offset > 0:
+        prior = next(iter(selection.rows(None, 1, offset - 1)), None)
+        if prior is None:  # beyond the selection's end: the rows went on its last page
+            return list(found.frames)
+        before = (prior["run_id"], prior.get("ts_ns") or 0)
+    return controls.page_controls(list(found.frames), rows, selection.expr, before=before, last=not found.more)
 
 
 def _print_annotations(con: Any, faults: list[dict[str, Any]], findings: list[dict[str, Any]]) -> None:
