@@ -29,9 +29,9 @@ def test_tail_and_mcp_show_each_ctl_action_masked(tmp_path: Path) -> None:
     with client_behind_control(tmp_path, "--break", "method:session/new kind:response") as (client, db):
         held = held_when(db, "session/new")
         # Followed from the start: the start-up breakpoint, then each action as it is recorded.
+        following = ["--from-start", "--jsonl", "--interval", "0.05", "--count", "5"]
         tail = subprocess.Popen(
-            [*PROXY, "tail", "--db", str(db), "--from-start", "--jsonl", "--interval", "0.05"]
-            + ["--count", "5", "--timeout", str(CTL_TIMEOUT_S), "control"],
+            [*PROXY, "tail", "--db", str(db), *following, "--timeout", str(CTL_TIMEOUT_S), "control"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
