@@ -245,3 +245,23 @@ class ControlFollower:
         for row in fresh:
             self.seen[row["run_id"]] = max(self.seen.get(row["run_id"], 0), row["number"])
         return selected(masked(fresh, redactor), expr)
+
+
+SHOWN = ("number", "ts_ns", "action", "argument", "hold", "seq", "result_seq", "held_ns", "text")
+
+
+def of_run(db: ReadDb, run_id: int, redactor: Redactor | None) -> dict[str, Any] | None:
+    """What the inspector's page shows of run ``run_id``'s actions: its rows (masked, each with
+    ``text``) and, by seq, the fate of each frame a breakpoint held (its badge); None: no run."""
+    if queries.run_row(db, run_id) is None:
+        return None
+    rows = masked(control_rows(db, [run_id]), redactor)
+    fates = held_fates(rows)
+    originals = db.execute(
+        "select seq from frames where run_id = ? and forwarded = 0 and note like ? and batch_seq is null",
+        [run_id, HELD_NOTE + "%"],
+    ).fetchall()
+    return {
+        "controls": [{k: row.get(k) for k in SHOWN} for row in rows],
+        "held": {str(seq): fates.get((run_id, seq)) or pc.held_fate(None) for (seq,) in originals},
+    }
