@@ -103,3 +103,23 @@ def test_tail_and_mcp_show_each_ctl_action_masked(tmp_path: Path) -> None:
         env=peer_env(),
     )
     assert SECRET in plain.stdout  # stored as typed; masked when asked
+
+
+def test_run_redact_masks_an_actions_argument_as_it_is_recorded(tmp_path: Path) -> None:
+    with client_behind_control(tmp_path, "--redact", "--break", "method:session/new kind:response") as (client, db):
+        held = held_when(db, "session/new")
+        ctl_ok(db, "fault", "add", RULE)
+        ctl_ok(db, "release", str(held["seq"]))
+        returncode, err = client.finish()
+    assert returncode == 0, err
+    plain = subprocess.run(
+        [*PROXY, "frames", "--db", str(db), "--jsonl", "control"],
+        capture_output=True,
+        text=True,
+        timeout=CTL_TIMEOUT_S,
+        env=peer_env(),
+    )
+    assert plain.returncode == 0, plain.stderr
+    added = [json.loads(line) for line in plain.stdout.splitlines() if '"fault-add"' in line]
+    assert len(added) == 1 and added[0]["argument"].startswith("#1 delay=1ms if text:")
+    assert SECRET not in plain.stdout
