@@ -230,7 +230,7 @@ class Tools:
         `kind: "control"` (not counted in `total` or offsets; `control` selects them, with the
         frames they held or wrote); a held frame carries `held`, its fate."""
         from acp_proxy.protocol import filters
-        from acp_proxy.read import exports
+        from acp_proxy.read import controls, exports
         from acp_proxy.read import frames as pages
 
         limit = min(_limit(limit), MAX_FRAMES)
@@ -247,7 +247,7 @@ class Tools:
             # Masked before the filter reads them: a text: term cannot probe a secret.
             selection = pages.Selection(db, expr, self.redactor)
             found = selection.page(cursor, limit, offset)
-            rows = _with_controls(db, selection, found, cursor, offset, self.redactor)
+            rows = controls.on_page(db, selection, found, cursor, offset, self.redactor)
         shown = []
         for row in rows:
             obj = exports.frame_object(row)
@@ -459,26 +459,6 @@ class Tools:
             self.check,
             self.diff,
         ]
-
-
-def _with_controls(db: Any, selection: Any, found: Any, cursor: Any, offset: int, redactor: Any) -> list[Any]:
-    """A page's frames with the control rows that belong on it (``read.controls.page_controls``),
-    masked as the frames are."""
-    from acp_proxy.read import controls
-
-    rows = controls.masked(controls.control_rows(db), redactor)
-    if not rows:
-        return list(found.frames)
-    before: tuple[int, int] | None = None
-    if cursor is not None:
-        place = db.execute("select run_id, ts_ns from frames where run_id = ? and seq = ?", list(cursor)).fetchone()
-        before = (place[0], place[1] or 0) if place else None
-    elif offset > 0:
-        prior = next(iter(selection.rows(None, 1, offset - 1)), None)
-        if prior is None:  # beyond the selection's end: the rows went on its last page
-            return list(found.frames)
-        before = (prior["run_id"], prior.get("ts_ns") or 0)
-    return controls.page_controls(list(found.frames), rows, selection.expr, before=before, last=not found.more)
 
 
 def _print_annotations(con: Any, faults: list[dict[str, Any]], findings: list[dict[str, Any]]) -> None:

@@ -3,11 +3,12 @@
 Owns: ``control_target`` (a REF resolved to a run, the socket its proxy named in the run's
 options, and whether the run is over); reading the ``controls`` table back (``control_rows``,
 each with ``kind = 'control'``) and placing those rows among a selection's frames by time,
-with each held frame's fate (``with_controls``; a page of frames: ``page_controls``), for every
-door that lists frames; the one masking of a row's argument (``masked``: rule and filter text is
-stored as typed, so every door shows it through the run's redactor, before a filter reads it);
-following new rows of live runs (``ControlFollower``, for ``tail``). What a row means is
-``protocol.controls``'. Must not know: sockets, the control wire, the relay.
+with each held frame's fate (``with_controls``; on a page of frames: ``page_controls``,
+``on_page``), for every door that lists frames; the one masking of a row's argument
+(``masked``: rule and filter text is stored as typed, so a door shows it through its redactor,
+before a filter reads it); a run's actions for the inspector (``of_run``); following new rows
+of live runs (``ControlFollower``, for ``tail``). What a row means is ``protocol.controls``'.
+Must not know: sockets, the control wire, the relay.
 """
 
 from __future__ import annotations
@@ -221,6 +222,27 @@ def page_controls(
         if pc.is_held(row.get("note")) and row.get("kind") != pc.KIND:
             rows[i] = {**row, "held": fates.get((row.get("run_id"), row.get("seq"))) or pc.held_fate(None)}
     return rows
+
+
+def on_page(
+    db: ReadDb, selection: Any, found: Any, cursor: tuple[int, int] | None, offset: int, redactor: Redactor | None
+) -> list[dict[str, Any]]:
+    """The frames of ``found`` (a ``read.frames.FramePage`` of ``selection``, after ``cursor``
+    or ``offset`` frames in) with the control rows that belong on that page (``page_controls``),
+    masked by ``redactor`` as the frames are."""
+    rows = masked(control_rows(db), redactor)
+    if not rows:
+        return list(found.frames)
+    before: tuple[int, int] | None = None
+    if cursor is not None:
+        place = db.execute("select run_id, ts_ns from frames where run_id = ? and seq = ?", list(cursor)).fetchone()
+        before = (place[0], place[1] or 0) if place else None
+    elif offset > 0:
+        prior = next(iter(selection.rows(None, 1, offset - 1)), None)
+        if prior is None:  # beyond the selection's end: the rows went on its last page
+            return list(found.frames)
+        before = (prior["run_id"], prior.get("ts_ns") or 0)
+    return page_controls(list(found.frames), rows, selection.expr, before=before, last=not found.more)
 
 
 def _at_or_before(control: Mapping[str, Any], place: tuple[Any, int]) -> bool:
