@@ -106,7 +106,7 @@ def frames(
             if cut:
                 say(f"{cut} frame(s) were recorded cut (--max-record-bytes); their bytes are incomplete")
             return
-        found = controls.with_controls(found, controls.control_rows(db), expr)
+        found = controls.with_controls(found, controls.masked(controls.control_rows(db), redactor), expr)
         if emit(out, output, (frame_object(f) for f in found)):
             return
         frame_lines(out, db, found, verbose=verbose)
@@ -140,7 +140,8 @@ def tail(
     """Follow frames as proxies record them (run it in another terminal), with the FILTER.
 
     Every run is followed, those running when tail starts and those started later, each frame
-    shown once, in order within its run. Started before anything was recorded, tail waits for
+    shown once, in order within its run; each `acp-proxy ctl` action on a run (a line RUN:cN,
+    filter: control) once it is recorded. Started before anything was recorded, tail waits for
     the database to appear. --json writes one array, closed when tail stops.
 
     \b
@@ -148,10 +149,11 @@ def tail(
         acp-proxy tail dir:a2c -update:agent_message_chunk
         acp-proxy tail --from-start --count 20 kind:error
     """
+    import itertools
     import time
 
     from acp_proxy.cli import views
-    from acp_proxy.read import live, queries
+    from acp_proxy.read import controls, live, queries
 
     expr = parse_filter(filter_words)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -163,6 +165,8 @@ def tail(
     # A live run's frames are read from its journal as soon as the relay wrote them: tail does
     # not wait for the recorder to commit (it batches, and yields to a flood for seconds).
     follower = live.Follower(db, live.Journals(path), from_start=from_start or waited)
+    # A person's ctl actions, shown once the recorder commits them (it commits one at once).
+    actions = controls.ControlFollower(db, from_start=from_start or waited)
     shown = 0
     with views.output(page=False) as out:
         lines = views.FrameLines(out, session_len=queries.session_prefix_length(db), verbose=verbose)
@@ -170,7 +174,7 @@ def tail(
             out.data(b"[")
         try:
             while True:
-                for f in follower.poll(expr):
+                for f in itertools.chain(follower.poll(expr), actions.poll(expr)):
                     if output.table:
                         out.line(lines.line(f))
                     else:

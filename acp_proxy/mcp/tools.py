@@ -225,9 +225,12 @@ class Tools:
         update:tool_call`, `method:session/prompt kind:response latency>2s`, `kind:error OR
         unanswered`, `text:"permission denied"`, `marked` (frames a person marked: each shows
         its `mark`, the note), `comment:"..."`. Paged: `total`, `next` (an offset) and `after`
-        (a cursor); `frame` gives one frame whole."""
+        (a cursor); `frame` gives one frame whole. Actions of `acp-proxy ctl` (faults added,
+        breakpoints, releases, drops, frames sent) come among the frames by time as items with
+        `kind: "control"` (not counted in `total` or offsets; `control` selects them, with the
+        frames they held or wrote); a held frame carries `held`, its fate."""
         from acp_proxy.protocol import filters
-        from acp_proxy.read import exports
+        from acp_proxy.read import controls, exports
         from acp_proxy.read import frames as pages
 
         limit = min(_limit(limit), MAX_FRAMES)
@@ -244,8 +247,9 @@ class Tools:
             # Masked before the filter reads them: a text: term cannot probe a secret.
             selection = pages.Selection(db, expr, self.redactor)
             found = selection.page(cursor, limit, offset)
+            rows = controls.on_page(db, selection, found, cursor, offset, self.redactor)
         shown = []
-        for row in found.frames:
+        for row in rows:
             obj = exports.frame_object(row)
             if isinstance(obj.get("raw"), str):
                 obj["raw"] = shapes.cut_text(obj["raw"], max_chars)
@@ -253,7 +257,8 @@ class Tools:
         kept, note = shapes.fit(shown, offset, found.total)
         before = offset if cursor is None else 0  # frames after a cursor: offsets count from it
         more = found.more or len(kept) < len(shown)
-        last = kept[-1] if kept else None
+        frames_kept = [k for k in kept if k.get("kind") != "control"]
+        last = frames_kept[-1] if frames_kept else None
         return shapes.FramesPage(
             total=found.total,
             offset=offset,

@@ -471,6 +471,10 @@ class Indexer:
                 continue
             # An import gives seq and result_seq; the relay names a held frame by its hold.
             hold, seq = row.get("hold"), row.get("seq")
+            argument = row.get("argument")
+            if self.redactor is not None and isinstance(argument, str):
+                # run --redact: a rule or filter is stored as typed otherwise (a frame's JSON too).
+                argument = self.redactor.raw(argument)
             if not isinstance(seq, int):
                 seq = self.hold_seqs.get(hold) if isinstance(hold, int) else None
             self.control_rows.append(
@@ -479,7 +483,7 @@ class Indexer:
                     row["number"],
                     row.get("ts_ns") or 0,
                     str(row.get("action")),
-                    row.get("argument"),
+                    argument,
                     hold,
                     row.get("held_ns"),
                     row.get("result_seq"),

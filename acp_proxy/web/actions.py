@@ -155,6 +155,16 @@ def _control(path: Path, run_id: int, op: str, data: dict[str, Any]) -> Any:
     return controller.fault_clear()
 
 
+def _masked(item: dict[str, Any], redactor: Any) -> dict[str, Any]:
+    masked = dict(item)
+    if isinstance(item.get("frame"), str):
+        masked["frame"] = redactor.raw(item["frame"])
+    for name in ("rule", "filter"):
+        if isinstance(item.get(name), str):
+            masked[name] = redactor.text(item[name])
+    return masked
+
+
 def _arguments(op: str, data: dict[str, Any]) -> str | None:
     """What is wrong with ``data``'s arguments for ``op``, in a line; None when nothing."""
     for name in OPS[op]:
@@ -188,15 +198,11 @@ async def control_view(doors: Doors, datasette: Any, request: Any) -> Response:
         answer = await asyncio.to_thread(_control, path, run_id, op, data)
     except UsageError as exc:  # control_client.ControlFailed is one: a line for a person
         return doors.error(" ".join(str(exc).split())[:300], True, 409)
-    # A held frame is shown as every frame is: masked (the proxy's answer has it verbatim).
+    # A held frame is shown as every frame is: masked (the proxy's answer has it verbatim);
+    # a fault's rule and a breakpoint's filter as typed, so masked as their recorded rows are.
     redactor = doors.redactor(datasette)
     if redactor.enabled and isinstance(answer, list):
-        answer = [
-            {**item, "frame": redactor.raw(item["frame"])}
-            if isinstance(item, dict) and isinstance(item.get("frame"), str)
-            else item
-            for item in answer
-        ]
+        answer = [_masked(item, redactor) if isinstance(item, dict) else item for item in answer]
     return doors.json({"ok": True, "op": op, "answer": answer})
 
 
