@@ -48,6 +48,7 @@ def sdk_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     agent = agent_argv("--permission", "--state-dir", str(tmp / "state"))
     session = session_of(transcript(run_client(proxied(agent, db), "--prompt", "hello world")))
     transcript(run_client(proxied(agent, db), "--load", session, "--prompt", "again"))
+    wait_recorded(db)  # the recorder may finish after its proxy: the readers want both runs whole
     return db, session
 
 
