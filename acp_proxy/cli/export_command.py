@@ -110,7 +110,7 @@ def export(
 
         store.refuse_special_file(output, "a file to export to (leave out -o to write to stdout)")
         outputs.check_export_target(output, resolve_db(db_path), force=force)
-    from acp_proxy.read import controls
+    from acp_proxy.read import controls, marks
 
     db = open_db(db_path)
     resolved, label, run_ids = runs_of(db, ref)
@@ -119,6 +119,7 @@ def export(
         "resolved": label,
         "runs": queries.runs_by_id(db, run_ids, counted=False),
         "controls": controls.exported(db, run_ids),
+        "marks": marks.exported(db, run_ids, redactor),
     }
     lines = exports.export_lines(fmt, queries.export_frames(db, resolved), header, redactor)
     if output is None:

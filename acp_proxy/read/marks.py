@@ -1,13 +1,15 @@
 """Marks and comments people put on frames: which frame ``REF:SEQ`` names.
 
 Owns: ``frame_ref`` (the frame a ``mark``/``unmark`` argument names, checked to exist) and
-``marks`` (the marks of a run, a session or every run, with what each marked frame is). Must
+``marks`` (the marks of a run, a session or every run, with what each marked frame is);
+``exported`` (the marks an export's header keeps, notes masked). Must
 not know: how marks are stored (``store.set_mark`` / ``remove_mark`` write them, the filter
 terms ``marked`` and ``comment:`` select by them, ``read.frames`` shows them).
 """
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 from acp_proxy.errors import UsageError
@@ -47,3 +49,28 @@ def marks(db: ReadDb, ref: str | None = None) -> list[dict[str, Any]]:
         " order by m.run_id, m.seq",
         args,
     )
+
+
+def exported(db: ReadDb, run_ids: list[int], redactor: Any = None) -> list[dict[str, Any]]:
+    """The marks of ``run_ids`` as an export's header keeps them (``import`` reads them back):
+    run, frame seq (kept whole by an export of the run), note (through ``redactor`` when given:
+    a person may paste a secret into a note) and when it was made. A database from before marks
+    has none."""
+    if not run_ids:
+        return []
+    try:
+        rows = queries.rows(
+            db,
+            "select run_id, seq, note, marked_ns from marks"
+            f" where run_id in ({','.join('?' * len(run_ids))}) order by run_id, seq",
+            list(run_ids),
+        )
+    except sqlite3.OperationalError:  # no marks table: a file an older acp-proxy wrote, opened read-only
+        return []
+    out = []
+    for row in rows:
+        note = row["note"]
+        if note is not None and redactor is not None:
+            note = redactor.text(note)
+        out.append({k: v for k, v in {**row, "note": note}.items() if v is not None})
+    return out

@@ -320,6 +320,22 @@ class JsonlParser(Parser):
             if owner is not None:
                 row = {k: v for k, v in control.items() if k != "run_id" and isinstance(v, int | str)}
                 owner.setdefault("controls", []).append(row)
+        marks = obj.get("marks")
+        for mark in marks if isinstance(marks, list) else ():
+            # A person's marks and notes (read.marks.exported), kept with their run's frames.
+            if not isinstance(mark, dict) or not isinstance(mark.get("seq"), int) or mark["seq"] < 1:
+                continue
+            owner = self.runs.get(mark["run_id"]) if isinstance(mark.get("run_id"), int) else None
+            note = mark.get("note")
+            marked_ns = mark.get("marked_ns")
+            if owner is not None:
+                owner.setdefault("marks", []).append(
+                    {
+                        "seq": mark["seq"],
+                        "note": note if isinstance(note, str) else None,
+                        "marked_ns": marked_ns if isinstance(marked_ns, int) and 0 <= marked_ns < 2**63 else None,
+                    }
+                )
 
 
 # -- jsons: the ACP conductor's trace -------------------------------------------------------------
@@ -903,4 +919,6 @@ def write_run(db_path: Path, records: Iterable[Record], provenance: dict[str, An
             session.recover(rescue=False)
         finally:
             os.close(fd)
+        if provenance.get("marks") and run_id is not None:
+            store.add_marks(db_path, run_id, provenance["marks"])
     return run_id

@@ -858,6 +858,33 @@ def set_mark(path: Path, run_id: int, seq: int, note: str | None) -> None:
         db.conn.close()
 
 
+def add_marks(path: Path, run_id: int, marks: list[dict[str, Any]]) -> None:
+    """The marks an import brings back for run ``run_id`` (each ``seq``, ``note``, ``marked_ns``),
+    on the frames it has; a mark naming a frame the run lacks is left out."""
+    db = open_for_writing(path)
+    try:
+        with db.conn:
+            db.execute("BEGIN")
+            for mark in marks:
+                db.execute(
+                    """INSERT INTO marks (run_id, seq, note, marked_ns)
+                       SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM frames WHERE run_id = ? AND seq = ?)
+                       ON CONFLICT (run_id, seq) DO NOTHING""",
+                    [
+                        run_id,
+                        mark["seq"],
+                        mark.get("note"),
+                        mark.get("marked_ns") or time.time_ns(),
+                        run_id,
+                        mark["seq"],
+                    ],
+                )
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot write marks to {path}: {_reason(exc)}") from exc
+    finally:
+        db.conn.close()
+
+
 def remove_mark(path: Path, run_id: int, seq: int) -> bool:
     """Remove the mark of frame (run_id, seq); False when it had none."""
     db = open_for_writing(path)

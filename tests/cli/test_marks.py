@@ -85,3 +85,29 @@ def test_an_older_database_gets_the_marks_table_and_keeps_its_frames(tmp_path: P
     assert seqs(path, "comment:old") == [1]
     with sqlite3.connect(path) as conn:
         assert conn.execute("select run_id, seq, note from marks").fetchall() == [(1, 1, "old frame")]
+
+
+def test_export_then_import_keeps_the_marks_and_masks_a_secret_in_a_note(recording: Path, tmp_path: Path) -> None:
+    assert invoke(recording, "mark", "1:3", "--note", "slow here").exit_code == 0
+    assert invoke(recording, "mark", "1:5", "--note", "token sk-ant-api03-abcdefghijklmnopqrstuvwxyz").exit_code == 0
+    assert invoke(recording, "mark", "1:6").exit_code == 0
+    exported = tmp_path / "run1.jsonl"
+    result = invoke(recording, "export", "1", "-o", str(exported))
+    assert result.exit_code == 0, result.output
+    header = json.loads(exported.read_text().splitlines()[0])
+    assert [(m["seq"], m.get("note")) for m in header["marks"]] == [
+        (3, "slow here"),
+        (5, "token [redacted]"),
+        (6, None),
+    ]
+    assert "abcdefghijklmnopqrstuvwxyz" not in exported.read_text()
+
+    into = tmp_path / "imported.db"
+    result = invoke(into, "import", str(exported))
+    assert result.exit_code == 0, result.output
+    assert seqs(into, "marked") == [3, 5, 6]
+    assert seqs(into, "comment:slow") == [3]
+    rows = json.loads(invoke(into, "frames", "--json", "marked").stdout)
+    original = json.loads(invoke(recording, "frames", "--json", "run:1", "marked").stdout)
+    # The same frames, not just the same numbers: what each marked frame is came back too.
+    assert [(r["seq"], r["method"], r["kind"]) for r in rows] == [(r["seq"], r["method"], r["kind"]) for r in original]
