@@ -22,6 +22,7 @@ become spaces: stdio frames by lines), an agent's line is sent as it came.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -41,7 +42,15 @@ from acp_proxy.record import supervise
 from acp_proxy.relay.pumps import close_quietly, open_stream, trio_streams
 from acp_proxy.relay.remote import shapes
 from acp_proxy.relay.remote.runs import RemoteRun
-from acp_proxy.relay.remote.server import MAX_WEBSOCKET_MESSAGE, Receive, Scope, Send, _read_body, _refuse
+from acp_proxy.relay.remote.server import (
+    MAX_WEBSOCKET_MESSAGE,
+    BodyTooLarge,
+    Receive,
+    Scope,
+    Send,
+    _read_body,
+    _refuse,
+)
 from acp_proxy.relay.spawn import RelayError, resolve_agent, say, spawn_agent
 
 CONNECTION_ID = "acp-connection-id"
@@ -324,12 +333,16 @@ class AgentApp:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope["method"]
         headers = scope["headers"]
+        try:
+            body = await _read_body(receive) if method in ("POST", "DELETE") else b""
+        except BodyTooLarge as exc:
+            await _answer(send, 413, json.dumps({"error": str(exc)}).encode())
+            return
         if method == "POST":
-            await self._post(headers, await _read_body(receive), send)
+            await self._post(headers, body, send)
         elif method == "GET":
             await self._get(headers, receive, send)
         elif method == "DELETE":
-            await _read_body(receive)
             await self._delete(headers, send)
         else:
             await _answer(send, 405, b'{"error": "Method not allowed"}')

@@ -49,6 +49,7 @@ CONNECTION_ID = "acp-connection-id"
 SESSION_ID = "acp-session-id"
 UPSTREAM_CONNECT_TIMEOUT = 30.0
 MAX_WEBSOCKET_MESSAGE = 256 * 1024 * 1024  # what one message may be; larger ones close the socket (1009)
+MAX_BODY = MAX_WEBSOCKET_MESSAGE  # what one HTTP request body may be; larger ones get a 413
 
 
 class _StreamDropped(remote_faults.StreamCut):
@@ -236,7 +237,12 @@ class ProxyApp:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         method = scope["method"]
         headers = scope["headers"]
-        body = await _read_body(receive) if method != "GET" else b""
+        try:
+            body = await _read_body(receive) if method != "GET" else b""
+        except BodyTooLarge as exc:
+            say(str(exc).removeprefix("acp-proxy: "))
+            await _refuse(scope, send, 413, str(exc))
+            return
         connection = shapes.header(headers, CONNECTION_ID)
         if connection is None and method == "POST" and self._full():
             await self._refuse_full(scope, send)
@@ -628,13 +634,25 @@ def _record_request(run: RemoteRun, headers: list[tuple[bytes, bytes]], body: by
     run.message("c2a", decoder.decode(body), stream=stream, ts_ns=ts, note=decoder.note)
 
 
-async def _read_body(receive: Receive) -> bytes:
+class BodyTooLarge(Exception):
+    """A request body over ``MAX_BODY``: answered 413 here, never read whole into memory."""
+
+
+async def _read_body(receive: Receive, limit: int | None = None) -> bytes:
+    """A request's whole body; over ``limit`` (``MAX_BODY``) bytes it raises ``BodyTooLarge``
+    once the limit is passed, so a client cannot make the proxy hold an unbounded body."""
+    limit = MAX_BODY if limit is None else limit
     chunks: list[bytes] = []
+    size = 0
     while True:
         event = await receive()
         if event["type"] == "http.disconnect":
             break
-        chunks.append(event.get("body", b""))
+        chunk = event.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"acp-proxy: a request body over {limit // (1024 * 1024)} MiB is refused")
+        chunks.append(chunk)
         if not event.get("more_body", False):
             break
     return b"".join(chunks)

@@ -131,6 +131,9 @@ class SseEvents:
             self._data.append(value[1:] if value.startswith(b" ") else value)
 
 
+MAX_DECODED = 256 * 1024 * 1024  # what one body may decode to for the recording
+
+
 class BodyDecoder:
     """A body sent with ``Content-Encoding``, decoded chunk by chunk for the recording only (what
     is forwarded stays encoded, byte for byte). gzip and deflate are decoded; any other coding
@@ -143,21 +146,32 @@ class BodyDecoder:
         # Codings are listed in the order they were applied: undone from the last. wbits 47
         # takes a gzip or a zlib header (deflate in HTTP is zlib data).
         self._steps = [zlib.decompressobj(wbits=47) for _ in self.codings] if self.ok else []
+        self._decoded = 0
 
     @property
     def active(self) -> bool:
         return bool(self.codings)
 
     def decode(self, chunk: bytes) -> bytes:
-        """The decoded bytes ``chunk`` completes (``chunk`` itself once decoding has failed)."""
+        """The decoded bytes ``chunk`` completes (``chunk`` itself once decoding has failed, or
+        once the body would decode to more than ``MAX_DECODED`` bytes: a small compressed body
+        must not make the recording hold gigabytes)."""
         if not self.ok:
             return chunk
+        given = chunk
         try:
             for step in self._steps:
-                chunk = step.decompress(chunk)
+                room = MAX_DECODED - self._decoded
+                chunk = step.decompress(chunk, room + 1)
+                if len(chunk) > room or step.unconsumed_tail:
+                    self.ok = False
+                    self.codings.append(f"(over {MAX_DECODED // (1024 * 1024)} MiB decoded)")
+                    return given
         except zlib.error:
             self.ok = False
             self.codings.append("(undecodable)")
+            return given
+        self._decoded += len(chunk)
         return chunk
 
     @property

@@ -112,3 +112,41 @@ def test_a_body_decoder_decodes_gzip_and_deflate_in_pieces_and_flags_the_rest() 
     broken = shapes.BodyDecoder("gzip")
     assert broken.decode(b"not gzip") == b"not gzip"
     assert broken.note == "content-encoding gzip, (undecodable): not decoded"
+
+
+def test_a_compressed_bomb_is_recorded_as_it_came_not_decoded_past_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gzip
+
+    monkeypatch.setattr(shapes, "MAX_DECODED", 1024 * 1024)
+    bomb = gzip.compress(b"\0" * (64 * 1024 * 1024))  # 64 MiB of zeros in ~64 KiB
+    decoder = shapes.BodyDecoder("gzip")
+    pieces = [bomb[i : i + 4096] for i in range(0, len(bomb), 4096)]
+    out = [decoder.decode(piece) for piece in pieces]
+    assert sum(len(o) for o in out) < 2 * 1024 * 1024 + len(bomb)  # never the 64 MiB
+    assert decoder.note == "content-encoding gzip, (over 1 MiB decoded): not decoded"
+    assert out[-1] == pieces[-1]  # from the limit on, the pieces as they came
+    small = shapes.BodyDecoder("gzip")
+    assert small.decode(gzip.compress(b"x" * 1000)) == b"x" * 1000  # under it: decoded
+
+
+def test_a_request_body_over_the_limit_is_refused_before_it_is_held_whole() -> None:
+    import trio
+
+    from acp_proxy.relay.remote import server
+
+    events = [{"type": "http.request", "body": b"x" * 1000, "more_body": True} for _ in range(10)]
+    read = []
+
+    async def receive() -> dict[str, object]:
+        read.append(1)
+        return events[len(read) - 1]
+
+    async def main() -> None:
+        with pytest.raises(server.BodyTooLarge, match="over 0 MiB is refused"):
+            await server._read_body(receive, limit=2500)
+        assert len(read) == 3  # stopped at the chunk that passed the limit, not at the end
+
+    trio.run(main)
+    events[-1] = {"type": "http.request", "body": b"", "more_body": False}
+    read.clear()
+    assert trio.run(server._read_body, receive) == b"x" * 9000
