@@ -5,6 +5,7 @@ that masks (the MCP ``frames`` tool, ``frames --redact``, the inspector's timeli
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -222,6 +223,22 @@ def _doors(db: Path, tmp_path: Path) -> tuple[list[tuple[Any, ...]], list[tuple[
     return cli_turns, web_turns, _cli("show", "--db", str(db), "1"), mcp_show.text
 
 
+def _wait_committed(db: Path, method: str, timeout: float) -> None:
+    """Until a ``method`` frame is a committed row (polled: the recorder's commit is in another
+    process, with no event a test can wait on)."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            if conn.execute("select 1 from frames where method = ? limit 1", (method,)).fetchone():
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"no {method} frame committed to {db} within {timeout}s")
+
+
+@pytest.mark.spawns
 def test_show_mcp_and_the_inspector_agree_on_a_running_and_an_ended_run(tmp_path: Path) -> None:
     pytest.importorskip("mcp")
     from tests.conftest import PROXY, proxy_env, run_proxy, start_proxy, wait_for_output, watchdog
@@ -254,9 +271,11 @@ def test_show_mcp_and_the_inspector_agree_on_a_running_and_an_ended_run(tmp_path
             proxy.stdin.write(_f(frame) + b"\n")
         proxy.stdin.flush()
         wait_for_output(proxy.stdout, b"working on it", 30)
-        # Recorded (not only relayed): tail returns once the chunk is in the database.
+        # Recorded (not only relayed): tail returns once the chunk is journaled, and the doors
+        # below read committed rows, which the recorder writes within its flush interval.
         tailed = run_proxy(["tail", "--db", str(db), "--from-start", "-c", "1", "--timeout", "30", "update"])
         assert tailed.returncode == 0, tailed.stderr
+        _wait_committed(db, "session/update", 30)
         running = _doors(db, tmp_path)
         proxy.stdin.close()
         proxy.wait(timeout=60)

@@ -4,6 +4,7 @@ each bounded by a timeout."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -29,8 +30,9 @@ def test_the_agent_inherits_only_its_three_pipes_and_default_signal_dispositions
     # An inheritable descriptor the editor left open must not reach the agent (it could hold a
     # pipe open forever); SIGPIPE, which Python ignores, must be back to its default.
     leaked_r, leaked_w = os.pipe()
-    leaked = 50
-    os.dup2(leaked_w, leaked)  # inheritable
+    # A fresh descriptor number above the pipe's (a long test session may already hold fd 50):
+    leaked = fcntl.fcntl(leaked_w, fcntl.F_DUPFD, 50)
+    os.set_inheritable(leaked, True)
     script = "ls /proc/self/fd; grep -E '^SigIgn' /proc/self/status"
     try:
         result = subprocess.run(
