@@ -125,9 +125,11 @@ async def one_turn(argv: list[str], client: RecordingClient, prompt: str, prompt
 
 def test_client_survives_a_lost_prompt_response(acp_proxy: Any) -> None:
     agent = acp_proxy(AGENT, faults=["drop if method:session/prompt kind:response"], timeout=30)
-    result = agent.run([*CLIENT, "--timeout", "3", "--prompt", "hello", "--", *agent.argv])
+    # The client's --timeout bounds its whole run: long enough for a loaded machine to start the
+    # proxy and agent, so that what it gives up on is the dropped response.
+    result = agent.run([*CLIENT, "--timeout", "10", "--prompt", "hello", "--", *agent.argv])
     assert result.returncode == 1  # the client gave up on its own, and said why
-    assert "timed out after 3 s waiting for session/prompt" in result.stderr
+    assert "timed out after 10 s waiting for session/prompt" in result.stderr
     assert agent.frames("fault:drop")  # the recording, through the filter language
 
 
