@@ -41,16 +41,8 @@ from acp_proxy.record import journal as jr
 from acp_proxy.record import supervise
 from acp_proxy.relay.pumps import close_quietly, open_stream, trio_streams
 from acp_proxy.relay.remote import shapes
+from acp_proxy.relay.remote.asgi import BodyTooLarge, Receive, Scope, Send, front_door, read_body, refuse
 from acp_proxy.relay.remote.runs import RemoteRun
-from acp_proxy.relay.remote.server import (
-    MAX_WEBSOCKET_MESSAGE,
-    BodyTooLarge,
-    Receive,
-    Scope,
-    Send,
-    _read_body,
-    _refuse,
-)
 from acp_proxy.relay.spawn import RelayError, resolve_agent, say, spawn_agent
 
 CONNECTION_ID = "acp-connection-id"
@@ -199,16 +191,9 @@ class AgentApp:
         self.live: set[HttpConnection] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if await front_door(scope, receive, send, self.port, self.options.allowed_hosts):
+            return
         kind = scope["type"]
-        if kind == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        host = shapes.header(scope["headers"], "host")
-        if not shapes.host_allowed(host, self.port, self.options.allowed_hosts):
-            await _refuse(scope, send, 403, "acp-proxy: this Host is not allowed (see serve --allow-host)")
-            return
         if kind == "websocket":
             await self._websocket(scope, receive, send)
         elif kind == "http":
@@ -255,7 +240,7 @@ class AgentApp:
         agent = self._start_agent()
         if isinstance(agent, str):
             say(f"the agent could not be started: {agent}")
-            await _refuse(scope, send, 502, f"acp-proxy: the agent could not be started: {agent}")
+            await refuse(scope, send, 502, f"acp-proxy: the agent could not be started: {agent}")
             return
         connection = uuid.uuid4().hex
         plan, gate = self._new_gate()
@@ -334,7 +319,7 @@ class AgentApp:
         method = scope["method"]
         headers = scope["headers"]
         try:
-            body = await _read_body(receive) if method in ("POST", "DELETE") else b""
+            body = await read_body(receive) if method in ("POST", "DELETE") else b""
         except BodyTooLarge as exc:
             await _answer(send, 413, json.dumps({"error": str(exc)}).encode())
             return
@@ -570,18 +555,10 @@ async def _answer(send: Send, status: int, body: bytes, extra: list[tuple[bytes,
 async def serve_agent(options: AgentServeOptions) -> None:
     """Serve until SIGINT or SIGTERM; then stop every connection's agent and finish its run."""
     import hypercorn.trio
-    from hypercorn.config import Config
 
-    from acp_proxy.relay.remote.server import _server_log
+    from acp_proxy.relay.remote import asgi
 
-    config = Config()
-    host = options.listen_host
-    config.bind = [f"[{host}]:{options.listen_port}" if ":" in host else f"{host}:{options.listen_port}"]
-    config.alpn_protocols = ["h2", "http/1.1"]
-    config.accesslog = None
-    config.loglevel = "WARNING"
-    config.errorlog = _server_log()
-    config.websocket_max_message_size = MAX_WEBSOCKET_MESSAGE
+    config = asgi.config(options.listen_host, options.listen_port)
     supervise.become_subreaper()  # an agent's orphans are ours to find and stop
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
