@@ -23,6 +23,7 @@ def serve_agent(
     fault_rules: tuple[str, ...],
     seed: int | None,
     faults_file: Path | None = None,
+    redact: list[str] | None = None,
 ) -> None:
     from acp_proxy.cli.run_command import build_fault_plan
 
@@ -56,6 +57,7 @@ def serve_agent(
         allowed_hosts=allowed | {host.lower()},
         argv=["acp-proxy", "serve", "--listen", listen, "--", *agent],
         fault_plan=plan,
+        redact=redact,
     )
     try:
         trio.run(serve_forever, options)

@@ -62,7 +62,8 @@ class AgentServeOptions:
     allowed_hosts: frozenset[str] = frozenset()
     argv: list[str] = field(default_factory=list)
     grace: float = 2.0
-    fault_plan: Any = None  # a FaultPlan: its rules apply to WebSocket connections, each its own plan
+    fault_plan: Any = None  # a FaultPlan: its rules apply to every connection, each its own plan
+    redact: list[str] | None = None  # serve --redact: runs store masked copies (the rules stay unrecorded)
 
 
 class LocalAgent:
@@ -210,6 +211,7 @@ class AgentApp:
             connection=connection,
             agent_pid=agent.pid,
             fault_plan=plan,
+            redact=self.options.redact,
         )
 
     def _new_gate(self) -> tuple[Any, Any]:
