@@ -35,11 +35,13 @@ from typing import Any
 
 import trio
 
+from acp_proxy.faults import actions as fl
 from acp_proxy.protocol import http_routing as routing
 from acp_proxy.protocol.framing import Line
 from acp_proxy.record import journal as jr
 from acp_proxy.record import supervise
 from acp_proxy.relay.pumps import close_quietly, open_stream, trio_streams
+from acp_proxy.relay.remote import faults as remote_faults
 from acp_proxy.relay.remote import shapes
 from acp_proxy.relay.remote.asgi import BodyTooLarge, Receive, Scope, Send, front_door, read_body, refuse
 from acp_proxy.relay.remote.runs import RemoteRun
@@ -169,16 +171,29 @@ class HttpConnection:
     agent: LocalAgent
     run: RemoteRun | None
     routes: routing.Routes = field(default_factory=routing.Routes)
-    outboxes: dict[str, tuple[trio.MemorySendChannel[bytes], trio.MemoryReceiveChannel[bytes]]] = field(
+    outboxes: dict[str, tuple[trio.MemorySendChannel[Outgoing], trio.MemoryReceiveChannel[Outgoing]]] = field(
         default_factory=dict
     )
     waiters: dict[str, tuple[trio.Event, list[bytes]]] = field(default_factory=dict)
     gone: bool = False
+    faults: AgentFaults | None = None  # with fault rules: this connection's gate
 
-    def outbox(self, key: str) -> tuple[trio.MemorySendChannel[bytes], trio.MemoryReceiveChannel[bytes]]:
+    def outbox(self, key: str) -> tuple[trio.MemorySendChannel[Outgoing], trio.MemoryReceiveChannel[Outgoing]]:
         if key not in self.outboxes:
-            self.outboxes[key] = trio.open_memory_channel[bytes](OUTBOX)
+            self.outboxes[key] = trio.open_memory_channel[Outgoing](OUTBOX)
         return self.outboxes[key]
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    """Put in a stream's outbox by a fault rule: the SSE stream ends there, cleanly
+    (``close=stream``: ``partial`` is None) or cut after ``partial`` (``abort``)."""
+
+    partial: bytes | None = None
+
+
+Outgoing = bytes | StreamEnd
+"""What an SSE stream's outbox holds: a message's line, or where a fault ends the stream."""
 
 
 class AgentApp:
@@ -190,6 +205,7 @@ class AgentApp:
         self.port = options.listen_port
         self.connections: dict[str, HttpConnection] = {}
         self.live: set[HttpConnection] = set()
+        self.barriers = remote_faults.Barriers()  # hold=/release= barriers: shared by every connection
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if await front_door(scope, receive, send, self.port, self.options.allowed_hosts):
@@ -366,6 +382,10 @@ class AgentApp:
         if session is not None and session not in connection.routes.sessions:
             return await refuse(404, "Unknown session id")
         connection.routes.from_client(fields)
+        if connection.faults is not None:
+            answer = await connection.faults.client_message(body)
+            if answer is not None:
+                return await _give(send, answer)
         if connection.run is not None:
             connection.run.message("c2a", body, stream="post")
         await connection.agent.send_line(body)
@@ -377,16 +397,28 @@ class AgentApp:
             say(f"the agent could not be started: {agent}")
             return await _answer(send, 500, b'{"error": "initialize failed"}')
         connection_id = uuid.uuid4().hex
-        connection = HttpConnection(connection_id, agent, self._new_run("http", connection_id, agent))
+        plan, _ = self._new_gate()
+        connection = HttpConnection(connection_id, agent, self._new_run("http", connection_id, agent, plan))
         waiter: tuple[trio.Event, list[bytes]] = (trio.Event(), [])
         connection.waiters[fields.id_key or ""] = waiter
         self.connections[connection.id] = connection
+        if plan:
+            connection.faults = AgentFaults(plan, connection, self)
         self.nursery.start_soon(self._supervise, connection)
-        if connection.run is not None:
-            connection.run.message("c2a", body, stream="post")
-        await agent.send_line(body)
+        answer = await connection.faults.client_message(body) if connection.faults is not None else None
+        if answer is None:
+            if connection.run is not None:
+                connection.run.message("c2a", body, stream="post")
+            await agent.send_line(body)
+        elif answer.status != 202 or answer.cut or not answer.delivered:
+            # Refused, cut or never delivered by a fault rule: the client learns no connection.
+            await self._end(connection)
+            return await _give(send, answer)
         with trio.move_on_after(INITIALIZE_TIMEOUT):
             await _first(waiter[0], agent.exited)
+        if waiter[1] == [LOST]:  # its answer was lost on its way (a fault rule): cut off
+            await self._end(connection)
+            return await _give(send, Answer(200, cut=True))
         if not waiter[1]:
             failed = b'{"error": "initialize timed out"}' if not agent.exited.is_set() else None
             await self._end(connection)
@@ -425,8 +457,15 @@ class AgentApp:
             await run.finish(code if code >= 0 else 128 - code)
 
     async def _route(self, connection: HttpConnection, line: bytes) -> None:
+        if connection.faults is not None and await connection.faults.agent_message(line):
+            return
+        await self._deliver(connection, line, record=True)
+
+    async def _deliver(self, connection: HttpConnection, line: bytes, *, record: bool) -> None:
+        """An agent's message to where the SDK's server sends it: the initialize POST's answer,
+        else the connection's or a session's SSE stream; journaled first when ``record``."""
         fields = routing.read(line)
-        run = connection.run
+        run = connection.run if record else None
         waiter = connection.waiters.pop(fields.id_key or "", None) if fields.is_response else None
         if waiter is not None:  # initialize's answer: the POST's body
             if run is not None:
@@ -476,6 +515,11 @@ class AgentApp:
                 if idle.cancelled_caught:
                     await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
                     continue
+                if isinstance(line, StreamEnd):  # a fault rule's: closed cleanly, or cut
+                    if line.partial is None:
+                        break
+                    await send({"type": "http.response.body", "body": line.partial, "more_body": True})
+                    raise remote_faults.StreamCut("aborted mid-event by a fault rule")
                 await send({"type": "http.response.body", "body": b"data: " + line + b"\n\n", "more_body": True})
             nursery.cancel_scope.cancel()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -499,6 +543,179 @@ class AgentApp:
         with trio.CancelScope(shield=True):
             for connection in list(self.connections.values()):
                 await self._end(connection)
+
+
+LOST = b""
+"""Put in an initialize's waiter when a fault rule lost its answer: the POST's answer is cut off."""
+
+
+@dataclass
+class Answer:
+    """What the client of one POST is answered once the fault gate has spoken."""
+
+    status: int = 202
+    body: bytes = b""
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    cut: bool = False  # no complete response reaches the client
+    delivered: bool = False  # the client's message reached the agent
+
+
+async def _give(send: Send, answer: Answer) -> None:
+    """A POST's answer as the gate decided it; a cut one stops after half its body (or before
+    any, with a length it never reaches) and the connection closes without its end."""
+    headers = [*(JSON if answer.body else []), *answer.headers]
+    if not answer.cut:
+        await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+        await send({"type": "http.response.body", "body": answer.body})
+        return
+    length = str(max(len(answer.body), 1) + 1).encode()
+    await send(
+        {"type": "http.response.start", "status": answer.status, "headers": [*headers, (b"content-length", length)]}
+    )
+    await send({"type": "http.response.body", "body": answer.body[: len(answer.body) // 2], "more_body": True})
+    raise remote_faults.StreamCut("answer cut by a fault rule")
+
+
+class AgentFaults(remote_faults.ConnectionFaults):
+    """One Streamable HTTP connection of a served stdio agent through the fault gate: a POSTed
+    client message, or an agent's line on its way to a POST's answer or an SSE stream.
+
+    What each step means here: a Forward goes on (to the agent's stdin, or routed to the
+    client); a Send is a line the gate made (an error answer) sent the same way; ``status=``
+    answers the POST with that status; ``abort`` cuts the POST's answer, or the SSE stream the
+    frame travels on, mid-event; ``close=stream`` answers the POST 202, or ends the frame's SSE
+    stream cleanly; ``drop=after`` delivers the message and cuts its POST's answer; ``kill=``
+    signals the agent's process group and ``close=agent-stdin`` closes its stdin (a served agent
+    is a process of ours); ``close=client-stdout`` ends the connection's SSE streams; ``restart``
+    has no upstream connection to restart here and says so in the run."""
+
+    def __init__(self, plan: Any, connection: HttpConnection, app: AgentApp) -> None:
+        super().__init__(plan, connection.run, app.barriers)
+        self.connection = connection
+        self.app = app
+
+    async def _process(self, step: Any, stream: str) -> bool:
+        """The steps only a served agent has a meaning for; False if ``step`` is not one."""
+        from acp_proxy.faults.gate import ClosePipe, Signal
+
+        agent = self.connection.agent
+        if isinstance(step, Signal):
+            self.event(f"signal {step.signum} sent to the agent by a fault rule", stream)
+            try:
+                os.killpg(agent.pid, step.signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+        elif isinstance(step, ClosePipe) and step.pipe == "agent-stdin":
+            self.event("the agent's stdin was closed by a fault rule", stream)
+            await close_quietly(agent.stdin)
+        elif isinstance(step, ClosePipe):
+            self.event("the connection's event streams were closed by a fault rule", stream)
+            for sender, _ in list(self.connection.outboxes.values()):
+                _end_stream(sender, StreamEnd())
+        else:
+            return False
+        return True
+
+    async def client_message(self, body: bytes) -> Answer | None:
+        """A POSTed client message through the gate: what its POST is answered, or None when the
+        gate cannot judge it (the caller relays it as usual)."""
+        from acp_proxy.faults.gate import Forward, Wire
+        from acp_proxy.faults.gate import Send as Write
+
+        steps = self.judge("c2a", body)
+        if steps is None:
+            return None
+        answer = Answer()
+        for step in steps:
+            if await self._process(step, "post"):
+                continue
+            if await self.common(step, "post"):
+                if isinstance(step, Wire) and isinstance(step.action, fl.Drop):
+                    answer.cut = True  # drop=after: delivered, its answer lost on the way
+                continue
+            if isinstance(step, Forward | Write) and step.direction == "c2a":
+                for line in self.lines["c2a"].feed(step.data):
+                    if isinstance(step, Forward):
+                        self.message("c2a", line, "post")
+                    answer.delivered = await self.connection.agent.send_line(line) or answer.delivered
+            elif isinstance(step, Write):  # an answer made by the gate (error=): where the agent's would go
+                for line in self.lines["a2c"].feed(step.data):
+                    await self.app._deliver(self.connection, line, record=False)
+            elif isinstance(step, Wire):
+                self._wire_post(step.action, answer)
+        return answer
+
+    def _wire_post(self, action: fl.Action, answer: Answer) -> None:
+        if isinstance(action, fl.Status):
+            said = {"error": f"acp-proxy: HTTP {action.code} by a fault rule ({action.rule_text})"}
+            answer.status, answer.body = action.code, json.dumps(said).encode()
+            if action.retry_after is not None:
+                answer.headers.append((b"retry-after", str(action.retry_after).encode()))
+        elif isinstance(action, fl.Abort):
+            answer.cut = True
+        elif isinstance(action, fl.Restart):
+            self.event("restart: a served stdio agent has no upstream connection to restart", "post")
+        # close=stream: the POST's exchange ends, accepted (202, the answer it gets anyway)
+
+    async def agent_message(self, line: bytes) -> bool:
+        """An agent's line through the gate; False when the gate cannot judge it (the caller
+        routes it as usual)."""
+        from acp_proxy.faults.gate import Forward, Wire
+        from acp_proxy.faults.gate import Send as Write
+
+        steps = self.judge("a2c", line)
+        if steps is None:
+            return False
+        connection = self.connection
+        fields = routing.read(line)
+        initialize = fields.is_response and (fields.id_key or "") in connection.waiters
+        stream = "post" if initialize else _stream_of(connection.routes.peek(fields))
+        forwarded = False
+        for step in steps:
+            if await self._process(step, stream):
+                continue
+            if await self.common(step, stream):
+                continue
+            if isinstance(step, Forward | Write) and step.direction == "a2c":
+                for out in self.lines["a2c"].feed(step.data):
+                    forwarded = True
+                    await self.app._deliver(connection, out, record=isinstance(step, Forward))
+            elif isinstance(step, Write):  # an error answer to the agent's request: to its stdin
+                for out in self.lines["c2a"].feed(step.data):
+                    await connection.agent.send_line(out)
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Abort | fl.Close) and not initialize:
+                key = connection.routes.peek(fields)
+                end = StreamEnd(None if isinstance(step.action, fl.Close) else _half_event(line))
+                if end.partial is None:
+                    self.event("the stream was closed by a fault rule", stream)
+                _end_stream(connection.outbox(key)[0], end)
+                forwarded = True  # the frame went with its stream, as far as it got
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Restart):
+                self.event("restart: a served stdio agent has no upstream connection to restart", stream)
+        if initialize and not forwarded:
+            waiter = connection.waiters.pop(fields.id_key or "", None)
+            if waiter is not None:  # the initialize's answer lost on its way: its POST is cut off
+                waiter[1].append(LOST)
+                waiter[0].set()
+        return True
+
+
+def _stream_of(key: str) -> str:
+    return f"sse:{key}" if key else "sse"
+
+
+def _half_event(line: bytes) -> bytes:
+    event = b"data: " + line + b"\n\n"
+    return event[: len(event) // 2]
+
+
+def _end_stream(sender: trio.MemorySendChannel[Outgoing], end: StreamEnd) -> None:
+    """A fault's end of a stream, in its outbox after what is there; it never waits (a full
+    outbox, one no reader drains, keeps its messages and the stream goes on)."""
+    try:
+        sender.send_nowait(end)
+    except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+        pass
 
 
 async def _carry_out(steps: list[Any], run: RemoteRun | None, out: Any) -> bool:
