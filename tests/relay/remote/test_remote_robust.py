@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import socket
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,17 +15,8 @@ from pathlib import Path
 import pytest
 
 from acp_proxy.relay.remote.runs import MAX_LIVE_RUNS
-from tests.conftest import wait_for_output, watchdog
-from tests.relay.remote.test_serve import (
-    INITIALIZE,
-    TIMEOUT,
-    frames,
-    post,
-    runs,
-    sdk_client,
-    start_serve,
-    upstream,  # noqa: F401  (the module's SDK server fixture)
-)
+from tests.relay.remote.conftest import INITIALIZE, TIMEOUT, frames, peer, runs, sdk_client, start_serve
+from tests.relay.remote.test_serve import post
 
 pytest.importorskip("hypercorn", reason="serve needs the remote extra (hypercorn)")
 wsproto = pytest.importorskip("wsproto", reason="serve needs the remote extra (wsproto)")
@@ -35,22 +24,11 @@ from wsproto.events import AcceptConnection, Message, RejectConnection, RejectDa
 
 pytestmark = pytest.mark.spawns
 
-HERE = Path(__file__).parent
-
 
 @pytest.fixture(scope="module")
 def stream_agent() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "stream_agent.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    timer = watchdog(proc, 600)
-    try:
-        line = wait_for_output(proc.stdout, b"\n", TIMEOUT)
-        yield f"http://127.0.0.1:{int(line.split()[1])}/acp"
-    finally:
-        timer.cancel()
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
+    with peer("stream_agent.py", lifetime=600) as (_, url):
+        yield url
 
 
 def address(url: str) -> tuple[str, int]:
@@ -104,11 +82,11 @@ class WsClient:
 
 
 def test_a_thousand_connections_get_a_run_each_or_a_clear_503_and_serve_goes_on(
-    upstream: str,  # noqa: F811
+    upstream: str,
     db_path: Path,
 ) -> None:
-    server = start_serve(upstream, "--db", str(db_path))
-    host, port = address(server.url)
+    server = start_serve("--upstream", upstream, "--db", str(db_path))
+    host, port = server.address
     request = (
         f"GET /acp HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
         "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
@@ -133,7 +111,7 @@ def test_a_thousand_connections_get_a_run_each_or_a_clear_503_and_serve_goes_on(
         # Bounded while they are all open: one recorder per run, one upstream socket per run.
         assert len(children(server.proc.pid)) <= MAX_LIVE_RUNS
         assert open_fds(server.proc.pid) < 1000 + 3 * MAX_LIVE_RUNS + 50
-        full = post(f"{server.url}/acp", json.dumps(INITIALIZE).encode(), {})
+        full = post(server.url, json.dumps(INITIALIZE).encode(), {})
         assert full.status_code == 503 and "try again later" in full.json()["error"]
     finally:
         for sock in sockets:
@@ -141,14 +119,11 @@ def test_a_thousand_connections_get_a_run_each_or_a_clear_503_and_serve_goes_on(
     # Once they are gone, serve serves a real client again (its runs end as their sockets close).
     deadline = time.monotonic() + TIMEOUT
     while True:
-        answer = post(f"{server.url}/acp", json.dumps(INITIALIZE).encode(), {})
+        answer = post(server.url, json.dumps(INITIALIZE).encode(), {})
         if answer.status_code != 503 or time.monotonic() > deadline:
             break
     assert answer.status_code == 200
-    assert (
-        sdk_client("ws", f"{server.url.replace('http', 'ws', 1)}/acp", "after the flood")[0]
-        == "<< echo: after the flood"
-    )
+    assert sdk_client("ws", server.endpoint("ws"), "after the flood")[0] == "<< echo: after the flood"
     said = server.stop()
     assert "Traceback" not in said
     assert said.count("connections are being recorded: new ones are refused") >= 1
@@ -160,9 +135,9 @@ def test_a_thousand_connections_get_a_run_each_or_a_clear_503_and_serve_goes_on(
 def test_a_client_that_does_not_read_holds_the_agent_back_and_serve_memory_stays_bounded(
     stream_agent: str, db_path: Path
 ) -> None:
-    server = start_serve(stream_agent, "--db", str(db_path))
+    server = start_serve("--upstream", stream_agent, "--db", str(db_path))
     try:
-        client = WsClient(server.url)
+        client = WsClient(server.base)
         assert client.accepted()
         count, size = 1500, 64 * 1024  # ~100 MB: far more than any socket buffer
         client.send({"jsonrpc": "2.0", "id": 1, "method": "stream", "params": {"n": count, "size": size}})
@@ -189,18 +164,18 @@ def test_a_client_that_does_not_read_holds_the_agent_back_and_serve_memory_stays
     assert all(r["size"] > size for r in rows if r["method"] == "session/update")
 
 
-def test_messages_on_a_connection_serve_did_not_see_established_are_recorded(upstream: str, db_path: Path) -> None:  # noqa: F811
+def test_messages_on_a_connection_serve_did_not_see_established_are_recorded(upstream: str, db_path: Path) -> None:
     # The connection is made directly with the agent (as if before serve started): serve then
     # sees only its later messages.
     init = post(upstream, json.dumps(INITIALIZE).encode(), {})
     connection = init.headers["acp-connection-id"]
-    server = start_serve(upstream, "--db", str(db_path))
+    server = start_serve("--upstream", upstream, "--db", str(db_path))
     try:
         body = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}}
-        through = post(f"{server.url}/acp", json.dumps(body).encode(), {"acp-connection-id": connection})
+        through = post(server.url, json.dumps(body).encode(), {"acp-connection-id": connection})
         again = {**body, "id": 2}
-        post(f"{server.url}/acp", json.dumps(again).encode(), {"acp-connection-id": connection})
-        unknown = post(f"{server.url}/acp", json.dumps(body).encode(), {"acp-connection-id": "no-such-connection"})
+        post(server.url, json.dumps(again).encode(), {"acp-connection-id": connection})
+        unknown = post(server.url, json.dumps(body).encode(), {"acp-connection-id": "no-such-connection"})
         direct_unknown = post(upstream, json.dumps(body).encode(), {"acp-connection-id": "no-such-connection"})
     finally:
         said = server.stop()
@@ -228,15 +203,15 @@ def test_messages_on_a_connection_serve_did_not_see_established_are_recorded(ups
     ids=["empty", "binary", "bad-utf8", "empty-batch", "null", "deep", "1MB-junk"],
 )
 def test_garbage_bodies_get_what_the_upstream_says_and_are_recorded(
-    upstream: str,  # noqa: F811
+    upstream: str,
     db_path: Path,
     body: bytes,
 ) -> None:
-    server = start_serve(upstream, "--db", str(db_path))
+    server = start_serve("--upstream", upstream, "--db", str(db_path))
     try:
         direct = post(upstream, body, {})
-        through = post(f"{server.url}/acp", body, {})
-        after = post(f"{server.url}/acp", json.dumps(INITIALIZE).encode(), {})  # serve goes on
+        through = post(server.url, body, {})
+        after = post(server.url, json.dumps(INITIALIZE).encode(), {})  # serve goes on
     finally:
         said = server.stop()
     assert "Traceback" not in said
@@ -253,10 +228,10 @@ def test_garbage_bodies_get_what_the_upstream_says_and_are_recorded(
     )
 
 
-def test_serve_redact_masks_what_is_recorded_never_what_is_forwarded(upstream: str, db_path: Path) -> None:  # noqa: F811
-    server = start_serve(upstream, "--db", str(db_path), "--redact", "hunter[0-9]+")
+def test_serve_redact_masks_what_is_recorded_never_what_is_forwarded(upstream: str, db_path: Path) -> None:
+    server = start_serve("--upstream", upstream, "--db", str(db_path), "--redact", "hunter[0-9]+")
     try:
-        seen = sdk_client("ws", f"{server.url.replace('http', 'ws', 1)}/acp", "my password is hunter42")
+        seen = sdk_client("ws", server.endpoint("ws"), "my password is hunter42")
     finally:
         said = server.stop()
     assert "<< echo: my password is hunter42" in seen  # forwarded as it was
@@ -285,17 +260,11 @@ def test_compressed_answers_are_relayed_unaltered_and_recorded_decoded(db_path: 
         finally:
             response.close()
 
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "gzip_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    timer = watchdog(proc, 300)
-    try:
-        line = wait_for_output(proc.stdout, b"\n", TIMEOUT)
-        upstream_url = f"http://127.0.0.1:{int(line.split()[1])}/acp"
-        server = start_serve(upstream_url, "--db", str(db_path))
+    with peer("gzip_server.py", lifetime=300) as (_, upstream_url):
+        server = start_serve("--upstream", upstream_url, "--db", str(db_path))
         try:
             seen = []
-            for url in (upstream_url, f"{server.url}/acp"):
+            for url in (upstream_url, server.url):
                 with httpx.Client(timeout=TIMEOUT) as client:
                     seen.append(
                         [
@@ -306,10 +275,7 @@ def test_compressed_answers_are_relayed_unaltered_and_recorded_decoded(db_path: 
                     )
         finally:
             said = server.stop()
-    finally:
-        timer.cancel()
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
+            server.kill()
     assert "Traceback" not in said
     assert seen[0] == seen[1]  # the same bytes, compressed as the upstream sent them
     (coding, gzipped), (bare_coding, bare), (sse_coding, _) = seen[1]
