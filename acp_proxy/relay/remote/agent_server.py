@@ -8,12 +8,20 @@ reference: ``acp.http.server``): ``initialize`` POSTed without a connection star
 answer in the POST's body, with ``Acp-Connection-Id``), every other POST is 202 and goes to the
 agent, the agent's messages go out on the connection's or a session's GET SSE stream
 (``protocol.http_routing.Routes``), DELETE ends the connection and its agent; the errors (400,
-404, 406, 415, 501, 504) are the SDK's.
+404, 406, 415, 501, 504) are the SDK's. A stream's messages wait in its ``Outbox`` (at most
+``OUTBOX`` messages and ``OUTBOX_BYTES`` bytes): a reader that lags holds back its own agent,
+never serve's memory or another connection.
+
+With fault rules, each connection has its own gate (``AgentFaults`` on HTTP: the gate's steps on
+POSTed messages, the initialize's answer and SSE events, with ``relay.remote.faults``' barriers
+and vocabulary; on WebSocket ``_carry_out``), recorded as the same ``faults`` rows.
 
 The agent is started and watched with ``relay.spawn`` (its own process group, its parent-death
 signal, the run's marker in its environment); when its connection ends, its stdin is closed,
 then it gets ``grace`` seconds, SIGTERM, ``grace`` more, SIGKILL, and what it left behind with
-the marker is stopped too. Its stderr goes to the proxy's and into the run, line by line.
+the marker is stopped too — never another connection's live agent (serve is every agent's
+subreaper, so they are spared by pid). Its stderr goes to the proxy's and into the run, line by
+line.
 
 Must not know: SQL, click, JSON-RPC beyond the routing fields. Bytes are relayed, never
 re-encoded: a WebSocket text message is written as it came (line breaks, only whitespace in JSON,
@@ -28,6 +36,7 @@ import signal
 import sys
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +61,7 @@ SESSION_ID = "acp-session-id"
 INITIALIZE_TIMEOUT = 30.0  # the SDK's: a hung agent must not hold the initialize POST forever
 KEEPALIVE = 15.0  # an idle SSE stream's comment, as the SDK's server sends it
 OUTBOX = 1024  # messages a stream holds for a reader that has not come yet (the SDK's)
+OUTBOX_BYTES = 1024 * 1024  # and bytes: a slow reader's stream holds back its agent past this
 JSON = [(b"content-type", b"application/json")]
 
 
@@ -71,11 +81,14 @@ class AgentServeOptions:
 class LocalAgent:
     """One connection's agent process, its pipes as trio streams."""
 
-    def __init__(self, argv: list[str], grace: float) -> None:
+    def __init__(self, argv: list[str], grace: float, siblings: set[LocalAgent] | None = None) -> None:
         self.marker = supervise.new_marker()
         agent = spawn_agent(resolve_agent(argv), argv, self.marker, attached=False)
         self.process = agent.process
         self.pid = agent.pid
+        self.siblings = siblings if siblings is not None else set()
+        """Every connection's agent not yet waited for, this one too: what ``stop`` must spare."""
+        self.siblings.add(self)
         streams = trio_streams()
         self.stdin = open_stream(agent.stdin_fd, streams)
         self.stdout = open_stream(agent.stdout_fd, streams)
@@ -122,6 +135,7 @@ class LocalAgent:
         else:
             code = await trio.to_thread.run_sync(self.process.wait, abandon_on_cancel=True)
         self.returncode = code
+        self.siblings.discard(self)
         self.exited.set()
         return code
 
@@ -142,7 +156,10 @@ class LocalAgent:
                     os.killpg(self.pid, sig)
                 except (ProcessLookupError, PermissionError):
                     pass
-            await trio.to_thread.run_sync(supervise.stop_marked, self.marker, self.grace)
+            # Serve is the subreaper of every connection's agent: the live ones (this one too,
+            # whose status its waiter takes) are no orphans of this run to stop or reap.
+            spared = [agent.pid for agent in self.siblings]
+            await trio.to_thread.run_sync(supervise.stop_marked, self.marker, self.grace, spared)
 
 
 def _journal_stderr(run: RemoteRun | None, line: bytes) -> None:
@@ -171,16 +188,14 @@ class HttpConnection:
     agent: LocalAgent
     run: RemoteRun | None
     routes: routing.Routes = field(default_factory=routing.Routes)
-    outboxes: dict[str, tuple[trio.MemorySendChannel[Outgoing], trio.MemoryReceiveChannel[Outgoing]]] = field(
-        default_factory=dict
-    )
+    outboxes: dict[str, Outbox] = field(default_factory=dict)
     waiters: dict[str, tuple[trio.Event, list[bytes]]] = field(default_factory=dict)
     gone: bool = False
     faults: AgentFaults | None = None  # with fault rules: this connection's gate
 
-    def outbox(self, key: str) -> tuple[trio.MemorySendChannel[Outgoing], trio.MemoryReceiveChannel[Outgoing]]:
+    def outbox(self, key: str) -> Outbox:
         if key not in self.outboxes:
-            self.outboxes[key] = trio.open_memory_channel[Outgoing](OUTBOX)
+            self.outboxes[key] = Outbox()
         return self.outboxes[key]
 
 
@@ -196,6 +211,58 @@ Outgoing = bytes | StreamEnd
 """What an SSE stream's outbox holds: a message's line, or where a fault ends the stream."""
 
 
+class Outbox:
+    """One SSE stream's messages on their way: held for a reader that has not come yet or reads
+    slower than the agent writes. At most ``OUTBOX`` messages and ``OUTBOX_BYTES`` bytes (one
+    message of any size when it is alone): past that ``put`` waits, so the connection's router
+    stops reading the agent's stdout, the pipe fills and the agent itself waits. A slow reader
+    costs serve that much memory, not the whole stream; it holds back its own connection only."""
+
+    def __init__(self) -> None:
+        self.items: deque[Outgoing] = deque()
+        self.size = 0  # bytes of the messages held
+        self.closed = False
+        self._changed = trio.Event()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _full(self) -> bool:
+        return bool(self.items) and (len(self.items) >= OUTBOX or self.size >= OUTBOX_BYTES)
+
+    async def put(self, line: bytes) -> None:
+        """Hold one message, once there is room (nothing, once the stream is closed)."""
+        while self._full() and not self.closed:
+            await self._changed.wait()
+        if not self.closed:
+            self.items.append(line)
+            self.size += len(line)
+            self._wake()
+
+    def end(self, end: StreamEnd) -> None:
+        """A fault's end of the stream, after what is held; it never waits."""
+        if not self.closed:
+            self.items.append(end)
+            self._wake()
+
+    async def get(self) -> Outgoing | None:
+        """The next item; None once the outbox is closed and empty."""
+        while not self.items:
+            if self.closed:
+                return None
+            await self._changed.wait()
+        item = self.items.popleft()
+        if isinstance(item, bytes):
+            self.size -= len(item)
+        self._wake()
+        return item
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+
 class AgentApp:
     """The ASGI application of ``serve -- AGENT``."""
 
@@ -206,6 +273,7 @@ class AgentApp:
         self.connections: dict[str, HttpConnection] = {}
         self.live: set[HttpConnection] = set()
         self.barriers = remote_faults.Barriers()  # hold=/release= barriers: shared by every connection
+        self.agents: set[LocalAgent] = set()  # the connections' agents not yet waited for
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if await front_door(scope, receive, send, self.port, self.options.allowed_hosts):
@@ -244,7 +312,7 @@ class AgentApp:
     def _start_agent(self) -> LocalAgent | str:
         """A new agent, or why there is none."""
         try:
-            return LocalAgent(self.options.agent, self.options.grace)
+            return LocalAgent(self.options.agent, self.options.grace, self.agents)
         except RelayError as exc:
             return str(exc)
         except OSError as exc:
@@ -438,16 +506,16 @@ class AgentApp:
                 async for line in agent.lines(agent.stdout):
                     if line.strip():
                         await self._route(connection, line)
-                for sender, _ in connection.outboxes.values():
-                    sender.close()
+                for outbox in connection.outboxes.values():
+                    outbox.close()
                 connection.gone = True
 
             nursery.start_soon(agent_out)
             code = await agent.wait()
         self.connections.pop(connection.id, None)
         connection.gone = True
-        for sender, _ in connection.outboxes.values():
-            sender.close()
+        for outbox in connection.outboxes.values():
+            outbox.close()
         if not agent.stopping:  # on its own, before its connection ended
             say(f"connection {connection.id}: the agent exited with status {code}")
             if run is not None:
@@ -476,11 +544,7 @@ class AgentApp:
         key = connection.routes.to_client(fields)
         if run is not None:
             run.message("a2c", line, stream=f"sse:{key}" if key else "sse")
-        sender, _ = connection.outbox(key)
-        try:
-            await sender.send(line)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+        await connection.outbox(key).put(line)
 
     async def _get(self, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send) -> None:
         accept = shapes.header(headers, "accept") or ""
@@ -495,7 +559,7 @@ class AgentApp:
             return await _answer(send, 404, b'{"error": "Unknown connection id"}')
         if session is not None and session not in connection.routes.sessions:
             return await _answer(send, 404, b'{"error": "Unknown session id"}')
-        _, messages = connection.outbox(session or routing.CONNECTION)
+        messages = connection.outbox(session or routing.CONNECTION)
         start = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
         await send({"type": "http.response.start", "status": 200, "headers": start})
         async with trio.open_nursery() as nursery:
@@ -507,14 +571,14 @@ class AgentApp:
 
             nursery.start_soon(client_gone)
             while True:
+                line: Outgoing | None = None
                 with trio.move_on_after(KEEPALIVE) as idle:
-                    try:
-                        line = await messages.receive()
-                    except (trio.EndOfChannel, trio.ClosedResourceError):
-                        break
+                    line = await messages.get()  # cancelled only while it waits: nothing is lost
                 if idle.cancelled_caught:
                     await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
                     continue
+                if line is None:  # the agent is gone
+                    break
                 if isinstance(line, StreamEnd):  # a fault rule's: closed cleanly, or cut
                     if line.partial is None:
                         break
@@ -610,8 +674,8 @@ class AgentFaults(remote_faults.ConnectionFaults):
             await close_quietly(agent.stdin)
         elif isinstance(step, ClosePipe):
             self.event("the connection's event streams were closed by a fault rule", stream)
-            for sender, _ in list(self.connection.outboxes.values()):
-                _end_stream(sender, StreamEnd())
+            for outbox in list(self.connection.outboxes.values()):
+                outbox.end(StreamEnd())
         else:
             return False
         return True
@@ -688,7 +752,7 @@ class AgentFaults(remote_faults.ConnectionFaults):
                 end = StreamEnd(None if isinstance(step.action, fl.Close) else _half_event(line))
                 if end.partial is None:
                     self.event("the stream was closed by a fault rule", stream)
-                _end_stream(connection.outbox(key)[0], end)
+                connection.outbox(key).end(end)
                 forwarded = True  # the frame went with its stream, as far as it got
             elif isinstance(step, Wire) and isinstance(step.action, fl.Restart):
                 self.event("restart: a served stdio agent has no upstream connection to restart", stream)
@@ -707,15 +771,6 @@ def _stream_of(key: str) -> str:
 def _half_event(line: bytes) -> bytes:
     event = b"data: " + line + b"\n\n"
     return event[: len(event) // 2]
-
-
-def _end_stream(sender: trio.MemorySendChannel[Outgoing], end: StreamEnd) -> None:
-    """A fault's end of a stream, in its outbox after what is there; it never waits (a full
-    outbox, one no reader drains, keeps its messages and the stream goes on)."""
-    try:
-        sender.send_nowait(end)
-    except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-        pass
 
 
 async def _carry_out(steps: list[Any], run: RemoteRun | None, out: Any) -> bool:

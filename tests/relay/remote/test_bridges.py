@@ -352,3 +352,31 @@ def test_serve_agent_redact_without_recording_is_refused_in_one_line(db_path: Pa
     assert done.stderr.decode().splitlines() == [
         "acp-proxy: --redact masks what is recorded: it cannot be used with --no-record"
     ]
+
+
+def test_one_connection_s_end_leaves_the_other_connections_agents_alone(
+    db_path: Path, serving: Callable[..., Served]
+) -> None:
+    """serve is the subreaper of every connection's agent: stopping one connection's agent (and
+    what it left behind) must not take another connection's live agent for an orphan."""
+    server = serving("--db", str(db_path), "--", sys.executable, "examples/sdk_agent.py", cwd=ROOT)
+    json_type = {"content-type": "application/json"}
+    new = b'{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}'
+    with httpx.Client(timeout=TIMEOUT) as client:
+        first, second = (
+            client.post(server.url, content=INITIALIZE, headers=json_type).headers["acp-connection-id"]
+            for _ in range(2)
+        )
+        assert client.delete(server.url, headers={"acp-connection-id": first}).status_code == 202
+        headers = {"acp-connection-id": second, "accept": "text/event-stream"}
+        with client.stream("GET", server.url, headers=headers) as stream:
+            assert client.post(server.url, content=new, headers={**json_type, **headers}).status_code == 202
+            seen = b""
+            for chunk in stream.iter_raw():
+                seen += chunk
+                if b"sessionId" in seen:
+                    break
+        assert b'"id":1' in seen.replace(b" ", b"")  # the second connection's agent answered
+    said = server.stop()
+    assert "Traceback" not in said and "exited with status" not in said, said
+    assert [(r["status"], r["exit_code"]) for r in runs(db_path)] == [("ended", 0), ("ended", 0)]

@@ -156,7 +156,8 @@ def test_duplicate_a_complete_message(upstream: str, db_path: Path, kind: str) -
     rule = "duplicate if method:session/prompt kind:request"
     # --again: one more round trip, so the copy's answers have come before the client leaves.
     seen, _ = through(upstream, db_path, kind, [rule], "--again", wait=ANSWERED)
-    assert seen[:3] == ["initialized", "session: ok", "<< echo: hi"]
+    # (The echo and the answer are handled concurrently by the SDK client: their order is its own.)
+    assert seen[:2] == ["initialized", "session: ok"] and "<< echo: hi" in seen
     assert "stop reason: end_turn" in seen and seen[-1] == "session again: ok"
     rows = frames(db_path)
     prompt = row(rows, "c2a", "request", "session/prompt")

@@ -8,17 +8,29 @@ from __future__ import annotations
 import json
 import socket
 import sqlite3
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from acp_proxy.relay.remote.runs import MAX_LIVE_RUNS
-from tests.relay.remote.conftest import INITIALIZE, TIMEOUT, frames, peer, runs, sdk_client, start_serve
+from tests.relay.remote.conftest import (
+    HERE,
+    INITIALIZE,
+    TIMEOUT,
+    Served,
+    frames,
+    peer,
+    runs,
+    sdk_client,
+    start_serve,
+)
 from tests.relay.remote.test_serve import post
 
 pytest.importorskip("hypercorn", reason="serve needs the remote extra (hypercorn)")
+httpx = pytest.importorskip("httpx", reason="serve needs the remote extra (httpx)")
 wsproto = pytest.importorskip("wsproto", reason="serve needs the remote extra (wsproto)")
 from wsproto.events import AcceptConnection, Message, RejectConnection, RejectData, Request, TextMessage  # noqa: E402
 
@@ -287,3 +299,103 @@ def test_compressed_answers_are_relayed_unaltered_and_recorded_decoded(db_path: 
     events = [(body, note) for body, note in decoded if body.get("method") == "session/update"]
     assert [body["params"]["n"] for body, _ in events] == [0, 1]
     assert {note for _, note in events} == {"content-encoding gzip: recorded decoded"}
+
+
+class SseReader:
+    """A GET SSE stream on a plain socket (HTTP/1.1, parsed by h11), so a test decides when it
+    reads: ``read`` takes one small piece and counts the events' data lines seen so far."""
+
+    def __init__(self, address: tuple[str, int], connection: str) -> None:
+        import h11
+
+        self.h11 = h11
+        self.sock = socket.create_connection(address, timeout=TIMEOUT)
+        self.conn = h11.Connection(h11.CLIENT)
+        headers = [
+            ("host", f"{address[0]}:{address[1]}"),
+            ("accept", "text/event-stream"),
+            ("acp-connection-id", connection),
+        ]
+        self.sock.sendall(self.conn.send(h11.Request(method="GET", target="/acp", headers=headers)))
+        self.status = 0
+        self.body = b""  # the decoded body's tail not yet counted
+        self.events = 0
+        self.answered = False  # the stream request's response came
+        self.ended = False
+
+    def read(self, size: int = 16384) -> None:
+        data = self.sock.recv(size)
+        self.conn.receive_data(data)
+        if not data:
+            self.ended = True
+        while True:
+            event = self.conn.next_event()
+            if event is self.h11.NEED_DATA or isinstance(event, self.h11.EndOfMessage | self.h11.ConnectionClosed):
+                self.ended = self.ended or event is not self.h11.NEED_DATA
+                break
+            if isinstance(event, self.h11.Response):
+                self.status = event.status_code
+            elif isinstance(event, self.h11.Data):
+                self.body += bytes(event.data)
+        *done, self.body = self.body.split(b"\n\n")
+        for block in done:
+            if block.startswith(b"data: "):
+                self.events += 1
+                self.answered = self.answered or block.startswith(b'data: {"jsonrpc": "2.0", "id": 1,')
+
+
+def _post_json(url: str, message: dict[str, object], connection: str | None = None) -> httpx.Response:
+    headers = {"acp-connection-id": connection} if connection else {}
+    return post(url, json.dumps(message).encode(), headers)
+
+
+STREAM_AGENT = [sys.executable, str(HERE / "stream_stdio_agent.py")]
+
+
+@pytest.mark.parametrize("front", ["agent", "upstream"])
+def test_an_sse_reader_that_stops_reading_holds_the_agent_back_and_serve_stays_bounded(
+    db_path: Path, serving: Callable[..., Served], front: str
+) -> None:
+    """One client's SSE stream is read slowly, with a pause in which it is not read at all,
+    while its agent writes ~100 MB to it: serve holds the agent back instead of the stream (its
+    memory stays bounded), and another client's conversation goes on meanwhile. ``upstream``:
+    ``serve --upstream`` in front of a ``serve -- AGENT``; ``agent``: ``serve -- AGENT``."""
+    if front == "agent":
+        server = serving("--db", str(db_path), "--", *STREAM_AGENT)
+    else:
+        behind = serving("--no-record", "--", *STREAM_AGENT)
+        server = serving("--upstream", behind.url, "--db", str(db_path))
+    connection = _post_json(server.url, INITIALIZE).headers["acp-connection-id"]
+    reader = SseReader(server.address, connection)
+    while not reader.status:
+        reader.read()
+    assert reader.status == 200
+    baseline = peak = rss_kib(server.proc.pid)
+    count, size = 1500, 64 * 1024  # ~100 MB: far more than any socket or pipe buffer
+    flood = {"jsonrpc": "2.0", "id": 1, "method": "stream", "params": {"n": count, "size": size}}
+    assert _post_json(server.url, flood, connection).status_code == 202
+
+    # Not read at all: another client's conversation goes on meanwhile (no connection waits for
+    # the lagging one), and serve does not take the lagging stream into its memory.
+    for n in range(3):
+        other = _post_json(server.url, INITIALIZE).headers["acp-connection-id"]
+        ping = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
+        with httpx.Client(timeout=TIMEOUT) as client:
+            headers = {"acp-connection-id": other, "accept": "text/event-stream"}
+            with client.stream("GET", server.url, headers=headers) as stream:
+                assert _post_json(server.url, ping, other).status_code == 202
+                assert b'"id": 7' in next(stream.iter_raw()), n
+            client.delete(server.url, headers={"acp-connection-id": other})
+        peak = max(peak, rss_kib(server.proc.pid))
+
+    # Then read slowly, a small piece at a time, to the end of the flood and its answer.
+    while not reader.answered and not reader.ended:
+        peak = max(peak, rss_kib(server.proc.pid))
+        reader.read()
+    reader.sock.close()
+    said = server.stop()
+    assert reader.answered and reader.events == count + 1, (reader.events, said)
+    assert "Traceback" not in said
+    assert (peak - baseline) < 24 * 1024, f"serve grew {peak - baseline} KiB while its SSE reader lagged"
+    rows = [r for r in frames(db_path) if r["connection"] == connection and r["dir"] != "stderr"]
+    assert len([r for r in rows if r["method"] == "session/update"]) == count  # all recorded
