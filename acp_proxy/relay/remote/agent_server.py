@@ -14,7 +14,8 @@ never serve's memory or another connection.
 
 With fault rules, each connection has its own gate (``AgentFaults`` on HTTP: the gate's steps on
 POSTed messages, the initialize's answer and SSE events, with ``relay.remote.faults``' barriers
-and vocabulary; on WebSocket ``_carry_out``), recorded as the same ``faults`` rows.
+and vocabulary; on WebSocket ``AgentFaults.websocket_message``), recorded as the same ``faults``
+rows.
 
 The agent is started and watched with ``relay.spawn`` (its own process group, its parent-death
 signal, the run's marker in its environment); when its connection ends, its stdin is closed,
@@ -37,7 +38,7 @@ import sys
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -329,8 +330,9 @@ class AgentApp:
             await refuse(scope, send, 502, f"acp-proxy: the agent could not be started: {agent}")
             return
         connection = uuid.uuid4().hex
-        plan, gate = self._new_gate()
+        plan, _ = self._new_gate()
         run = self._new_run("websocket", connection, agent, plan)
+        faults = AgentFaults(plan, run, agent, self) if plan else None
         await send({"type": "websocket.accept", "headers": [(CONNECTION_ID.encode(), connection.encode())]})
         code = 0
 
@@ -344,13 +346,22 @@ class AgentApp:
             await send(message)
             return True
 
+        async def close(code: int) -> None:
+            """A fault rule ends the connection: the client's socket closed with ``code``, then
+            the agent stopped (its end ends the relay, as when it exits on its own)."""
+            try:
+                await send({"type": "websocket.close", "code": code})
+            except Exception:  # the client left first: nothing to close
+                pass
+            await agent.stop()
+
         async def carry(direction: str, data: bytes) -> bool:
             """Journal, then forward, one message; through the fault gate when there are rules."""
-            if gate is None:
+            if faults is None:
                 if run is not None:
                     run.message(direction, data, stream="websocket")
                 return await out(direction, data)
-            return await _carry_out(gate.chunk(direction, routing.one_line(data) + b"\n"), run, out)
+            return await faults.websocket_message(direction, data, out, close)
 
         try:
             async with trio.open_nursery() as nursery:
@@ -471,7 +482,7 @@ class AgentApp:
         connection.waiters[fields.id_key or ""] = waiter
         self.connections[connection.id] = connection
         if plan:
-            connection.faults = AgentFaults(plan, connection, self)
+            connection.faults = AgentFaults(plan, connection.run, agent, self, connection)
         self.nursery.start_soon(self._supervise, connection)
         answer = await connection.faults.client_message(body) if connection.faults is not None else None
         if answer is None:
@@ -653,16 +664,30 @@ class AgentFaults(remote_faults.ConnectionFaults):
     is a process of ours); ``close=client-stdout`` ends the connection's SSE streams; ``restart``
     has no upstream connection to restart here and says so in the run."""
 
-    def __init__(self, plan: Any, connection: HttpConnection, app: AgentApp) -> None:
-        super().__init__(plan, connection.run, app.barriers)
-        self.connection = connection
+    def __init__(
+        self,
+        plan: Any,
+        run: RemoteRun | None,
+        agent: LocalAgent,
+        app: AgentApp,
+        connection: HttpConnection | None = None,
+    ) -> None:
+        super().__init__(plan, run, app.barriers)
+        self.agent = agent
         self.app = app
+        self._connection = connection  # None: a WebSocket
+        self.ended = False  # a fault rule closed the WebSocket: nothing more goes either way
+
+    @property
+    def connection(self) -> HttpConnection:
+        assert self._connection is not None, "an HTTP connection's faults only"
+        return self._connection
 
     async def _process(self, step: Any, stream: str) -> bool:
         """The steps only a served agent has a meaning for; False if ``step`` is not one."""
         from acp_proxy.faults.gate import ClosePipe, Signal
 
-        agent = self.connection.agent
+        agent = self.agent
         if isinstance(step, Signal):
             self.event(f"signal {step.signum} sent to the agent by a fault rule", stream)
             try:
@@ -708,6 +733,56 @@ class AgentFaults(remote_faults.ConnectionFaults):
             elif isinstance(step, Wire):
                 self._wire_post(step.action, answer)
         return answer
+
+    async def websocket_message(
+        self,
+        direction: str,
+        data: bytes,
+        out: Callable[[str, bytes], Awaitable[bool]],
+        close: Callable[[int], Awaitable[None]],
+    ) -> bool:
+        """One WebSocket message through the gate, either way; False once nothing more goes
+        that way. ``close=stream`` (and close=client-stdout) close the socket with 1000,
+        ``status=`` with 1013 (try again later), after the frame's note is recorded; ``abort``
+        drops it without a close frame (the client sees 1006 or 1011)."""
+        from acp_proxy.faults.gate import ClosePipe, Forward, Wire
+        from acp_proxy.faults.gate import Send as Write
+
+        if self.ended:
+            return False
+        steps = self.judge(direction, routing.one_line(data))
+        if steps is None:
+            self.message(direction, data, "websocket")
+            return await out(direction, data)
+        going = True
+        closing: list[tuple[str, int]] = []
+        for step in steps:
+            if isinstance(step, ClosePipe) and step.pipe == "client-stdout":
+                closing.append(("close=client-stdout: the client side closed", 1000))
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Close):
+                closing.append(("the WebSocket was closed by a fault rule (1000, both sides)", 1000))
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Status):
+                text = f"closed with {remote_faults.WEBSOCKET_TRY_AGAIN_LATER} (try again later) for status="
+                closing.append((f"{text}{step.action.code}", remote_faults.WEBSOCKET_TRY_AGAIN_LATER))
+            elif await self._process(step, "websocket") or await self.common(step, "websocket"):
+                continue
+            elif isinstance(step, Forward | Write):
+                for line in self.lines[step.direction].feed(step.data):
+                    if isinstance(step, Forward):
+                        self.message(step.direction, line, "websocket")
+                    going = await out(step.direction, line) and going
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Abort):
+                self.event("connection aborted by a fault rule (no close handshake)", "websocket")
+                self.ended = True
+                raise remote_faults.StreamCut("aborted by a fault rule")
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Restart):
+                self.event("restart: a served stdio agent has no upstream connection to restart", "websocket")
+        for text, code in closing[:1]:
+            self.event(text, "websocket")
+            self.ended = True
+            await close(code)
+            going = False
+        return going
 
     def _wire_post(self, action: fl.Action, answer: Answer) -> None:
         if isinstance(action, fl.Status):
@@ -771,29 +846,6 @@ def _stream_of(key: str) -> str:
 def _half_event(line: bytes) -> bytes:
     event = b"data: " + line + b"\n\n"
     return event[: len(event) // 2]
-
-
-async def _carry_out(steps: list[Any], run: RemoteRun | None, out: Any) -> bool:
-    """The gate's steps, on messages: each line it writes is one message. A Signal or a
-    ClosePipe is skipped (as ``serve --upstream`` does). False once the agent's stdin is gone."""
-    from acp_proxy.faults.gate import Forward, Note, Pause
-    from acp_proxy.faults.gate import Send as Write
-
-    going = True
-    for step in steps:
-        if isinstance(step, Forward | Write):
-            for line in step.data.split(b"\n"):
-                if not line:
-                    continue
-                if isinstance(step, Forward) and run is not None:
-                    run.message(step.direction, line, stream="websocket")
-                going = await out(step.direction, line) and going
-        elif isinstance(step, Note):
-            if run is not None:
-                run.noted(step.direction, step.line, step.meta, stream="websocket")
-        elif isinstance(step, Pause):
-            await trio.sleep(step.seconds)
-    return going
 
 
 async def _first(*events: trio.Event) -> None:

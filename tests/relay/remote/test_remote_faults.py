@@ -29,9 +29,9 @@ pytestmark = pytest.mark.spawns
 HERE = Path(__file__).parent
 ANSWERED = "30"  # seconds the client waits for what must come (a loaded machine is slow)
 UNANSWERED = "3"  # seconds it waits for the prompt's (or --again's) answer a fault keeps away
-# http-agent: the same HTTP client through ``serve -- AGENT`` in front of the same echo agent on
-# stdio (echo_stdio_agent.py): every rule must do there what it does in front of a remote agent.
-BOTH = pytest.mark.parametrize("kind", ["http", "ws", "http-agent"])
+# http-agent, ws-agent: the same client through ``serve -- AGENT`` in front of the same echo agent
+# on stdio (echo_stdio_agent.py): every rule must do there what it does in front of a remote agent.
+BOTH = pytest.mark.parametrize("kind", ["http", "ws", "http-agent", "ws-agent"])
 HTTP = pytest.mark.parametrize("kind", ["http", "http-agent"])
 
 
@@ -64,9 +64,9 @@ def through(
     upstream: Target, db_path: Path, kind: str, rules: list[str], *args: str, wait: str = UNANSWERED
 ) -> tuple[list[str], str]:
     """The SDK client's conversation through serve with ``rules``: what it saw, what serve said.
-    ``kind`` http-agent: over HTTP, through ``serve -- AGENT`` in front of the stdio echo agent."""
-    if kind == "http-agent":
-        upstream, kind = ECHO_AGENT, "http"
+    ``kind`` http-agent, ws-agent: through ``serve -- AGENT`` in front of the stdio echo agent."""
+    if kind.endswith("-agent"):
+        upstream, kind = ECHO_AGENT, kind.removesuffix("-agent")
     serve = faulted(upstream, db_path, rules)
     try:
         seen = client(kind, serve.endpoint(kind), *args, wait=wait)
@@ -100,7 +100,7 @@ def test_a_drop_rule_on_serve_drops_the_prompt_response_and_records_the_fault(
     rows = frames(db_path)
     dropped = row(rows, "a2c", "response", "session/prompt")
     assert (dropped["forwarded"], dropped["fault"]) == (0, "drop")
-    assert dropped["transport"] == ("websocket" if kind == "ws" else "http")
+    assert dropped["transport"] == ("websocket" if kind.startswith("ws") else "http")
     assert fault_rows(db_path) == [(dropped["run_id"], dropped["seq"], "drop")]
 
 
@@ -136,7 +136,7 @@ def test_drop_a_client_message_after_the_server_accepted_it(upstream: str, db_pa
     )
     # The agent did the work (its echo came), its answer was lost: on HTTP the POST's answer is
     # cut off, on WebSocket the response never comes.
-    lost = "prompt: error RemoteProtocolError" if kind != "ws" else "prompt: timeout"
+    lost = "prompt: error RemoteProtocolError" if not kind.startswith("ws") else "prompt: timeout"
     # (The echo and the cut answer travel on different HTTP streams: their order is the client's.)
     assert seen[:2] == ["initialized", "session: ok"] and "<< echo: hi" in seen
     assert len(seen) == 4 and any(line.startswith(lost) for line in seen), seen
@@ -222,7 +222,7 @@ def test_close_a_stream_cleanly(upstream: str, db_path: Path, kind: str) -> None
     answer = row(rows, "a2c", "response", "session/new")
     assert (answer["forwarded"], answer["fault"]) == (0, "close")
     assert str(answer["note"]).startswith("its stream was closed")
-    said = "the stream was closed" if kind != "ws" else "the WebSocket was closed"
+    said = "the stream was closed" if not kind.startswith("ws") else "the WebSocket was closed"
     assert any(e.startswith(f"acp-proxy: {said} by a fault rule") for e in events(rows))
     assert fault_rows(db_path) == [(answer["run_id"], answer["seq"], "close")]
 
@@ -235,7 +235,7 @@ def test_abort_a_stream_mid_frame(upstream: str, db_path: Path, kind: str) -> No
     answer = row(rows, "a2c", "response", "session/new")
     assert (answer["forwarded"], answer["fault"]) == (0, "abort")
     assert fault_rows(db_path) == [(answer["run_id"], answer["seq"], "abort")]
-    if kind == "ws":
+    if kind.startswith("ws"):
         assert "acp-proxy: connection aborted by a fault rule (no close handshake)" in events(rows)
 
 
@@ -343,11 +343,14 @@ def test_a_dropped_json_answer_is_lost_on_its_way(upstream: str, db_path: Path, 
     assert fault_rows(db_path) == [(answer["run_id"], answer["seq"], "drop")]
 
 
-def test_a_transient_status_on_a_websocket_closes_it_with_try_again_later(upstream: str, db_path: Path) -> None:
+@pytest.mark.parametrize("behind", ["upstream", "agent"])
+def test_a_transient_status_on_a_websocket_closes_it_with_try_again_later(
+    upstream: str, db_path: Path, behind: str
+) -> None:
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
 
-    serve = faulted(upstream, db_path, ["status=503 if method:initialize"])
+    serve = faulted(upstream if behind == "upstream" else ECHO_AGENT, db_path, ["status=503 if method:initialize"])
     try:
         with connect(serve.endpoint("ws"), open_timeout=TIMEOUT) as ws:
             ws.send(json.dumps(INITIALIZE))
@@ -373,7 +376,7 @@ def test_restart_the_upstream_connection(upstream: str, db_path: Path, kind: str
     prompt = row(rows, "c2a", "request", "session/prompt")
     assert (prompt["forwarded"], prompt["fault"]) == (1, "restart")
     assert fault_rows(db_path) == [(prompt["run_id"], prompt["seq"], "restart")]
-    if kind == "ws":
+    if kind.startswith("ws"):
         # A new agent connection takes the prompt (the SDK's echo agent does not check
         # sessions): the client is answered through it.
         assert seen[-1] == "stop reason: end_turn"
