@@ -1,8 +1,8 @@
 """``acp-proxy serve -- AGENT``'s checks and handing over to ``relay.remote.agent_server``.
 
-Owns: the fault plan (its rules apply to WebSocket connections, as with --upstream), finding the agent
-before serving (a usage error when it cannot be: exit 2), the recorded command line. Must not know: HTTP, the
-journal, SQL.
+Owns: the fault plan (its rules, the remote wire's actions included, apply to every connection, as
+with --upstream), ``--redact`` handed on, finding the agent before serving (a usage error when it
+cannot be: exit 2), the recorded command line. Must not know: HTTP, the journal, SQL.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ def serve_agent(
     fault_rules: tuple[str, ...],
     seed: int | None,
     faults_file: Path | None = None,
+    redact: list[str] | None = None,
 ) -> None:
     from acp_proxy.cli.run_command import build_fault_plan
 
-    plan = build_fault_plan(fault_rules, faults_file, seed)
+    plan = build_fault_plan(fault_rules, faults_file, seed, remote=True)
     from acp_proxy.relay.spawn import RelayError, resolve_agent
 
     try:
@@ -56,6 +57,7 @@ def serve_agent(
         allowed_hosts=allowed | {host.lower()},
         argv=["acp-proxy", "serve", "--listen", listen, "--", *agent],
         fault_plan=plan,
+        redact=redact,
     )
     try:
         trio.run(serve_forever, options)

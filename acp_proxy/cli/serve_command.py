@@ -133,19 +133,6 @@ def serve(
         raise UsageError(f"unexpected argument {agent[0]!r} (a stdio agent comes after --)")
     if (upstream is None) == (not agent):
         raise UsageError("give --upstream URL or -- AGENT [ARGS]... (one of the two)")
-    if agent:
-        from acp_proxy.cli.serve_agent_options import serve_agent
-
-        if redact_rules:
-            raise UsageError("--redact is for serve --upstream; with -- AGENT it is not supported yet")
-        return serve_agent(listen, host, port, allowed, list(agent), db_path, no_record, fault_rules, seed, faults_file)
-    assert upstream is not None
-    problem = shapes.check_upstream(upstream)
-    if problem is not None:
-        raise UsageError(problem)
-    from acp_proxy.cli.run_command import build_fault_plan
-
-    plan = build_fault_plan(fault_rules, faults_file, seed, remote=True)
     if redact_rules and no_record:
         raise UsageError("--redact masks what is recorded: it cannot be used with --no-record")
     redact = [rule for rule in redact_rules if rule] if redact_rules else None
@@ -153,6 +140,19 @@ def serve(
         from acp_proxy.protocol.redact import Redactor
 
         Redactor(redact)  # a bad rule: one line, exit 2
+    if agent:
+        from acp_proxy.cli.serve_agent_options import serve_agent
+
+        return serve_agent(
+            listen, host, port, allowed, list(agent), db_path, no_record, fault_rules, seed, faults_file, redact
+        )
+    assert upstream is not None
+    problem = shapes.check_upstream(upstream)
+    if problem is not None:
+        raise UsageError(problem)
+    from acp_proxy.cli.run_command import build_fault_plan
+
+    plan = build_fault_plan(fault_rules, faults_file, seed, remote=True)
     record_to = None
     if not no_record:
         from acp_proxy.record import recovery

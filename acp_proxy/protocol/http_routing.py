@@ -110,6 +110,17 @@ class Routes:
         if fields.is_request and fields.params_session is not None and fields.id_key is not None:
             self.pending[fields.id_key] = fields.params_session
 
+    def peek(self, fields: Fields) -> str:
+        """The stream ``to_client`` would name, without noting anything (a fault rule's look
+        at where a frame goes)."""
+        if fields.is_response:
+            routed = self.pending.get(fields.id_key or "")
+            if fields.result_session is None and routed is not None and routed in self.sessions:
+                return routed
+            return CONNECTION
+        session = fields.params_session
+        return session if session is not None and session in self.sessions else CONNECTION
+
     def to_client(self, fields: Fields) -> str:
         """The stream of an agent message: a session id, or ``CONNECTION``."""
         if fields.is_response:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from acp_proxy.checks.catalogue import RULES
 from acp_proxy.checks.rules import check
 from acp_proxy.protocol import transports
 from tests.checks.test_checks import BATCH, a2c, res, v2_start
-from tests.conftest import PROXY, proxy_env, wait_for_output, watchdog
+from tests.conftest import PROXY, proxy_env
 from tests.read.test_agreement import record, rows_of
 
 SDK_501 = {"error": "Batch requests are not supported"}
@@ -69,54 +68,44 @@ def test_no_batch_finding_without_a_501_to_an_unanswered_batch(trace: list[Any],
     assert not [f for f in check(_served(trace, status)) if f.rule_id == "batch/http-501"]
 
 
-HERE = Path(__file__).parents[1] / "relay" / "remote"
 TIMEOUT = 60
 
 
 @pytest.fixture
 def sdk_server() -> Iterator[str]:
     """The SDK's own HTTP server (tests/relay/remote/sdk_server.py): its address."""
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "sdk_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    timer = watchdog(proc, 300)
-    try:
-        line = wait_for_output(proc.stdout, b"\n", TIMEOUT)
-        yield f"http://127.0.0.1:{int(line.split()[1])}/acp"
-    finally:
-        timer.cancel()
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
+    from tests.relay.remote.conftest import peer
+
+    with peer("sdk_server.py", lifetime=300) as (_, url):
+        yield url
 
 
 @pytest.mark.spawns
 def test_serve_records_the_sdk_servers_501_and_check_says_batches_do_not_cross(sdk_server: str, tmp_path: Path) -> None:
     pytest.importorskip("trio_websocket", reason="serve needs the remote extra (trio-websocket)")
     httpx = pytest.importorskip("httpx", reason="the SDK's HTTP server needs agent-client-protocol[http]")
-    from tests.relay.remote.test_serve import start_serve
+    from tests.relay.remote.conftest import start_serve
 
     db_path = tmp_path / "rec.db"
-    server = start_serve(sdk_server, "--db", str(db_path))
+    server = start_serve("--upstream", sdk_server, "--db", str(db_path))
     try:
         with httpx.Client(timeout=TIMEOUT) as client:
             json_body = {"content-type": "application/json"}
             init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
-            answer = client.post(f"{server.url}/acp", content=json.dumps(init).encode(), headers=json_body)
+            answer = client.post(server.url, content=json.dumps(init).encode(), headers=json_body)
             connection = answer.headers["acp-connection-id"]
             batch: list[dict[str, Any]] = [
                 {"jsonrpc": "2.0", "id": n, "method": "session/list", "params": {}} for n in (1, 2)
             ]
             answer = client.post(
-                f"{server.url}/acp",
+                server.url,
                 content=json.dumps(batch).encode(),
                 headers={**json_body, "acp-connection-id": connection},
             )
         assert answer.status_code == 501, answer.text
         server.stop()
     finally:
-        if server.proc.poll() is None:
-            server.proc.kill()
-            server.proc.wait(timeout=TIMEOUT)
+        server.kill()
     done = subprocess.run(
         [*PROXY, "check", "all", "--db", str(db_path), "--json"], capture_output=True, timeout=TIMEOUT, env=proxy_env()
     )

@@ -16,7 +16,7 @@ INTERNAL = {
     "acp_proxy.record.journal.JournalDamaged": "a recovery's signal to skip a journal, said by store",
     "acp_proxy.web.model.NotFound": "answered as a 404 page, never raised out of a command",
     "acp_proxy.checks.compiled.Unsupported": "a schema part the compiler leaves to jsonschema, caught by its caller",
-    "acp_proxy.relay.remote.server.BodyTooLarge": "a request body over serve's limit, answered 413 by serve",
+    "acp_proxy.relay.remote.asgi.BodyTooLarge": "a request body over serve's limit, answered 413 by serve",
     "acp_proxy.relay.remote.faults.StreamCut": "a stream a fault rule cuts on purpose, ended quietly by serve",
     "acp_proxy.read.playhead.TooLong": "answered as a 413 by the inspector, never raised out of a command",
     "acp_proxy.faults.remote.BadArgument": "a remote action's bad argument, worded as a RuleError by faults.rules",

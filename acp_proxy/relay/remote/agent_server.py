@@ -8,12 +8,21 @@ reference: ``acp.http.server``): ``initialize`` POSTed without a connection star
 answer in the POST's body, with ``Acp-Connection-Id``), every other POST is 202 and goes to the
 agent, the agent's messages go out on the connection's or a session's GET SSE stream
 (``protocol.http_routing.Routes``), DELETE ends the connection and its agent; the errors (400,
-404, 406, 415, 501, 504) are the SDK's.
+404, 406, 415, 501, 504) are the SDK's. A stream's messages wait in its ``Outbox`` (at most
+``OUTBOX`` messages and ``OUTBOX_BYTES`` bytes): a reader that lags holds back its own agent,
+never serve's memory or another connection.
+
+With fault rules, each connection has its own gate (``AgentFaults`` on HTTP: the gate's steps on
+POSTed messages, the initialize's answer and SSE events, with ``relay.remote.faults``' barriers
+and vocabulary; on WebSocket ``AgentFaults.websocket_message``), recorded as the same ``faults``
+rows.
 
 The agent is started and watched with ``relay.spawn`` (its own process group, its parent-death
 signal, the run's marker in its environment); when its connection ends, its stdin is closed,
 then it gets ``grace`` seconds, SIGTERM, ``grace`` more, SIGKILL, and what it left behind with
-the marker is stopped too. Its stderr goes to the proxy's and into the run, line by line.
+the marker is stopped too — never another connection's live agent (serve is every agent's
+subreaper, so they are spared by pid). Its stderr goes to the proxy's and into the run, line by
+line.
 
 Must not know: SQL, click, JSON-RPC beyond the routing fields. Bytes are relayed, never
 re-encoded: a WebSocket text message is written as it came (line breaks, only whitespace in JSON,
@@ -28,29 +37,24 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from acp_proxy.faults import actions as fl
 from acp_proxy.protocol import http_routing as routing
 from acp_proxy.protocol.framing import Line
 from acp_proxy.record import journal as jr
 from acp_proxy.record import supervise
 from acp_proxy.relay.pumps import close_quietly, open_stream, trio_streams
+from acp_proxy.relay.remote import faults as remote_faults
 from acp_proxy.relay.remote import shapes
+from acp_proxy.relay.remote.asgi import BodyTooLarge, Receive, Scope, Send, front_door, read_body, refuse
 from acp_proxy.relay.remote.runs import RemoteRun
-from acp_proxy.relay.remote.server import (
-    MAX_WEBSOCKET_MESSAGE,
-    BodyTooLarge,
-    Receive,
-    Scope,
-    Send,
-    _read_body,
-    _refuse,
-)
 from acp_proxy.relay.spawn import RelayError, resolve_agent, say, spawn_agent
 
 CONNECTION_ID = "acp-connection-id"
@@ -58,6 +62,7 @@ SESSION_ID = "acp-session-id"
 INITIALIZE_TIMEOUT = 30.0  # the SDK's: a hung agent must not hold the initialize POST forever
 KEEPALIVE = 15.0  # an idle SSE stream's comment, as the SDK's server sends it
 OUTBOX = 1024  # messages a stream holds for a reader that has not come yet (the SDK's)
+OUTBOX_BYTES = 1024 * 1024  # and bytes: a slow reader's stream holds back its agent past this
 JSON = [(b"content-type", b"application/json")]
 
 
@@ -70,17 +75,21 @@ class AgentServeOptions:
     allowed_hosts: frozenset[str] = frozenset()
     argv: list[str] = field(default_factory=list)
     grace: float = 2.0
-    fault_plan: Any = None  # a FaultPlan: its rules apply to WebSocket connections, each its own plan
+    fault_plan: Any = None  # a FaultPlan: its rules apply to every connection, each its own plan
+    redact: list[str] | None = None  # serve --redact: runs store masked copies (the rules stay unrecorded)
 
 
 class LocalAgent:
     """One connection's agent process, its pipes as trio streams."""
 
-    def __init__(self, argv: list[str], grace: float) -> None:
+    def __init__(self, argv: list[str], grace: float, siblings: set[LocalAgent] | None = None) -> None:
         self.marker = supervise.new_marker()
         agent = spawn_agent(resolve_agent(argv), argv, self.marker, attached=False)
         self.process = agent.process
         self.pid = agent.pid
+        self.siblings = siblings if siblings is not None else set()
+        """Every connection's agent not yet waited for, this one too: what ``stop`` must spare."""
+        self.siblings.add(self)
         streams = trio_streams()
         self.stdin = open_stream(agent.stdin_fd, streams)
         self.stdout = open_stream(agent.stdout_fd, streams)
@@ -127,6 +136,7 @@ class LocalAgent:
         else:
             code = await trio.to_thread.run_sync(self.process.wait, abandon_on_cancel=True)
         self.returncode = code
+        self.siblings.discard(self)
         self.exited.set()
         return code
 
@@ -147,7 +157,10 @@ class LocalAgent:
                     os.killpg(self.pid, sig)
                 except (ProcessLookupError, PermissionError):
                     pass
-            await trio.to_thread.run_sync(supervise.stop_marked, self.marker, self.grace)
+            # Serve is the subreaper of every connection's agent: the live ones (this one too,
+            # whose status its waiter takes) are no orphans of this run to stop or reap.
+            spared = [agent.pid for agent in self.siblings]
+            await trio.to_thread.run_sync(supervise.stop_marked, self.marker, self.grace, spared)
 
 
 def _journal_stderr(run: RemoteRun | None, line: bytes) -> None:
@@ -176,16 +189,79 @@ class HttpConnection:
     agent: LocalAgent
     run: RemoteRun | None
     routes: routing.Routes = field(default_factory=routing.Routes)
-    outboxes: dict[str, tuple[trio.MemorySendChannel[bytes], trio.MemoryReceiveChannel[bytes]]] = field(
-        default_factory=dict
-    )
+    outboxes: dict[str, Outbox] = field(default_factory=dict)
     waiters: dict[str, tuple[trio.Event, list[bytes]]] = field(default_factory=dict)
     gone: bool = False
+    faults: AgentFaults | None = None  # with fault rules: this connection's gate
 
-    def outbox(self, key: str) -> tuple[trio.MemorySendChannel[bytes], trio.MemoryReceiveChannel[bytes]]:
+    def outbox(self, key: str) -> Outbox:
         if key not in self.outboxes:
-            self.outboxes[key] = trio.open_memory_channel[bytes](OUTBOX)
+            self.outboxes[key] = Outbox()
         return self.outboxes[key]
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    """Put in a stream's outbox by a fault rule: the SSE stream ends there, cleanly
+    (``close=stream``: ``partial`` is None) or cut after ``partial`` (``abort``)."""
+
+    partial: bytes | None = None
+
+
+Outgoing = bytes | StreamEnd
+"""What an SSE stream's outbox holds: a message's line, or where a fault ends the stream."""
+
+
+class Outbox:
+    """One SSE stream's messages on their way: held for a reader that has not come yet or reads
+    slower than the agent writes. At most ``OUTBOX`` messages and ``OUTBOX_BYTES`` bytes (one
+    message of any size when it is alone): past that ``put`` waits, so the connection's router
+    stops reading the agent's stdout, the pipe fills and the agent itself waits. A slow reader
+    costs serve that much memory, not the whole stream; it holds back its own connection only."""
+
+    def __init__(self) -> None:
+        self.items: deque[Outgoing] = deque()
+        self.size = 0  # bytes of the messages held
+        self.closed = False
+        self._changed = trio.Event()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _full(self) -> bool:
+        return bool(self.items) and (len(self.items) >= OUTBOX or self.size >= OUTBOX_BYTES)
+
+    async def put(self, line: bytes) -> None:
+        """Hold one message, once there is room (nothing, once the stream is closed)."""
+        while self._full() and not self.closed:
+            await self._changed.wait()
+        if not self.closed:
+            self.items.append(line)
+            self.size += len(line)
+            self._wake()
+
+    def end(self, end: StreamEnd) -> None:
+        """A fault's end of the stream, after what is held; it never waits."""
+        if not self.closed:
+            self.items.append(end)
+            self._wake()
+
+    async def get(self) -> Outgoing | None:
+        """The next item; None once the outbox is closed and empty."""
+        while not self.items:
+            if self.closed:
+                return None
+            await self._changed.wait()
+        item = self.items.popleft()
+        if isinstance(item, bytes):
+            self.size -= len(item)
+        self._wake()
+        return item
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
 
 
 class AgentApp:
@@ -197,18 +273,13 @@ class AgentApp:
         self.port = options.listen_port
         self.connections: dict[str, HttpConnection] = {}
         self.live: set[HttpConnection] = set()
+        self.barriers = remote_faults.Barriers()  # hold=/release= barriers: shared by every connection
+        self.agents: set[LocalAgent] = set()  # the connections' agents not yet waited for
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if await front_door(scope, receive, send, self.port, self.options.allowed_hosts):
+            return
         kind = scope["type"]
-        if kind == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        host = shapes.header(scope["headers"], "host")
-        if not shapes.host_allowed(host, self.port, self.options.allowed_hosts):
-            await _refuse(scope, send, 403, "acp-proxy: this Host is not allowed (see serve --allow-host)")
-            return
         if kind == "websocket":
             await self._websocket(scope, receive, send)
         elif kind == "http":
@@ -225,6 +296,7 @@ class AgentApp:
             connection=connection,
             agent_pid=agent.pid,
             fault_plan=plan,
+            redact=self.options.redact,
         )
 
     def _new_gate(self) -> tuple[Any, Any]:
@@ -241,7 +313,7 @@ class AgentApp:
     def _start_agent(self) -> LocalAgent | str:
         """A new agent, or why there is none."""
         try:
-            return LocalAgent(self.options.agent, self.options.grace)
+            return LocalAgent(self.options.agent, self.options.grace, self.agents)
         except RelayError as exc:
             return str(exc)
         except OSError as exc:
@@ -255,11 +327,12 @@ class AgentApp:
         agent = self._start_agent()
         if isinstance(agent, str):
             say(f"the agent could not be started: {agent}")
-            await _refuse(scope, send, 502, f"acp-proxy: the agent could not be started: {agent}")
+            await refuse(scope, send, 502, f"acp-proxy: the agent could not be started: {agent}")
             return
         connection = uuid.uuid4().hex
-        plan, gate = self._new_gate()
+        plan, _ = self._new_gate()
         run = self._new_run("websocket", connection, agent, plan)
+        faults = AgentFaults(plan, run, agent, self) if plan else None
         await send({"type": "websocket.accept", "headers": [(CONNECTION_ID.encode(), connection.encode())]})
         code = 0
 
@@ -273,13 +346,22 @@ class AgentApp:
             await send(message)
             return True
 
+        async def close(code: int) -> None:
+            """A fault rule ends the connection: the client's socket closed with ``code``, then
+            the agent stopped (its end ends the relay, as when it exits on its own)."""
+            try:
+                await send({"type": "websocket.close", "code": code})
+            except Exception:  # the client left first: nothing to close
+                pass
+            await agent.stop()
+
         async def carry(direction: str, data: bytes) -> bool:
             """Journal, then forward, one message; through the fault gate when there are rules."""
-            if gate is None:
+            if faults is None:
                 if run is not None:
                     run.message(direction, data, stream="websocket")
                 return await out(direction, data)
-            return await _carry_out(gate.chunk(direction, routing.one_line(data) + b"\n"), run, out)
+            return await faults.websocket_message(direction, data, out, close)
 
         try:
             async with trio.open_nursery() as nursery:
@@ -334,7 +416,7 @@ class AgentApp:
         method = scope["method"]
         headers = scope["headers"]
         try:
-            body = await _read_body(receive) if method in ("POST", "DELETE") else b""
+            body = await read_body(receive) if method in ("POST", "DELETE") else b""
         except BodyTooLarge as exc:
             await _answer(send, 413, json.dumps({"error": str(exc)}).encode())
             return
@@ -379,6 +461,10 @@ class AgentApp:
         if session is not None and session not in connection.routes.sessions:
             return await refuse(404, "Unknown session id")
         connection.routes.from_client(fields)
+        if connection.faults is not None:
+            answer = await connection.faults.client_message(body)
+            if answer is not None:
+                return await _give(send, answer)
         if connection.run is not None:
             connection.run.message("c2a", body, stream="post")
         await connection.agent.send_line(body)
@@ -390,16 +476,28 @@ class AgentApp:
             say(f"the agent could not be started: {agent}")
             return await _answer(send, 500, b'{"error": "initialize failed"}')
         connection_id = uuid.uuid4().hex
-        connection = HttpConnection(connection_id, agent, self._new_run("http", connection_id, agent))
+        plan, _ = self._new_gate()
+        connection = HttpConnection(connection_id, agent, self._new_run("http", connection_id, agent, plan))
         waiter: tuple[trio.Event, list[bytes]] = (trio.Event(), [])
         connection.waiters[fields.id_key or ""] = waiter
         self.connections[connection.id] = connection
+        if plan:
+            connection.faults = AgentFaults(plan, connection.run, agent, self, connection)
         self.nursery.start_soon(self._supervise, connection)
-        if connection.run is not None:
-            connection.run.message("c2a", body, stream="post")
-        await agent.send_line(body)
+        answer = await connection.faults.client_message(body) if connection.faults is not None else None
+        if answer is None:
+            if connection.run is not None:
+                connection.run.message("c2a", body, stream="post")
+            await agent.send_line(body)
+        elif answer.status != 202 or answer.cut or not answer.delivered:
+            # Refused, cut or never delivered by a fault rule: the client learns no connection.
+            await self._end(connection)
+            return await _give(send, answer)
         with trio.move_on_after(INITIALIZE_TIMEOUT):
             await _first(waiter[0], agent.exited)
+        if waiter[1] == [LOST]:  # its answer was lost on its way (a fault rule): cut off
+            await self._end(connection)
+            return await _give(send, Answer(200, cut=True))
         if not waiter[1]:
             failed = b'{"error": "initialize timed out"}' if not agent.exited.is_set() else None
             await self._end(connection)
@@ -419,16 +517,16 @@ class AgentApp:
                 async for line in agent.lines(agent.stdout):
                     if line.strip():
                         await self._route(connection, line)
-                for sender, _ in connection.outboxes.values():
-                    sender.close()
+                for outbox in connection.outboxes.values():
+                    outbox.close()
                 connection.gone = True
 
             nursery.start_soon(agent_out)
             code = await agent.wait()
         self.connections.pop(connection.id, None)
         connection.gone = True
-        for sender, _ in connection.outboxes.values():
-            sender.close()
+        for outbox in connection.outboxes.values():
+            outbox.close()
         if not agent.stopping:  # on its own, before its connection ended
             say(f"connection {connection.id}: the agent exited with status {code}")
             if run is not None:
@@ -438,8 +536,15 @@ class AgentApp:
             await run.finish(code if code >= 0 else 128 - code)
 
     async def _route(self, connection: HttpConnection, line: bytes) -> None:
+        if connection.faults is not None and await connection.faults.agent_message(line):
+            return
+        await self._deliver(connection, line, record=True)
+
+    async def _deliver(self, connection: HttpConnection, line: bytes, *, record: bool) -> None:
+        """An agent's message to where the SDK's server sends it: the initialize POST's answer,
+        else the connection's or a session's SSE stream; journaled first when ``record``."""
         fields = routing.read(line)
-        run = connection.run
+        run = connection.run if record else None
         waiter = connection.waiters.pop(fields.id_key or "", None) if fields.is_response else None
         if waiter is not None:  # initialize's answer: the POST's body
             if run is not None:
@@ -450,11 +555,7 @@ class AgentApp:
         key = connection.routes.to_client(fields)
         if run is not None:
             run.message("a2c", line, stream=f"sse:{key}" if key else "sse")
-        sender, _ = connection.outbox(key)
-        try:
-            await sender.send(line)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+        await connection.outbox(key).put(line)
 
     async def _get(self, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send) -> None:
         accept = shapes.header(headers, "accept") or ""
@@ -469,7 +570,7 @@ class AgentApp:
             return await _answer(send, 404, b'{"error": "Unknown connection id"}')
         if session is not None and session not in connection.routes.sessions:
             return await _answer(send, 404, b'{"error": "Unknown session id"}')
-        _, messages = connection.outbox(session or routing.CONNECTION)
+        messages = connection.outbox(session or routing.CONNECTION)
         start = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
         await send({"type": "http.response.start", "status": 200, "headers": start})
         async with trio.open_nursery() as nursery:
@@ -481,14 +582,19 @@ class AgentApp:
 
             nursery.start_soon(client_gone)
             while True:
+                line: Outgoing | None = None
                 with trio.move_on_after(KEEPALIVE) as idle:
-                    try:
-                        line = await messages.receive()
-                    except (trio.EndOfChannel, trio.ClosedResourceError):
-                        break
+                    line = await messages.get()  # cancelled only while it waits: nothing is lost
                 if idle.cancelled_caught:
                     await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
                     continue
+                if line is None:  # the agent is gone
+                    break
+                if isinstance(line, StreamEnd):  # a fault rule's: closed cleanly, or cut
+                    if line.partial is None:
+                        break
+                    await send({"type": "http.response.body", "body": line.partial, "more_body": True})
+                    raise remote_faults.StreamCut("aborted mid-event by a fault rule")
                 await send({"type": "http.response.body", "body": b"data: " + line + b"\n\n", "more_body": True})
             nursery.cancel_scope.cancel()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -514,27 +620,232 @@ class AgentApp:
                 await self._end(connection)
 
 
-async def _carry_out(steps: list[Any], run: RemoteRun | None, out: Any) -> bool:
-    """The gate's steps, on messages: each line it writes is one message. A Signal or a
-    ClosePipe is skipped (as ``serve --upstream`` does). False once the agent's stdin is gone."""
-    from acp_proxy.faults.gate import Forward, Note, Pause
-    from acp_proxy.faults.gate import Send as Write
+LOST = b""
+"""Put in an initialize's waiter when a fault rule lost its answer: the POST's answer is cut off."""
 
-    going = True
-    for step in steps:
-        if isinstance(step, Forward | Write):
-            for line in step.data.split(b"\n"):
-                if not line:
-                    continue
-                if isinstance(step, Forward) and run is not None:
-                    run.message(step.direction, line, stream="websocket")
-                going = await out(step.direction, line) and going
-        elif isinstance(step, Note):
-            if run is not None:
-                run.noted(step.direction, step.line, step.meta, stream="websocket")
-        elif isinstance(step, Pause):
-            await trio.sleep(step.seconds)
-    return going
+
+@dataclass
+class Answer:
+    """What the client of one POST is answered once the fault gate has spoken."""
+
+    status: int = 202
+    body: bytes = b""
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    cut: bool = False  # no complete response reaches the client
+    delivered: bool = False  # the client's message reached the agent
+
+
+async def _give(send: Send, answer: Answer) -> None:
+    """A POST's answer as the gate decided it; a cut one stops after half its body (or before
+    any, with a length it never reaches) and the connection closes without its end."""
+    headers = [*(JSON if answer.body else []), *answer.headers]
+    if not answer.cut:
+        await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+        await send({"type": "http.response.body", "body": answer.body})
+        return
+    length = str(max(len(answer.body), 1) + 1).encode()
+    await send(
+        {"type": "http.response.start", "status": answer.status, "headers": [*headers, (b"content-length", length)]}
+    )
+    await send({"type": "http.response.body", "body": answer.body[: len(answer.body) // 2], "more_body": True})
+    raise remote_faults.StreamCut("answer cut by a fault rule")
+
+
+class AgentFaults(remote_faults.ConnectionFaults):
+    """One Streamable HTTP connection of a served stdio agent through the fault gate: a POSTed
+    client message, or an agent's line on its way to a POST's answer or an SSE stream.
+
+    What each step means here: a Forward goes on (to the agent's stdin, or routed to the
+    client); a Send is a line the gate made (an error answer) sent the same way; ``status=``
+    answers the POST with that status; ``abort`` cuts the POST's answer, or the SSE stream the
+    frame travels on, mid-event; ``close=stream`` answers the POST 202, or ends the frame's SSE
+    stream cleanly; ``drop=after`` delivers the message and cuts its POST's answer; ``kill=``
+    signals the agent's process group and ``close=agent-stdin`` closes its stdin (a served agent
+    is a process of ours); ``close=client-stdout`` ends the connection's SSE streams; ``restart``
+    has no upstream connection to restart here and says so in the run."""
+
+    def __init__(
+        self,
+        plan: Any,
+        run: RemoteRun | None,
+        agent: LocalAgent,
+        app: AgentApp,
+        connection: HttpConnection | None = None,
+    ) -> None:
+        super().__init__(plan, run, app.barriers)
+        self.agent = agent
+        self.app = app
+        self._connection = connection  # None: a WebSocket
+        self.ended = False  # a fault rule closed the WebSocket: nothing more goes either way
+
+    @property
+    def connection(self) -> HttpConnection:
+        assert self._connection is not None, "an HTTP connection's faults only"
+        return self._connection
+
+    async def _process(self, step: Any, stream: str) -> bool:
+        """The steps only a served agent has a meaning for; False if ``step`` is not one."""
+        from acp_proxy.faults.gate import ClosePipe, Signal
+
+        agent = self.agent
+        if isinstance(step, Signal):
+            self.event(f"signal {step.signum} sent to the agent by a fault rule", stream)
+            try:
+                os.killpg(agent.pid, step.signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+        elif isinstance(step, ClosePipe) and step.pipe == "agent-stdin":
+            self.event("the agent's stdin was closed by a fault rule", stream)
+            await close_quietly(agent.stdin)
+        elif isinstance(step, ClosePipe):
+            self.event("the connection's event streams were closed by a fault rule", stream)
+            for outbox in list(self.connection.outboxes.values()):
+                outbox.end(StreamEnd())
+        else:
+            return False
+        return True
+
+    async def client_message(self, body: bytes) -> Answer | None:
+        """A POSTed client message through the gate: what its POST is answered, or None when the
+        gate cannot judge it (the caller relays it as usual)."""
+        from acp_proxy.faults.gate import Forward, Wire
+        from acp_proxy.faults.gate import Send as Write
+
+        steps = self.judge("c2a", body)
+        if steps is None:
+            return None
+        answer = Answer()
+        for step in steps:
+            if await self._process(step, "post"):
+                continue
+            if await self.common(step, "post"):
+                if isinstance(step, Wire) and isinstance(step.action, fl.Drop):
+                    answer.cut = True  # drop=after: delivered, its answer lost on the way
+                continue
+            if isinstance(step, Forward | Write) and step.direction == "c2a":
+                for line in self.lines["c2a"].feed(step.data):
+                    if isinstance(step, Forward):
+                        self.message("c2a", line, "post")
+                    answer.delivered = await self.connection.agent.send_line(line) or answer.delivered
+            elif isinstance(step, Write):  # an answer made by the gate (error=): where the agent's would go
+                for line in self.lines["a2c"].feed(step.data):
+                    await self.app._deliver(self.connection, line, record=False)
+            elif isinstance(step, Wire):
+                self._wire_post(step.action, answer)
+        return answer
+
+    async def websocket_message(
+        self,
+        direction: str,
+        data: bytes,
+        out: Callable[[str, bytes], Awaitable[bool]],
+        close: Callable[[int], Awaitable[None]],
+    ) -> bool:
+        """One WebSocket message through the gate, either way; False once nothing more goes
+        that way. ``close=stream`` (and close=client-stdout) close the socket with 1000,
+        ``status=`` with 1013 (try again later), after the frame's note is recorded; ``abort``
+        drops it without a close frame (the client sees 1006 or 1011)."""
+        from acp_proxy.faults.gate import ClosePipe, Forward, Wire
+        from acp_proxy.faults.gate import Send as Write
+
+        if self.ended:
+            return False
+        steps = self.judge(direction, routing.one_line(data))
+        if steps is None:
+            self.message(direction, data, "websocket")
+            return await out(direction, data)
+        going = True
+        closing: list[tuple[str, int]] = []
+        for step in steps:
+            if isinstance(step, ClosePipe) and step.pipe == "client-stdout":
+                closing.append(("close=client-stdout: the client side closed", 1000))
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Close):
+                closing.append(("the WebSocket was closed by a fault rule (1000, both sides)", 1000))
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Status):
+                text = f"closed with {remote_faults.WEBSOCKET_TRY_AGAIN_LATER} (try again later) for status="
+                closing.append((f"{text}{step.action.code}", remote_faults.WEBSOCKET_TRY_AGAIN_LATER))
+            elif await self._process(step, "websocket") or await self.common(step, "websocket"):
+                continue
+            elif isinstance(step, Forward | Write):
+                for line in self.lines[step.direction].feed(step.data):
+                    if isinstance(step, Forward):
+                        self.message(step.direction, line, "websocket")
+                    going = await out(step.direction, line) and going
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Abort):
+                self.event("connection aborted by a fault rule (no close handshake)", "websocket")
+                self.ended = True
+                raise remote_faults.StreamCut("aborted by a fault rule")
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Restart):
+                self.event("restart: a served stdio agent has no upstream connection to restart", "websocket")
+        for text, code in closing[:1]:
+            self.event(text, "websocket")
+            self.ended = True
+            await close(code)
+            going = False
+        return going
+
+    def _wire_post(self, action: fl.Action, answer: Answer) -> None:
+        if isinstance(action, fl.Status):
+            said = {"error": f"acp-proxy: HTTP {action.code} by a fault rule ({action.rule_text})"}
+            answer.status, answer.body = action.code, json.dumps(said).encode()
+            if action.retry_after is not None:
+                answer.headers.append((b"retry-after", str(action.retry_after).encode()))
+        elif isinstance(action, fl.Abort):
+            answer.cut = True
+        elif isinstance(action, fl.Restart):
+            self.event("restart: a served stdio agent has no upstream connection to restart", "post")
+        # close=stream: the POST's exchange ends, accepted (202, the answer it gets anyway)
+
+    async def agent_message(self, line: bytes) -> bool:
+        """An agent's line through the gate; False when the gate cannot judge it (the caller
+        routes it as usual)."""
+        from acp_proxy.faults.gate import Forward, Wire
+        from acp_proxy.faults.gate import Send as Write
+
+        steps = self.judge("a2c", line)
+        if steps is None:
+            return False
+        connection = self.connection
+        fields = routing.read(line)
+        initialize = fields.is_response and (fields.id_key or "") in connection.waiters
+        stream = "post" if initialize else _stream_of(connection.routes.peek(fields))
+        forwarded = False
+        for step in steps:
+            if await self._process(step, stream):
+                continue
+            if await self.common(step, stream):
+                continue
+            if isinstance(step, Forward | Write) and step.direction == "a2c":
+                for out in self.lines["a2c"].feed(step.data):
+                    forwarded = True
+                    await self.app._deliver(connection, out, record=isinstance(step, Forward))
+            elif isinstance(step, Write):  # an error answer to the agent's request: to its stdin
+                for out in self.lines["c2a"].feed(step.data):
+                    await connection.agent.send_line(out)
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Abort | fl.Close) and not initialize:
+                key = connection.routes.peek(fields)
+                end = StreamEnd(None if isinstance(step.action, fl.Close) else _half_event(line))
+                if end.partial is None:
+                    self.event("the stream was closed by a fault rule", stream)
+                connection.outbox(key).end(end)
+                forwarded = True  # the frame went with its stream, as far as it got
+            elif isinstance(step, Wire) and isinstance(step.action, fl.Restart):
+                self.event("restart: a served stdio agent has no upstream connection to restart", stream)
+        if initialize and not forwarded:
+            waiter = connection.waiters.pop(fields.id_key or "", None)
+            if waiter is not None:  # the initialize's answer lost on its way: its POST is cut off
+                waiter[1].append(LOST)
+                waiter[0].set()
+        return True
+
+
+def _stream_of(key: str) -> str:
+    return f"sse:{key}" if key else "sse"
+
+
+def _half_event(line: bytes) -> bytes:
+    event = b"data: " + line + b"\n\n"
+    return event[: len(event) // 2]
 
 
 async def _first(*events: trio.Event) -> None:
@@ -570,18 +881,10 @@ async def _answer(send: Send, status: int, body: bytes, extra: list[tuple[bytes,
 async def serve_agent(options: AgentServeOptions) -> None:
     """Serve until SIGINT or SIGTERM; then stop every connection's agent and finish its run."""
     import hypercorn.trio
-    from hypercorn.config import Config
 
-    from acp_proxy.relay.remote.server import _server_log
+    from acp_proxy.relay.remote import asgi
 
-    config = Config()
-    host = options.listen_host
-    config.bind = [f"[{host}]:{options.listen_port}" if ":" in host else f"{host}:{options.listen_port}"]
-    config.alpn_protocols = ["h2", "http/1.1"]
-    config.accesslog = None
-    config.loglevel = "WARNING"
-    config.errorlog = _server_log()
-    config.websocket_max_message_size = MAX_WEBSOCKET_MESSAGE
+    config = asgi.config(options.listen_host, options.listen_port)
     supervise.become_subreaper()  # an agent's orphans are ours to find and stop
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 import ssl
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +82,8 @@ class Bridge:
         self.failure: str | None = None
         self.closing = False  # the client ended: what the upstream does next is no failure
         self.connection: str | None = None
+        self.unnamed: list[Callable[[RemoteRun], None]] = []
+        """Journal writes that wait for the connection's name (see ``_journal``)."""
         self.session_streams: set[str] = set()
         self.client_out: Any = None
         self.scope = trio.CancelScope()
@@ -95,6 +99,7 @@ class Bridge:
         """The remote side failed the conversation: say it once, record it, stop."""
         if self.closing:
             return  # the client's end came first: the rest is the orderly close
+        self._named()
         if self.failure is None:
             self.failure = why
             say(why)
@@ -121,6 +126,7 @@ class Bridge:
                 except OSError:
                     pass
         code = FAILED if self.failure is not None else 0
+        self._named()
         if self.run is not None:
             with trio.CancelScope(shield=True):
                 await self.run.finish(code)
@@ -159,9 +165,28 @@ class Bridge:
         line = line.rstrip(b"\r")
         if not line.strip():
             return
-        if self.run is not None:
-            self.run.message(direction, line, stream=stream)
+        self._journal(lambda run, ts: run.message(direction, line, stream=stream, ts_ns=ts))
         await self._deliver(direction, line)
+
+    def _journal(self, write: Callable[[RemoteRun, int], None]) -> None:
+        """Journal now, with the time it is now. Over HTTP the connection is named by the answer
+        to the first POST (the initialize), after that message went: it is journaled once the
+        answer's head is here, before the answer is passed on, with the time it went, so it
+        carries the connection as the later messages do (a proxy killed in between loses it)."""
+        if self.run is None:
+            return
+        now = time.time_ns()
+        if self.transport == "http" and self.connection is None and self.failure is None:
+            self.unnamed.append(lambda run: write(run, now))
+        else:
+            write(self.run, now)
+
+    def _named(self) -> None:
+        """What waited for the connection's name is journaled (with it, if there is one)."""
+        waiting, self.unnamed = self.unnamed, []
+        if self.run is not None:
+            for write in waiting:
+                write(self.run)
 
     async def _from_agent(self, message: bytes, stream: str) -> None:
         """A message of the agent, towards stdin's writer."""
@@ -210,8 +235,7 @@ class Bridge:
                     else:
                         await self._deliver(step.direction, line)
             elif isinstance(step, Note):
-                if self.run is not None:
-                    self.run.noted(step.direction, step.line, step.meta, stream=where)
+                self._journal(_noted(step, where))
             elif isinstance(step, Pause):
                 await trio.sleep(step.seconds)
             # A Signal or a ClosePipe has no process or pipe to act on here: skipped.
@@ -267,7 +291,8 @@ class Bridge:
     def _established(self, connection: str | None) -> None:
         self.connection = connection
         if self.run is not None and connection is not None:
-            self.run.connection = connection
+            self.run.connected(connection)
+        self._named()
 
     # -- Streamable HTTP ---------------------------------------------------------------------
 
@@ -312,6 +337,7 @@ class Bridge:
         if self.connection is None:
             connection = response.headers.get(CONNECTION_ID)
             if status != 200 or not connection or "json" not in kind:
+                self._named()  # the message that was answered so, before its answer
                 self._refused(response, fields)
                 self.fail(
                     f"the agent at {self.masked} answered the first POST with HTTP {status} "
@@ -369,6 +395,11 @@ class Bridge:
             self.session_streams.discard(session)
             if self.run is not None and not self.closing:
                 self.run.event(ended.replace("connection's", f"session {session}'s"), stream=stream)
+
+
+def _noted(note: Any, stream: str) -> Callable[[RemoteRun, int], None]:
+    """Journal the gate's ``Note`` (bound now: it may be written later, see ``Bridge._journal``)."""
+    return lambda run, ts: run.noted(note.direction, note.line, note.meta, stream=stream, ts_ns=ts)
 
 
 def _first(group: BaseExceptionGroup[Any]) -> BaseException:

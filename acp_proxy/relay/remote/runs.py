@@ -62,6 +62,16 @@ class RemoteRun:
         self.recording.start(agent_pid=agent_pid, marker=f"serve-{transport}-{connection}")
         self.recording.start_recorder()
 
+    def connected(self, connection: str) -> None:
+        """The connection is named now (``run --connect`` over HTTP learns it from the answer to
+        its first POST): the messages from here on carry it, and so does the run row's options."""
+        self.connection = connection
+        self._around.clear()  # the meta made for each stream named the connection it had
+        options = self.recording.options.options
+        options["connection"] = connection
+        if not self.finished:
+            self.recording.meta({"options": json.dumps(options)})
+
     def message(
         self, direction: str, data: bytes, *, stream: str, ts_ns: int | None = None, note: str | None = None
     ) -> None:

@@ -22,7 +22,6 @@ text/binary kind and runs under trio, where the SDK's ``websockets`` is asyncio 
 from __future__ import annotations
 
 import json
-import logging
 import signal
 import ssl
 import time
@@ -38,18 +37,23 @@ import trio_websocket
 from acp_proxy.protocol import transports
 from acp_proxy.relay.remote import faults as remote_faults
 from acp_proxy.relay.remote import shapes
+from acp_proxy.relay.remote.asgi import (
+    MAX_WEBSOCKET_MESSAGE,
+    BodyTooLarge,
+    Receive,
+    Scope,
+    Send,
+    front_door,
+    on_purpose,
+    read_body,
+    refuse,
+)
 from acp_proxy.relay.remote.runs import MAX_LIVE_RUNS, RemoteRun
 from acp_proxy.relay.spawn import say
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 CONNECTION_ID = "acp-connection-id"
 SESSION_ID = "acp-session-id"
 UPSTREAM_CONNECT_TIMEOUT = 30.0
-MAX_WEBSOCKET_MESSAGE = 256 * 1024 * 1024  # what one message may be; larger ones close the socket (1009)
-MAX_BODY = MAX_WEBSOCKET_MESSAGE  # what one HTTP request body may be; larger ones get a 413
 
 
 class _StreamDropped(remote_faults.StreamCut):
@@ -93,7 +97,7 @@ class ProxyApp:
     def connection_failed(self, exc: BaseException) -> None:
         """A WebSocket connection that ended on an exception: one line on stderr (none for a
         stream a fault rule cut on purpose); the connection is closed, serve goes on."""
-        if _on_purpose(exc):
+        if on_purpose(exc):
             return
         while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
             exc = exc.exceptions[0]
@@ -136,7 +140,7 @@ class ProxyApp:
         return full
 
     async def _refuse_full(self, scope: Scope, send: Send) -> None:
-        await _refuse(scope, send, 503, f"acp-proxy: {MAX_LIVE_RUNS} connections are being recorded; try again later")
+        await refuse(scope, send, 503, f"acp-proxy: {MAX_LIVE_RUNS} connections are being recorded; try again later")
 
     async def _finish(self, run: RemoteRun | None, code: int = 0) -> None:
         if run is None:
@@ -198,16 +202,9 @@ class ProxyApp:
     # -- routing -----------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if await front_door(scope, receive, send, self.port, self.options.allowed_hosts):
+            return
         kind = scope["type"]
-        if kind == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        host = shapes.header(scope["headers"], "host")
-        if not shapes.host_allowed(host, self.port, self.options.allowed_hosts):
-            await _refuse(scope, send, 403, "acp-proxy: this Host is not allowed (see serve --allow-host)")
-            return
         if kind == "websocket":
             if self._full():
                 await receive()  # websocket.connect
@@ -238,10 +235,10 @@ class ProxyApp:
         method = scope["method"]
         headers = scope["headers"]
         try:
-            body = await _read_body(receive) if method != "GET" else b""
+            body = await read_body(receive) if method != "GET" else b""
         except BodyTooLarge as exc:
             say(str(exc).removeprefix("acp-proxy: "))
-            await _refuse(scope, send, 413, str(exc))
+            await refuse(scope, send, 413, str(exc))
             return
         connection = shapes.header(headers, CONNECTION_ID)
         if connection is None and method == "POST" and self._full():
@@ -293,7 +290,7 @@ class ProxyApp:
                     _record_request(run, headers, body, stream, ts)
             if run is not None:
                 run.event(f"{method} not relayed, 502 sent: {why}", stream=stream)
-            await _refuse(scope, send, 502, f"acp-proxy: {why}")
+            await refuse(scope, send, 502, f"acp-proxy: {why}")
             if attempt or orphan:
                 await self._finish(run)
             return
@@ -433,7 +430,7 @@ class ProxyApp:
                     )
             except (OSError, trio.TooSlowError, trio_websocket.HandshakeError) as exc:
                 status = getattr(exc, "status_code", None) or 502
-                await _refuse(scope, send, status, f"acp-proxy: the upstream WebSocket failed: {_short(exc)}")
+                await refuse(scope, send, status, f"acp-proxy: the upstream WebSocket failed: {_short(exc)}")
                 return
             try:
                 accepted = shapes.websocket_headers(list(upstream.handshake_headers))
@@ -634,64 +631,17 @@ def _record_request(run: RemoteRun, headers: list[tuple[bytes, bytes]], body: by
     run.message("c2a", decoder.decode(body), stream=stream, ts_ns=ts, note=decoder.note)
 
 
-class BodyTooLarge(Exception):
-    """A request body over ``MAX_BODY``: answered 413 here, never read whole into memory."""
-
-
-async def _read_body(receive: Receive, limit: int | None = None) -> bytes:
-    """A request's whole body; over ``limit`` (``MAX_BODY``) bytes it raises ``BodyTooLarge``
-    once the limit is passed, so a client cannot make the proxy hold an unbounded body."""
-    limit = MAX_BODY if limit is None else limit
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        event = await receive()
-        if event["type"] == "http.disconnect":
-            break
-        chunk = event.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"acp-proxy: a request body over {limit // (1024 * 1024)} MiB is refused")
-        chunks.append(chunk)
-        if not event.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
 def _short(exc: BaseException) -> str:
     """An exception in one line, without the address (it may carry a token)."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:200]
 
 
-async def _refuse(scope: Scope, send: Send, status: int, message: str) -> None:
-    """Answer here, as one JSON object: on a WebSocket handshake as a denial response when the
-    server can send one (hypercorn can), else by closing."""
-    body = json.dumps({"error": message}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if scope["type"] == "websocket":
-        if "websocket.http.response" in scope.get("extensions", {}):
-            await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
-            await send({"type": "websocket.http.response.body", "body": body})
-        else:
-            await send({"type": "websocket.close", "code": 1011})
-        return
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 async def serve(options: ServeOptions) -> None:
     """Serve until SIGINT or SIGTERM; then finish every open run's recording."""
-    from hypercorn.config import Config
+    from acp_proxy.relay.remote import asgi
 
-    config = Config()
-    host = options.listen_host
-    config.bind = [f"[{host}]:{options.listen_port}" if ":" in host else f"{host}:{options.listen_port}"]
-    config.alpn_protocols = ["h2", "http/1.1"]
-    config.accesslog = None
-    config.loglevel = "WARNING"
-    config.errorlog = _server_log()
-    config.websocket_max_message_size = MAX_WEBSOCKET_MESSAGE
+    config = asgi.config(options.listen_host, options.listen_port)
     timeout = httpx.Timeout(UPSTREAM_CONNECT_TIMEOUT, read=None)
     async with httpx.AsyncClient(verify=system_tls(), timeout=timeout, http2=_has_h2(), trust_env=False) as client:
         app = ProxyApp(options, client)
@@ -715,31 +665,6 @@ async def _serve_task(
     from acp_proxy.relay.remote import listen
 
     await listen.serve(app, config, stop, task_status=task_status)
-
-
-def _server_log() -> logging.Logger:
-    """hypercorn's error log: its words on stderr as one of ours, without the tracebacks of
-    the streams this proxy aborts on purpose (``_StreamDropped``)."""
-    log = logging.getLogger("acp_proxy.serve.hypercorn")
-    log.propagate = False
-    log.setLevel(logging.WARNING)
-    if not log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("acp-proxy: hypercorn: %(message)s"))
-        handler.addFilter(_not_dropped)
-        log.addHandler(handler)
-    return log
-
-
-def _not_dropped(record: logging.LogRecord) -> bool:
-    return not _on_purpose(record.exc_info[1] if record.exc_info else None)
-
-
-def _on_purpose(exc: BaseException | None) -> bool:
-    """Whether an exception is a stream this proxy cut on purpose (a fault rule's abort)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return isinstance(exc, remote_faults.StreamCut)
 
 
 def _has_h2() -> bool:

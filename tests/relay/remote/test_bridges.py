@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -18,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PROXY, proxy_env, run_proxy, wait_for_output, wait_recorded, watchdog
+from tests.conftest import PROXY, proxy_env, run_proxy
+from tests.relay.remote.conftest import ROOT, TIMEOUT, Served, frames, peer, runs, sdk_client
 
 pytest.importorskip("hypercorn", reason="serve needs the remote extra (hypercorn)")
 pytest.importorskip("trio_websocket", reason="the bridges need the remote extra (trio-websocket)")
@@ -27,48 +27,15 @@ httpx = pytest.importorskip("httpx", reason="the SDK's HTTP client needs agent-c
 
 pytestmark = pytest.mark.spawns
 
-HERE = Path(__file__).parent
-EXAMPLES = HERE.parents[2] / "examples"
-TIMEOUT = 60
+EXAMPLES = ROOT / "examples"
 SECRET = "sekrit-bearer-7f3a"
 INITIALIZE = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}\n'
 
 
-def _serve_script(script: str) -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, str(HERE / script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    timer = watchdog(proc, 900)
-    try:
-        line = wait_for_output(proc.stdout, b"\n", TIMEOUT)
-        yield f"http://127.0.0.1:{int(line.split()[1])}/acp"
-    finally:
-        timer.cancel()
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[str]:
-    """The SDK's example HTTP/WebSocket server (the echo agent)."""
-    yield from _serve_script("sdk_server.py")
-
-
 @pytest.fixture(scope="module")
 def html_upstream() -> Iterator[str]:
-    yield from _serve_script("html_server.py")
-
-
-def frames(db_path: Path) -> list[dict[str, Any]]:
-    wait_recorded(db_path, TIMEOUT)
-    with sqlite3.connect(db_path) as conn:
-        conn.row_factory = sqlite3.Row
-        return [dict(r) for r in conn.execute("select * from frames order by run_id, seq")]
-
-
-def runs(db_path: Path) -> list[dict[str, Any]]:
-    wait_recorded(db_path, TIMEOUT)
-    with sqlite3.connect(db_path) as conn:
-        conn.row_factory = sqlite3.Row
-        return [dict(r) for r in conn.execute("select * from runs order by id")]
+    with peer("html_server.py") as (_, url):
+        yield url
 
 
 def stored_bytes(db_path: Path) -> bytes:
@@ -120,10 +87,18 @@ def test_the_sdk_stdio_client_talks_to_the_remote_sdk_server_through_run_connect
     rows = [r for r in frames(db_path) if r["dir"] != "stderr"]
     assert sorted((r["dir"], r["kind"], r["method"]) for r in rows) == sorted(CONVERSATION)
     assert {r["transport"] for r in rows} == {options["transport"]}
+    # Every message carries the connection, the initialize too (over HTTP the answer to it names
+    # the connection), and so does the run row; the initialize is still the run's first frame.
+    assert options["connection"] and {r["connection"] for r in rows} == {options["connection"]}
+    assert (rows[0]["dir"], rows[0]["method"], rows[1]["dir"], rows[1]["method"]) == (
+        "c2a",
+        "initialize",
+        "a2c",
+        "initialize",
+    )
     by_method = {(r["dir"], r["method"]): r["stream"] for r in rows}
     if scheme == "ws":
         assert set(by_method.values()) == {"websocket"}
-        assert len({r["connection"] for r in rows}) == 1 and rows[0]["connection"]
     else:
         session = said[-1].split()[1]
         assert by_method[("c2a", "session/prompt")] == "post"
@@ -131,8 +106,6 @@ def test_the_sdk_stdio_client_talks_to_the_remote_sdk_server_through_run_connect
         assert by_method[("a2c", "session/new")] == "sse"
         assert by_method[("a2c", "session/update")] == f"sse:{session}"
         assert by_method[("a2c", "session/prompt")] == f"sse:{session}"
-        # The initialize is journaled before it is POSTed: before its answer names the connection.
-        assert {r["connection"] for r in rows if r["method"] != "initialize" or r["dir"] == "a2c"} != {None}
     checked = run_proxy(["check", "--db", str(db_path), str(run["id"])], timeout=TIMEOUT)
     assert checked.returncode == 0, checked.stderr
 
@@ -185,58 +158,12 @@ def test_run_connect_refuses_what_it_cannot_use_in_one_line(db_path: Path, args:
 # -- serve -- AGENT ------------------------------------------------------------------------
 
 
-class Served:
-    def __init__(self, proc: subprocess.Popen[bytes], url: str) -> None:
-        self.proc = proc
-        self.url = url
-
-    def stop(self) -> str:
-        self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=TIMEOUT)
-        return err.decode()
-
-
 @pytest.fixture
-def served(db_path: Path) -> Iterator[Served]:
-    proc = subprocess.Popen(
-        [
-            *PROXY,
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--db",
-            str(db_path),
-            "--",
-            sys.executable,
-            "examples/sdk_agent.py",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=proxy_env(),
-        cwd=HERE.parents[2],
-    )
-    timer = watchdog(proc, 300)
-    said = wait_for_output(proc.stderr, b"\n", TIMEOUT).decode()
-    assert "serving http://127.0.0.1:" in said and "(one agent per connection)" in said, said
-    try:
-        yield Served(proc, said.split("serving ", 1)[1].split()[0] + "/acp")
-    finally:
-        timer.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=TIMEOUT)
-
-
-def sdk_remote_client(kind: str, url: str, prompt: str) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, str(HERE / "sdk_clients.py"), kind, url, prompt],
-        capture_output=True,
-        timeout=TIMEOUT,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    return sorted(done.stdout.splitlines())  # its notification and answer lines race in the client
+def served(db_path: Path, serving: Callable[..., Served]) -> Served:
+    """``serve -- AGENT`` in front of the SDK's stdio example agent."""
+    server = serving("--db", str(db_path), "--", sys.executable, "examples/sdk_agent.py", cwd=ROOT)
+    assert "(one agent per connection)" in server.said, server.said
+    return server
 
 
 @pytest.mark.parametrize("kind", ["ws", "http"])
@@ -244,8 +171,8 @@ def test_the_sdk_remote_clients_talk_to_a_stdio_agent_through_serve_one_agent_pe
     served: Served, db_path: Path, kind: str
 ) -> None:
     url = served.url.replace("http", kind, 1)
-    first = sdk_remote_client(kind, url, "hello agent")
-    second = sdk_remote_client(kind, url, "hello again")
+    first = sdk_client(kind, url, "hello agent")
+    second = sdk_client(kind, url, "hello again")
     assert first == sorted(
         ["initialized (protocol v1)", "session: <id>", "<< Client sent:", "<< hello agent", "stop reason: end_turn"]
     )
@@ -336,7 +263,7 @@ def test_the_acp_proxy_fixture_takes_a_url_for_stdio_and_remote_clients(
     assert len(agent.frames("method:session/prompt")) == 2
     with agent.serve() as url:
         assert url.endswith("/acp")
-        assert "<< echo: remote via fixture" in sdk_remote_client("http", url, "remote via fixture")
+        assert "<< echo: remote via fixture" in sdk_client("http", url, "remote via fixture")
     assert [json.loads(r["options"])["transport"] for r in agent.runs()] == ["websocket", "http"]
     assert SECRET.encode() not in stored_bytes(agent.db)
 
@@ -353,32 +280,23 @@ def test_a_drop_rule_on_run_connect_drops_the_prompt_response_and_the_fixture_na
     assert (fault["action"], fault["dir"], fault["method"]) == ("drop", "a2c", "session/prompt")
 
 
-def test_an_agent_that_dies_is_its_connection_s_end_said_and_recorded_and_serve_goes_on(db_path: Path) -> None:
+def test_an_agent_that_dies_is_its_connection_s_end_said_and_recorded_and_serve_goes_on(
+    db_path: Path, serving: Callable[..., Served]
+) -> None:
     dying = "import sys; sys.stdin.readline(); print('dying words', file=sys.stderr); sys.exit(3)"
-    proc = subprocess.Popen(
-        [*PROXY, "serve", "--listen", "127.0.0.1:0", "--db", str(db_path), "--", sys.executable, "-c", dying],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=proxy_env(),
-    )
-    timer = watchdog(proc, 300)
+    server = serving("--db", str(db_path), "--", sys.executable, "-c", dying)
     try:
-        said = wait_for_output(proc.stderr, b"\n", TIMEOUT).decode()
-        url = said.split("serving ", 1)[1].split()[0] + "/acp"
         for _ in range(2):  # the first agent's death does not stop the next connection's
             with httpx.Client(timeout=TIMEOUT) as client:
-                answer = client.post(url, content=INITIALIZE, headers={"content-type": "application/json"})
+                answer = client.post(server.url, content=INITIALIZE, headers={"content-type": "application/json"})
             assert (answer.status_code, answer.json()) == (500, {"error": "initialize failed"})
         both = runs(db_path)
         assert [(r["status"], r["exit_code"]) for r in both] == [("ended", 3), ("ended", 3)]
-        assert proc.poll() is None
+        assert server.proc.poll() is None
     finally:
-        timer.cancel()
-        proc.send_signal(signal.SIGTERM)
-        _, rest = proc.communicate(timeout=TIMEOUT)
-    lines = rest.decode().splitlines()
-    assert lines.count("dying words") == 2 and "Traceback" not in rest.decode()
+        rest = server.stop()
+    lines = rest.splitlines()
+    assert lines.count("dying words") == 2 and "Traceback" not in rest
     assert sum(line.endswith(": the agent exited with status 3") for line in lines) == 2
     rows = [r for r in frames(db_path) if r["run_id"] == both[0]["id"]]
     assert [(r["dir"], r["stream"], r["raw"]) for r in rows if r["dir"] == "stderr"] == [
@@ -388,30 +306,77 @@ def test_an_agent_that_dies_is_its_connection_s_end_said_and_recorded_and_serve_
 
 
 def test_a_drop_rule_on_serve_agent_drops_the_agent_s_updates_on_a_websocket_and_records_the_faults(
-    db_path: Path,
+    db_path: Path, serving: Callable[..., Served]
 ) -> None:
     rule = "drop if method:session/update"
-    agent = [sys.executable, "examples/sdk_agent.py"]
-    proc = subprocess.Popen(
-        [*PROXY, "serve", "--listen", "127.0.0.1:0", "--db", str(db_path), "--fault", rule, "--", *agent],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=proxy_env(),
-        cwd=HERE.parents[2],
-    )
-    timer = watchdog(proc, 300)
+    server = serving("--db", str(db_path), "--fault", rule, "--", sys.executable, "examples/sdk_agent.py", cwd=ROOT)
     try:
-        said = wait_for_output(proc.stderr, b"\n", TIMEOUT).decode()
-        url = said.split("serving ", 1)[1].split()[0].replace("http", "ws", 1) + "/acp"
-        seen = sdk_remote_client("ws", url, "never heard")
+        seen = sdk_client("ws", server.endpoint("ws"), "never heard")
     finally:
-        timer.cancel()
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=TIMEOUT)
+        server.stop()
     assert seen == sorted(["initialized (protocol v1)", "session: <id>", "stop reason: end_turn"])
     (run,) = runs(db_path)
     dropped = [r for r in frames(db_path) if r["method"] == "session/update"]
     assert len(dropped) == 2 and all(r["forwarded"] == 0 and r["fault"] == "drop" for r in dropped)
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("select count(*) from faults where run_id = ?", (run["id"],)).fetchone() == (2,)
+
+
+def test_serve_agent_redact_masks_what_is_recorded_never_what_is_forwarded(
+    db_path: Path, serving: Callable[..., Served]
+) -> None:
+    agent = [sys.executable, "examples/sdk_agent.py"]
+    server = serving("--db", str(db_path), "--redact", "hunter[0-9]+", "--", *agent, cwd=ROOT)
+    try:
+        seen = sdk_client("http", server.url, "my password is hunter42")
+    finally:
+        said = server.stop()
+    assert "<< my password is hunter42" in seen  # forwarded as it was, both ways
+    assert "Traceback" not in said and "hunter42" not in said
+    rows = frames(db_path)
+    prompts = [str(r["raw"]) for r in rows if r["method"] == "session/prompt" and r["dir"] == "c2a"]
+    echoes = [str(r["raw"]) for r in rows if r["method"] == "session/update" and "password" in str(r["raw"])]
+    assert len(prompts) == 1 and "[redacted]" in prompts[0]
+    assert echoes and all("[redacted]" in echo for echo in echoes)
+    assert "hunter42" not in stored_bytes(db_path).decode("latin-1")  # nor in the WAL or a journal left behind
+    with sqlite3.connect(db_path) as conn:
+        dump = "\n".join(conn.iterdump())
+    assert "hunter42" not in dump and "hunter[0-9]" not in dump  # neither the secret nor the rule
+    (run,) = runs(db_path)
+    assert json.loads(run["options"])["redact"] is True
+
+
+def test_serve_agent_redact_without_recording_is_refused_in_one_line(db_path: Path) -> None:
+    done = run_proxy(["serve", "--listen", "127.0.0.1:0", "--no-record", "--redact", "--", "true"], timeout=TIMEOUT)
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines() == [
+        "acp-proxy: --redact masks what is recorded: it cannot be used with --no-record"
+    ]
+
+
+def test_one_connection_s_end_leaves_the_other_connections_agents_alone(
+    db_path: Path, serving: Callable[..., Served]
+) -> None:
+    """serve is the subreaper of every connection's agent: stopping one connection's agent (and
+    what it left behind) must not take another connection's live agent for an orphan."""
+    server = serving("--db", str(db_path), "--", sys.executable, "examples/sdk_agent.py", cwd=ROOT)
+    json_type = {"content-type": "application/json"}
+    new = b'{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}'
+    with httpx.Client(timeout=TIMEOUT) as client:
+        first, second = (
+            client.post(server.url, content=INITIALIZE, headers=json_type).headers["acp-connection-id"]
+            for _ in range(2)
+        )
+        assert client.delete(server.url, headers={"acp-connection-id": first}).status_code == 202
+        headers = {"acp-connection-id": second, "accept": "text/event-stream"}
+        with client.stream("GET", server.url, headers=headers) as stream:
+            assert client.post(server.url, content=new, headers={**json_type, **headers}).status_code == 202
+            seen = b""
+            for chunk in stream.iter_raw():
+                seen += chunk
+                if b"sessionId" in seen:
+                    break
+        assert b'"id":1' in seen.replace(b" ", b"")  # the second connection's agent answered
+    said = server.stop()
+    assert "Traceback" not in said and "exited with status" not in said, said
+    assert [(r["status"], r["exit_code"]) for r in runs(db_path)] == [("ended", 0), ("ended", 0)]

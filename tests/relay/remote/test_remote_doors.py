@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PROXY, proxy_env, run_proxy
-from tests.relay.remote.test_serve import sdk_client, start_serve
-from tests.relay.remote.test_serve import upstream as upstream  # the module's SDK server fixture
+from tests.relay.remote.conftest import sdk_client, start_serve
 
 pytest.importorskip("hypercorn", reason="serve needs the remote extra (hypercorn)")
 pytestmark = pytest.mark.spawns
@@ -27,10 +26,10 @@ ECHO = f"echo: {PROMPT}"
 def remote_db(upstream: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A database with two remote runs of the same conversation: 1 over WebSocket, 2 over HTTP."""
     db = tmp_path_factory.mktemp("doors") / "remote.db"
-    server = start_serve(upstream, "--db", str(db))
+    server = start_serve("--upstream", upstream, "--db", str(db))
     try:
-        ws = sdk_client("ws", f"{server.url.replace('http', 'ws', 1)}/acp", PROMPT)
-        http = sdk_client("http", f"{server.url}/acp", PROMPT)
+        ws = sdk_client("ws", server.endpoint("ws"), PROMPT)
+        http = sdk_client("http", server.url, PROMPT)
     finally:
         said = server.stop()
     assert f"<< {ECHO}" in ws and f"<< {ECHO}" in http, (ws, http)

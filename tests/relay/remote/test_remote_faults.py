@@ -9,16 +9,15 @@ vocabulary that a proxy can produce; docs/remote-faults.md maps them to the rule
 from __future__ import annotations
 
 import json
-import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import PROXY, proxy_env, run_proxy, wait_for_output, watchdog
+from tests.conftest import run_proxy
+from tests.relay.remote.conftest import INITIALIZE, ROOT, TIMEOUT, Served, fault_rows, frames, peer, start_serve
 
 pytest.importorskip("hypercorn", reason="serve needs the remote extra (hypercorn)")
 pytest.importorskip("trio_websocket", reason="serve needs the remote extra (trio-websocket)")
@@ -28,63 +27,25 @@ httpx = pytest.importorskip("httpx", reason="the SDK's HTTP client needs agent-c
 pytestmark = pytest.mark.spawns
 
 HERE = Path(__file__).parent
-TIMEOUT = 60
 ANSWERED = "30"  # seconds the client waits for what must come (a loaded machine is slow)
 UNANSWERED = "3"  # seconds it waits for the prompt's (or --again's) answer a fault keeps away
-BOTH = pytest.mark.parametrize("kind", ["http", "ws"])
-INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
+# http-agent, ws-agent: the same client through ``serve -- AGENT`` in front of the same echo agent
+# on stdio (echo_stdio_agent.py): every rule must do there what it does in front of a remote agent.
+BOTH = pytest.mark.parametrize("kind", ["http", "ws", "http-agent", "ws-agent"])
+HTTP = pytest.mark.parametrize("kind", ["http", "http-agent"])
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "sdk_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    timer = watchdog(proc, 900)
-    try:
-        line = wait_for_output(proc.stdout, b"\n", TIMEOUT)
-        yield f"http://127.0.0.1:{int(line.split()[1])}/acp"
-    finally:
-        timer.cancel()
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
+Target = str | list[str]
+"""What serve stands in front of: an upstream URL, or a stdio agent's command line (-- AGENT)."""
+ECHO_AGENT = [sys.executable, str(HERE / "echo_stdio_agent.py")]  # sdk_server.py's echo agent, on stdio
 
 
-class Serve:
-    """``acp-proxy serve`` with fault rules, recording to ``db_path``."""
-
-    def __init__(self, upstream: str, db_path: Path, rules: list[str], *more: str) -> None:
-        faults = [word for rule in rules for word in ("--fault", rule)] + list(more)
-        self.proc = subprocess.Popen(
-            [*PROXY, "serve", "--listen", "127.0.0.1:0", "--upstream", upstream, "--db", str(db_path), *faults],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=proxy_env(),
-        )
-        self.timer = watchdog(self.proc, 300)
-        try:
-            said = wait_for_output(self.proc.stderr, b"\n", TIMEOUT).decode()
-        except AssertionError as exc:  # say whether serve died or is only slow to start
-            raise AssertionError(f"{exc}; serve's exit status: {self.proc.poll()}") from None
-        assert "serving http://127.0.0.1:" in said, said
-        self.url = said.split("serving ", 1)[1].split()[0] + "/acp"
-        self.db_path = db_path
-
-    def endpoint(self, kind: str) -> str:
-        return self.url.replace("http", "ws", 1) if kind == "ws" else self.url
-
-    def stop(self) -> str:
-        """SIGTERM (the runs' recordings are finished); what it said on stderr."""
-        self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=TIMEOUT)
-        self.timer.cancel()
-        return err.decode()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=TIMEOUT)
+def faulted(target: Target, db_path: Path, rules: list[str], *more: str) -> Served:
+    """``acp-proxy serve`` with fault rules in front of ``target``, recording to ``db_path``."""
+    faults = [word for rule in rules for word in ("--fault", rule)]
+    if isinstance(target, str):
+        return start_serve("--upstream", target, "--db", str(db_path), *faults, *more)
+    return start_serve("--db", str(db_path), *faults, *more, "--", *target, cwd=ROOT)
 
 
 def client(kind: str, url: str, *args: str, wait: str = UNANSWERED) -> list[str]:
@@ -100,10 +61,13 @@ def client(kind: str, url: str, *args: str, wait: str = UNANSWERED) -> list[str]
 
 
 def through(
-    upstream: str, db_path: Path, kind: str, rules: list[str], *args: str, wait: str = UNANSWERED
+    upstream: Target, db_path: Path, kind: str, rules: list[str], *args: str, wait: str = UNANSWERED
 ) -> tuple[list[str], str]:
-    """The SDK client's conversation through serve with ``rules``: what it saw, what serve said."""
-    serve = Serve(upstream, db_path, rules)
+    """The SDK client's conversation through serve with ``rules``: what it saw, what serve said.
+    ``kind`` http-agent, ws-agent: through ``serve -- AGENT`` in front of the stdio echo agent."""
+    if kind.endswith("-agent"):
+        upstream, kind = ECHO_AGENT, kind.removesuffix("-agent")
+    serve = faulted(upstream, db_path, rules)
     try:
         seen = client(kind, serve.endpoint(kind), *args, wait=wait)
         said = serve.stop()
@@ -111,17 +75,6 @@ def through(
         serve.kill()
     assert "Traceback" not in said, said
     return seen, said
-
-
-def frames(db_path: Path) -> list[dict[str, object]]:
-    with sqlite3.connect(db_path) as conn:
-        conn.row_factory = sqlite3.Row
-        return [dict(r) for r in conn.execute("select * from frames order by run_id, seq")]
-
-
-def faults(db_path: Path) -> list[tuple[object, ...]]:
-    with sqlite3.connect(db_path) as conn:
-        return conn.execute("select run_id, seq, action from faults order by run_id, seq, action").fetchall()
 
 
 def row(rows: list[dict[str, object]], direction: str, kind: str, method: str, nth: int = 1) -> dict[str, object]:
@@ -147,8 +100,8 @@ def test_a_drop_rule_on_serve_drops_the_prompt_response_and_records_the_fault(
     rows = frames(db_path)
     dropped = row(rows, "a2c", "response", "session/prompt")
     assert (dropped["forwarded"], dropped["fault"]) == (0, "drop")
-    assert dropped["transport"] == ("websocket" if kind == "ws" else "http")
-    assert faults(db_path) == [(dropped["run_id"], dropped["seq"], "drop")]
+    assert dropped["transport"] == ("websocket" if kind.startswith("ws") else "http")
+    assert fault_rows(db_path) == [(dropped["run_id"], dropped["seq"], "drop")]
 
 
 @BOTH
@@ -157,7 +110,7 @@ def test_drop_an_event(upstream: str, db_path: Path, kind: str) -> None:
     assert seen == ["initialized", "session: ok", "stop reason: end_turn"]  # no echo
     update = row(frames(db_path), "a2c", "notification", "session/update")
     assert (update["forwarded"], update["fault"]) == (0, "drop")
-    assert faults(db_path) == [(update["run_id"], update["seq"], "drop")]
+    assert fault_rows(db_path) == [(update["run_id"], update["seq"], "drop")]
 
 
 # -- drop a client-to-server message before or after the server accepts it --------------------
@@ -173,7 +126,7 @@ def test_drop_a_client_message_before_the_server_accepts_it(upstream: str, db_pa
     prompt = row(rows, "c2a", "request", "session/prompt")
     assert (prompt["forwarded"], prompt["fault"]) == (0, "drop")
     assert not [r for r in rows if r["dir"] == "a2c" and r["method"] in ("session/update", "session/prompt")]
-    assert faults(db_path) == [(prompt["run_id"], prompt["seq"], "drop")]
+    assert fault_rows(db_path) == [(prompt["run_id"], prompt["seq"], "drop")]
 
 
 @BOTH
@@ -183,7 +136,7 @@ def test_drop_a_client_message_after_the_server_accepted_it(upstream: str, db_pa
     )
     # The agent did the work (its echo came), its answer was lost: on HTTP the POST's answer is
     # cut off, on WebSocket the response never comes.
-    lost = "prompt: error RemoteProtocolError" if kind == "http" else "prompt: timeout"
+    lost = "prompt: error RemoteProtocolError" if not kind.startswith("ws") else "prompt: timeout"
     # (The echo and the cut answer travel on different HTTP streams: their order is the client's.)
     assert seen[:2] == ["initialized", "session: ok"] and "<< echo: hi" in seen
     assert len(seen) == 4 and any(line.startswith(lost) for line in seen), seen
@@ -192,7 +145,7 @@ def test_drop_a_client_message_after_the_server_accepted_it(upstream: str, db_pa
     assert (prompt["forwarded"], prompt["fault"], prompt["note"]) == (1, "drop", "delivered; its answer lost")
     answer = row(rows, "a2c", "response", "session/prompt")
     assert answer["forwarded"] == 0 and str(answer["note"]).startswith("its answer lost: drop=after")
-    assert faults(db_path) == [(prompt["run_id"], prompt["seq"], "drop")]
+    assert fault_rows(db_path) == [(prompt["run_id"], prompt["seq"], "drop")]
 
 
 # -- duplicate a complete message ----------------------------------------------------------------
@@ -203,7 +156,8 @@ def test_duplicate_a_complete_message(upstream: str, db_path: Path, kind: str) -
     rule = "duplicate if method:session/prompt kind:request"
     # --again: one more round trip, so the copy's answers have come before the client leaves.
     seen, _ = through(upstream, db_path, kind, [rule], "--again", wait=ANSWERED)
-    assert seen[:3] == ["initialized", "session: ok", "<< echo: hi"]
+    # (The echo and the answer are handled concurrently by the SDK client: their order is its own.)
+    assert seen[:2] == ["initialized", "session: ok"] and "<< echo: hi" in seen
     assert "stop reason: end_turn" in seen and seen[-1] == "session again: ok"
     rows = frames(db_path)
     prompt = row(rows, "c2a", "request", "session/prompt")
@@ -213,7 +167,7 @@ def test_duplicate_a_complete_message(upstream: str, db_path: Path, kind: str) -
     ]
     assert len(answers) == 2  # the agent answered the prompt twice
     assert len([r for r in rows if r["method"] == "session/update"]) == 2
-    assert faults(db_path) == [(prompt["run_id"], prompt["seq"], "duplicate")]
+    assert fault_rows(db_path) == [(prompt["run_id"], prompt["seq"], "duplicate")]
 
 
 # -- delay a message until a named barrier ---------------------------------------------------------
@@ -240,12 +194,13 @@ def test_hold_a_message_until_a_named_barrier_is_released(upstream: str, db_path
     assert (second["fault"], held["fault"], held["forwarded"]) == ("release", "hold", 1)
     assert int(str(held["seq"])) > int(str(second["seq"]))  # it went out after "two" came in
     assert "acp-proxy: barrier two released by a fault rule" in events(rows)
-    assert faults(db_path) == [(second["run_id"], second["seq"], "release"), (held["run_id"], held["seq"], "hold")]
+    assert fault_rows(db_path) == [(second["run_id"], second["seq"], "release"), (held["run_id"], held["seq"], "hold")]
 
 
-def test_a_hold_whose_barrier_is_never_released_goes_on_after_its_time(upstream: str, db_path: Path) -> None:
+@HTTP
+def test_a_hold_whose_barrier_is_never_released_goes_on_after_its_time(upstream: str, db_path: Path, kind: str) -> None:
     seen, _ = through(
-        upstream, db_path, "http", ["hold=never@200ms if method:session/prompt kind:response"], wait=ANSWERED
+        upstream, db_path, kind, ["hold=never@200ms if method:session/prompt kind:response"], wait=ANSWERED
     )
     assert seen[-1] == "stop reason: end_turn"
     rows = frames(db_path)
@@ -267,9 +222,9 @@ def test_close_a_stream_cleanly(upstream: str, db_path: Path, kind: str) -> None
     answer = row(rows, "a2c", "response", "session/new")
     assert (answer["forwarded"], answer["fault"]) == (0, "close")
     assert str(answer["note"]).startswith("its stream was closed")
-    said = "the stream was closed" if kind == "http" else "the WebSocket was closed"
+    said = "the stream was closed" if not kind.startswith("ws") else "the WebSocket was closed"
     assert any(e.startswith(f"acp-proxy: {said} by a fault rule") for e in events(rows))
-    assert faults(db_path) == [(answer["run_id"], answer["seq"], "close")]
+    assert fault_rows(db_path) == [(answer["run_id"], answer["seq"], "close")]
 
 
 @BOTH
@@ -279,14 +234,14 @@ def test_abort_a_stream_mid_frame(upstream: str, db_path: Path, kind: str) -> No
     rows = frames(db_path)
     answer = row(rows, "a2c", "response", "session/new")
     assert (answer["forwarded"], answer["fault"]) == (0, "abort")
-    assert faults(db_path) == [(answer["run_id"], answer["seq"], "abort")]
-    if kind == "ws":
+    assert fault_rows(db_path) == [(answer["run_id"], answer["seq"], "abort")]
+    if kind.startswith("ws"):
         assert "acp-proxy: connection aborted by a fault rule (no close handshake)" in events(rows)
 
 
 def test_an_aborted_sse_stream_ends_inside_an_event(upstream: str, db_path: Path) -> None:
     """What the wire looks like: half an event, then no end of the stream."""
-    serve = Serve(upstream, db_path, ["abort if method:session/new kind:response"])
+    serve = faulted(upstream, db_path, ["abort if method:session/new kind:response"])
     try:
         with httpx.Client(timeout=TIMEOUT) as http:
             init = http.post(serve.url, json=INITIALIZE)
@@ -320,15 +275,16 @@ def test_half_close_one_direction_while_the_other_stays_open(upstream: str, db_p
     assert (update["fault"], update["forwarded"]) == ("half-close", 1)
     assert (again["forwarded"], again["note"]) == (0, "direction half-closed by a fault")
     assert "acp-proxy: c2a half-closed by a fault rule" in events(rows)
-    assert faults(db_path) == [(update["run_id"], update["seq"], "half-close")]
+    assert fault_rows(db_path) == [(update["run_id"], update["seq"], "half-close")]
 
 
 # -- return a transient HTTP status with or without Retry-After ----------------------------------
 
 
-def test_a_transient_503_and_the_client_that_retries(upstream: str, db_path: Path) -> None:
+@HTTP
+def test_a_transient_503_and_the_client_that_retries(upstream: str, db_path: Path, kind: str) -> None:
     seen, _ = through(
-        upstream, db_path, "http", ["status=503:1 if method:session/prompt nth=1"], "--retry", wait=ANSWERED
+        upstream, db_path, kind, ["status=503:1 if method:session/prompt nth=1"], "--retry", wait=ANSWERED
     )
     assert seen == [
         "initialized",
@@ -343,12 +299,12 @@ def test_a_transient_503_and_the_client_that_retries(upstream: str, db_path: Pat
     retried = row(rows, "c2a", "request", "session/prompt", 2)
     assert (refused["forwarded"], refused["fault"]) == (0, "status")
     assert (retried["forwarded"], retried["fault"]) == (1, None)
-    assert faults(db_path) == [(refused["run_id"], refused["seq"], "status")]
+    assert fault_rows(db_path) == [(refused["run_id"], refused["seq"], "status")]
 
 
 def test_a_transient_status_with_and_without_retry_after(upstream: str, db_path: Path) -> None:
     rules = ["status=503:7 if method:session/new nth=1", "status=429 if method:session/new nth=2"]
-    serve = Serve(upstream, db_path, rules)
+    serve = faulted(upstream, db_path, rules)
     try:
         with httpx.Client(timeout=TIMEOUT) as http:
             init = http.post(serve.url, json=INITIALIZE)
@@ -360,35 +316,41 @@ def test_a_transient_status_with_and_without_retry_after(upstream: str, db_path:
         serve.kill()
     assert [a.status_code for a in answers] == [503, 429, 202]
     assert [a.headers.get("retry-after") for a in answers] == ["7", None, None]
-    assert [action for _, _, action in faults(db_path)] == ["status", "status"]
+    assert [action for _, _, action in fault_rows(db_path)] == ["status", "status"]
 
 
-def test_a_transient_status_for_an_initialize_leaves_no_connection(upstream: str, db_path: Path) -> None:
+@HTTP
+def test_a_transient_status_for_an_initialize_leaves_no_connection(upstream: str, db_path: Path, kind: str) -> None:
     """Rules see an HTTP connection's initialize too: the run is recorded from its first POST."""
-    seen, _ = through(upstream, db_path, "http", ["status=503:3 if method:initialize"])
+    seen, _ = through(upstream, db_path, kind, ["status=503:3 if method:initialize"])
     assert seen == ["initialize: error AcpHttpStatusError: HTTP 503: initialize failed"]
     rows = frames(db_path)
     assert [(r["dir"], r["method"], r["forwarded"], r["fault"]) for r in rows] == [("c2a", "initialize", 0, "status")]
-    assert rows[0]["connection"] is None  # the agent never made one
-    assert faults(db_path) == [(rows[0]["run_id"], rows[0]["seq"], "status")]
+    if kind == "http":
+        assert rows[0]["connection"] is None  # the agent never made one
+    assert fault_rows(db_path) == [(rows[0]["run_id"], rows[0]["seq"], "status")]
 
 
-def test_a_dropped_json_answer_is_lost_on_its_way(upstream: str, db_path: Path) -> None:
+@HTTP
+def test_a_dropped_json_answer_is_lost_on_its_way(upstream: str, db_path: Path, kind: str) -> None:
     """The answer to an HTTP initialize is the POST's JSON body: dropped, it is cut off."""
-    seen, _ = through(upstream, db_path, "http", ["drop if method:initialize kind:response"])
+    seen, _ = through(upstream, db_path, kind, ["drop if method:initialize kind:response"])
     assert len(seen) == 1 and seen[0].startswith("initialize: error RemoteProtocolError"), seen
     rows = frames(db_path)
     answer = row(rows, "a2c", "response", "initialize")
     assert (answer["forwarded"], answer["fault"], answer["stream"]) == (0, "drop", "post")
     assert row(rows, "c2a", "request", "initialize")["forwarded"] == 1  # the agent has a connection
-    assert faults(db_path) == [(answer["run_id"], answer["seq"], "drop")]
+    assert fault_rows(db_path) == [(answer["run_id"], answer["seq"], "drop")]
 
 
-def test_a_transient_status_on_a_websocket_closes_it_with_try_again_later(upstream: str, db_path: Path) -> None:
+@pytest.mark.parametrize("behind", ["upstream", "agent"])
+def test_a_transient_status_on_a_websocket_closes_it_with_try_again_later(
+    upstream: str, db_path: Path, behind: str
+) -> None:
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
 
-    serve = Serve(upstream, db_path, ["status=503 if method:initialize"])
+    serve = faulted(upstream if behind == "upstream" else ECHO_AGENT, db_path, ["status=503 if method:initialize"])
     try:
         with connect(serve.endpoint("ws"), open_timeout=TIMEOUT) as ws:
             ws.send(json.dumps(INITIALIZE))
@@ -401,20 +363,20 @@ def test_a_transient_status_on_a_websocket_closes_it_with_try_again_later(upstre
     rows = frames(db_path)
     init = row(rows, "c2a", "request", "initialize")
     assert (init["forwarded"], init["fault"]) == (0, "status")
-    assert faults(db_path) == [(init["run_id"], init["seq"], "status")]
+    assert fault_rows(db_path) == [(init["run_id"], init["seq"], "status")]
 
 
 # -- restart the upstream connection ------------------------------------------------------------
 
 
-@BOTH
+@pytest.mark.parametrize("kind", ["http", "ws"])
 def test_restart_the_upstream_connection(upstream: str, db_path: Path, kind: str) -> None:
     seen, _ = through(upstream, db_path, kind, ["restart if method:session/prompt kind:request"], wait=ANSWERED)
     rows = frames(db_path)
     prompt = row(rows, "c2a", "request", "session/prompt")
     assert (prompt["forwarded"], prompt["fault"]) == (1, "restart")
-    assert faults(db_path) == [(prompt["run_id"], prompt["seq"], "restart")]
-    if kind == "ws":
+    assert fault_rows(db_path) == [(prompt["run_id"], prompt["seq"], "restart")]
+    if kind.startswith("ws"):
         # A new agent connection takes the prompt (the SDK's echo agent does not check
         # sessions): the client is answered through it.
         assert seen[-1] == "stop reason: end_turn"
@@ -431,13 +393,8 @@ def test_restart_the_upstream_connection(upstream: str, db_path: Path, kind: str
 
 def test_an_sse_answer_to_a_post_streams_through_the_rules(db_path: Path) -> None:
     """A POST may be answered with an SSE stream of its own: its events are judged one by one."""
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "sse_answer_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    timer = watchdog(proc, 300)
-    try:
-        port = int(wait_for_output(proc.stdout, b"\n", TIMEOUT).split()[1])
-        serve = Serve(f"http://127.0.0.1:{port}/acp", db_path, ["drop if method:session/update"])
+    with peer("sse_answer_server.py", lifetime=300) as (_, upstream):
+        serve = faulted(upstream, db_path, ["drop if method:session/update"])
         try:
             with httpx.Client(timeout=TIMEOUT) as http:
                 init = http.post(serve.url, json=INITIALIZE)
@@ -447,10 +404,6 @@ def test_an_sse_answer_to_a_post_streams_through_the_rules(db_path: Path) -> Non
             assert "Traceback" not in serve.stop()
         finally:
             serve.kill()
-    finally:
-        timer.cancel()
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
     assert answer.status_code == 200 and answer.headers["content-type"] == "text/event-stream"
     assert answer.text == 'data: {"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn"}}\n\n'
     rows = frames(db_path)
@@ -458,13 +411,13 @@ def test_an_sse_answer_to_a_post_streams_through_the_rules(db_path: Path) -> Non
     response = row(rows, "a2c", "response", "session/prompt")
     assert (update["forwarded"], update["fault"], update["stream"]) == (0, "drop", "post")
     assert (response["forwarded"], response["fault"], response["stream"]) == (1, None, "post")
-    assert faults(db_path) == [(update["run_id"], update["seq"], "drop")]
+    assert fault_rows(db_path) == [(update["run_id"], update["seq"], "drop")]
 
 
 def test_serve_reads_rules_from_a_file_and_records_the_seed(upstream: str, db_path: Path, tmp_path: Path) -> None:
     rules = tmp_path / "faults.toml"
     rules.write_text('seed = 11\n\n[[fault]]\nrule = "status=503 if method:initialize"\n')
-    serve = Serve(upstream, db_path, [], "--faults", str(rules))
+    serve = faulted(upstream, db_path, [], "--faults", str(rules))
     try:
         with httpx.Client(timeout=TIMEOUT) as http:
             assert http.post(serve.url, json=INITIALIZE).status_code == 503
@@ -474,7 +427,7 @@ def test_serve_reads_rules_from_a_file_and_records_the_seed(upstream: str, db_pa
     with sqlite3.connect(db_path) as conn:
         (seed,) = conn.execute("select seed from runs").fetchone()
     assert seed == 11
-    assert [action for _, _, action in faults(db_path)] == ["status"]
+    assert [action for _, _, action in fault_rows(db_path)] == ["status"]
 
 
 # -- the rule language: remote actions are refused where they mean nothing ---------------------
@@ -506,3 +459,23 @@ def test_faults_help_lists_the_remote_actions() -> None:
     ):
         assert word in text, word
     assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_restart_has_no_upstream_connection_in_front_of_a_stdio_agent_and_says_so(db_path: Path) -> None:
+    seen, _ = through(ECHO_AGENT, db_path, "http", ["restart if method:session/prompt kind:request"], wait=ANSWERED)
+    assert seen[-1] == "stop reason: end_turn"  # the conversation goes on, with the same agent
+    rows = frames(db_path)
+    prompt = row(rows, "c2a", "request", "session/prompt")
+    assert (prompt["forwarded"], prompt["fault"]) == (1, "restart")
+    assert "acp-proxy: restart: a served stdio agent has no upstream connection to restart" in events(rows)
+
+
+def test_kill_and_close_agent_stdin_act_on_a_served_stdio_agent(db_path: Path) -> None:
+    """A served agent is a process of serve's own: kill= signals it, as run --fault does."""
+    seen, said = through(ECHO_AGENT, db_path, "http", ["kill=TERM if method:session/prompt kind:request"])
+    assert seen[:2] == ["initialized", "session: ok"] and seen[-1].startswith("prompt: "), seen
+    assert "the agent exited with status -15" in said
+    rows = frames(db_path)
+    prompt = row(rows, "c2a", "request", "session/prompt")
+    assert prompt["fault"] == "kill"
+    assert "acp-proxy: signal 15 sent to the agent by a fault rule" in events(rows)

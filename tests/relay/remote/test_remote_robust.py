@@ -8,49 +8,39 @@ from __future__ import annotations
 import json
 import socket
 import sqlite3
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from acp_proxy.relay.remote.runs import MAX_LIVE_RUNS
-from tests.conftest import wait_for_output, watchdog
-from tests.relay.remote.test_serve import (
+from tests.relay.remote.conftest import (
+    HERE,
     INITIALIZE,
     TIMEOUT,
+    Served,
     frames,
-    post,
+    peer,
     runs,
     sdk_client,
     start_serve,
-    upstream,  # noqa: F401  (the module's SDK server fixture)
 )
+from tests.relay.remote.test_serve import post
 
 pytest.importorskip("hypercorn", reason="serve needs the remote extra (hypercorn)")
+httpx = pytest.importorskip("httpx", reason="serve needs the remote extra (httpx)")
 wsproto = pytest.importorskip("wsproto", reason="serve needs the remote extra (wsproto)")
 from wsproto.events import AcceptConnection, Message, RejectConnection, RejectData, Request, TextMessage  # noqa: E402
 
 pytestmark = pytest.mark.spawns
 
-HERE = Path(__file__).parent
-
 
 @pytest.fixture(scope="module")
 def stream_agent() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "stream_agent.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    timer = watchdog(proc, 600)
-    try:
-        line = wait_for_output(proc.stdout, b"\n", TIMEOUT)
-        yield f"http://127.0.0.1:{int(line.split()[1])}/acp"
-    finally:
-        timer.cancel()
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
+    with peer("stream_agent.py", lifetime=600) as (_, url):
+        yield url
 
 
 def address(url: str) -> tuple[str, int]:
@@ -104,11 +94,11 @@ class WsClient:
 
 
 def test_a_thousand_connections_get_a_run_each_or_a_clear_503_and_serve_goes_on(
-    upstream: str,  # noqa: F811
+    upstream: str,
     db_path: Path,
 ) -> None:
-    server = start_serve(upstream, "--db", str(db_path))
-    host, port = address(server.url)
+    server = start_serve("--upstream", upstream, "--db", str(db_path))
+    host, port = server.address
     request = (
         f"GET /acp HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
         "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
@@ -133,7 +123,7 @@ def test_a_thousand_connections_get_a_run_each_or_a_clear_503_and_serve_goes_on(
         # Bounded while they are all open: one recorder per run, one upstream socket per run.
         assert len(children(server.proc.pid)) <= MAX_LIVE_RUNS
         assert open_fds(server.proc.pid) < 1000 + 3 * MAX_LIVE_RUNS + 50
-        full = post(f"{server.url}/acp", json.dumps(INITIALIZE).encode(), {})
+        full = post(server.url, json.dumps(INITIALIZE).encode(), {})
         assert full.status_code == 503 and "try again later" in full.json()["error"]
     finally:
         for sock in sockets:
@@ -141,14 +131,11 @@ def test_a_thousand_connections_get_a_run_each_or_a_clear_503_and_serve_goes_on(
     # Once they are gone, serve serves a real client again (its runs end as their sockets close).
     deadline = time.monotonic() + TIMEOUT
     while True:
-        answer = post(f"{server.url}/acp", json.dumps(INITIALIZE).encode(), {})
+        answer = post(server.url, json.dumps(INITIALIZE).encode(), {})
         if answer.status_code != 503 or time.monotonic() > deadline:
             break
     assert answer.status_code == 200
-    assert (
-        sdk_client("ws", f"{server.url.replace('http', 'ws', 1)}/acp", "after the flood")[0]
-        == "<< echo: after the flood"
-    )
+    assert sdk_client("ws", server.endpoint("ws"), "after the flood")[0] == "<< echo: after the flood"
     said = server.stop()
     assert "Traceback" not in said
     assert said.count("connections are being recorded: new ones are refused") >= 1
@@ -160,9 +147,9 @@ def test_a_thousand_connections_get_a_run_each_or_a_clear_503_and_serve_goes_on(
 def test_a_client_that_does_not_read_holds_the_agent_back_and_serve_memory_stays_bounded(
     stream_agent: str, db_path: Path
 ) -> None:
-    server = start_serve(stream_agent, "--db", str(db_path))
+    server = start_serve("--upstream", stream_agent, "--db", str(db_path))
     try:
-        client = WsClient(server.url)
+        client = WsClient(server.base)
         assert client.accepted()
         count, size = 1500, 64 * 1024  # ~100 MB: far more than any socket buffer
         client.send({"jsonrpc": "2.0", "id": 1, "method": "stream", "params": {"n": count, "size": size}})
@@ -189,18 +176,18 @@ def test_a_client_that_does_not_read_holds_the_agent_back_and_serve_memory_stays
     assert all(r["size"] > size for r in rows if r["method"] == "session/update")
 
 
-def test_messages_on_a_connection_serve_did_not_see_established_are_recorded(upstream: str, db_path: Path) -> None:  # noqa: F811
+def test_messages_on_a_connection_serve_did_not_see_established_are_recorded(upstream: str, db_path: Path) -> None:
     # The connection is made directly with the agent (as if before serve started): serve then
     # sees only its later messages.
     init = post(upstream, json.dumps(INITIALIZE).encode(), {})
     connection = init.headers["acp-connection-id"]
-    server = start_serve(upstream, "--db", str(db_path))
+    server = start_serve("--upstream", upstream, "--db", str(db_path))
     try:
         body = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/", "mcpServers": []}}
-        through = post(f"{server.url}/acp", json.dumps(body).encode(), {"acp-connection-id": connection})
+        through = post(server.url, json.dumps(body).encode(), {"acp-connection-id": connection})
         again = {**body, "id": 2}
-        post(f"{server.url}/acp", json.dumps(again).encode(), {"acp-connection-id": connection})
-        unknown = post(f"{server.url}/acp", json.dumps(body).encode(), {"acp-connection-id": "no-such-connection"})
+        post(server.url, json.dumps(again).encode(), {"acp-connection-id": connection})
+        unknown = post(server.url, json.dumps(body).encode(), {"acp-connection-id": "no-such-connection"})
         direct_unknown = post(upstream, json.dumps(body).encode(), {"acp-connection-id": "no-such-connection"})
     finally:
         said = server.stop()
@@ -228,15 +215,15 @@ def test_messages_on_a_connection_serve_did_not_see_established_are_recorded(ups
     ids=["empty", "binary", "bad-utf8", "empty-batch", "null", "deep", "1MB-junk"],
 )
 def test_garbage_bodies_get_what_the_upstream_says_and_are_recorded(
-    upstream: str,  # noqa: F811
+    upstream: str,
     db_path: Path,
     body: bytes,
 ) -> None:
-    server = start_serve(upstream, "--db", str(db_path))
+    server = start_serve("--upstream", upstream, "--db", str(db_path))
     try:
         direct = post(upstream, body, {})
-        through = post(f"{server.url}/acp", body, {})
-        after = post(f"{server.url}/acp", json.dumps(INITIALIZE).encode(), {})  # serve goes on
+        through = post(server.url, body, {})
+        after = post(server.url, json.dumps(INITIALIZE).encode(), {})  # serve goes on
     finally:
         said = server.stop()
     assert "Traceback" not in said
@@ -253,10 +240,10 @@ def test_garbage_bodies_get_what_the_upstream_says_and_are_recorded(
     )
 
 
-def test_serve_redact_masks_what_is_recorded_never_what_is_forwarded(upstream: str, db_path: Path) -> None:  # noqa: F811
-    server = start_serve(upstream, "--db", str(db_path), "--redact", "hunter[0-9]+")
+def test_serve_redact_masks_what_is_recorded_never_what_is_forwarded(upstream: str, db_path: Path) -> None:
+    server = start_serve("--upstream", upstream, "--db", str(db_path), "--redact", "hunter[0-9]+")
     try:
-        seen = sdk_client("ws", f"{server.url.replace('http', 'ws', 1)}/acp", "my password is hunter42")
+        seen = sdk_client("ws", server.endpoint("ws"), "my password is hunter42")
     finally:
         said = server.stop()
     assert "<< echo: my password is hunter42" in seen  # forwarded as it was
@@ -285,17 +272,11 @@ def test_compressed_answers_are_relayed_unaltered_and_recorded_decoded(db_path: 
         finally:
             response.close()
 
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "gzip_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    timer = watchdog(proc, 300)
-    try:
-        line = wait_for_output(proc.stdout, b"\n", TIMEOUT)
-        upstream_url = f"http://127.0.0.1:{int(line.split()[1])}/acp"
-        server = start_serve(upstream_url, "--db", str(db_path))
+    with peer("gzip_server.py", lifetime=300) as (_, upstream_url):
+        server = start_serve("--upstream", upstream_url, "--db", str(db_path))
         try:
             seen = []
-            for url in (upstream_url, f"{server.url}/acp"):
+            for url in (upstream_url, server.url):
                 with httpx.Client(timeout=TIMEOUT) as client:
                     seen.append(
                         [
@@ -306,10 +287,7 @@ def test_compressed_answers_are_relayed_unaltered_and_recorded_decoded(db_path: 
                     )
         finally:
             said = server.stop()
-    finally:
-        timer.cancel()
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
+            server.kill()
     assert "Traceback" not in said
     assert seen[0] == seen[1]  # the same bytes, compressed as the upstream sent them
     (coding, gzipped), (bare_coding, bare), (sse_coding, _) = seen[1]
@@ -321,3 +299,103 @@ def test_compressed_answers_are_relayed_unaltered_and_recorded_decoded(db_path: 
     events = [(body, note) for body, note in decoded if body.get("method") == "session/update"]
     assert [body["params"]["n"] for body, _ in events] == [0, 1]
     assert {note for _, note in events} == {"content-encoding gzip: recorded decoded"}
+
+
+class SseReader:
+    """A GET SSE stream on a plain socket (HTTP/1.1, parsed by h11), so a test decides when it
+    reads: ``read`` takes one small piece and counts the events' data lines seen so far."""
+
+    def __init__(self, address: tuple[str, int], connection: str) -> None:
+        import h11
+
+        self.h11 = h11
+        self.sock = socket.create_connection(address, timeout=TIMEOUT)
+        self.conn = h11.Connection(h11.CLIENT)
+        headers = [
+            ("host", f"{address[0]}:{address[1]}"),
+            ("accept", "text/event-stream"),
+            ("acp-connection-id", connection),
+        ]
+        self.sock.sendall(self.conn.send(h11.Request(method="GET", target="/acp", headers=headers)))
+        self.status = 0
+        self.body = b""  # the decoded body's tail not yet counted
+        self.events = 0
+        self.answered = False  # the stream request's response came
+        self.ended = False
+
+    def read(self, size: int = 16384) -> None:
+        data = self.sock.recv(size)
+        self.conn.receive_data(data)
+        if not data:
+            self.ended = True
+        while True:
+            event = self.conn.next_event()
+            if event is self.h11.NEED_DATA or isinstance(event, self.h11.EndOfMessage | self.h11.ConnectionClosed):
+                self.ended = self.ended or event is not self.h11.NEED_DATA
+                break
+            if isinstance(event, self.h11.Response):
+                self.status = event.status_code
+            elif isinstance(event, self.h11.Data):
+                self.body += bytes(event.data)
+        *done, self.body = self.body.split(b"\n\n")
+        for block in done:
+            if block.startswith(b"data: "):
+                self.events += 1
+                self.answered = self.answered or block.startswith(b'data: {"jsonrpc": "2.0", "id": 1,')
+
+
+def _post_json(url: str, message: dict[str, object], connection: str | None = None) -> httpx.Response:
+    headers = {"acp-connection-id": connection} if connection else {}
+    return post(url, json.dumps(message).encode(), headers)
+
+
+STREAM_AGENT = [sys.executable, str(HERE / "stream_stdio_agent.py")]
+
+
+@pytest.mark.parametrize("front", ["agent", "upstream"])
+def test_an_sse_reader_that_stops_reading_holds_the_agent_back_and_serve_stays_bounded(
+    db_path: Path, serving: Callable[..., Served], front: str
+) -> None:
+    """One client's SSE stream is read slowly, with a pause in which it is not read at all,
+    while its agent writes ~100 MB to it: serve holds the agent back instead of the stream (its
+    memory stays bounded), and another client's conversation goes on meanwhile. ``upstream``:
+    ``serve --upstream`` in front of a ``serve -- AGENT``; ``agent``: ``serve -- AGENT``."""
+    if front == "agent":
+        server = serving("--db", str(db_path), "--", *STREAM_AGENT)
+    else:
+        behind = serving("--no-record", "--", *STREAM_AGENT)
+        server = serving("--upstream", behind.url, "--db", str(db_path))
+    connection = _post_json(server.url, INITIALIZE).headers["acp-connection-id"]
+    reader = SseReader(server.address, connection)
+    while not reader.status:
+        reader.read()
+    assert reader.status == 200
+    baseline = peak = rss_kib(server.proc.pid)
+    count, size = 1500, 64 * 1024  # ~100 MB: far more than any socket or pipe buffer
+    flood = {"jsonrpc": "2.0", "id": 1, "method": "stream", "params": {"n": count, "size": size}}
+    assert _post_json(server.url, flood, connection).status_code == 202
+
+    # Not read at all: another client's conversation goes on meanwhile (no connection waits for
+    # the lagging one), and serve does not take the lagging stream into its memory.
+    for n in range(3):
+        other = _post_json(server.url, INITIALIZE).headers["acp-connection-id"]
+        ping = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
+        with httpx.Client(timeout=TIMEOUT) as client:
+            headers = {"acp-connection-id": other, "accept": "text/event-stream"}
+            with client.stream("GET", server.url, headers=headers) as stream:
+                assert _post_json(server.url, ping, other).status_code == 202
+                assert b'"id": 7' in next(stream.iter_raw()), n
+            client.delete(server.url, headers={"acp-connection-id": other})
+        peak = max(peak, rss_kib(server.proc.pid))
+
+    # Then read slowly, a small piece at a time, to the end of the flood and its answer.
+    while not reader.answered and not reader.ended:
+        peak = max(peak, rss_kib(server.proc.pid))
+        reader.read()
+    reader.sock.close()
+    said = server.stop()
+    assert reader.answered and reader.events == count + 1, (reader.events, said)
+    assert "Traceback" not in said
+    assert (peak - baseline) < 24 * 1024, f"serve grew {peak - baseline} KiB while its SSE reader lagged"
+    rows = [r for r in frames(db_path) if r["connection"] == connection and r["dir"] != "stderr"]
+    assert len([r for r in rows if r["method"] == "session/update"]) == count  # all recorded

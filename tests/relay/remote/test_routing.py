@@ -36,6 +36,26 @@ def test_routes_send_each_agent_message_where_the_sdk_server_does() -> None:
     assert routes.to_client(routing.read(unknown)) == routing.CONNECTION
 
 
+def test_peek_names_the_stream_to_client_will_and_notes_nothing() -> None:
+    """A fault rule looks where a frame would go (to end or cut that stream) before it goes."""
+    routes = routing.Routes()
+    routes.to_client(routing.read(b'{"jsonrpc":"2.0","id":1,"result":{"sessionId":"s1"}}'))
+    routes.from_client(routing.read(b'{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"s1"}}'))
+    messages = [
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":{}}}',
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"zz"}}',
+        b'{"jsonrpc":"2.0","id":2,"result":{"stopReason":"end_turn"}}',
+        b'{"jsonrpc":"2.0","id":2,"result":{}}',  # answered once already: the connection's
+        b'{"jsonrpc":"2.0","id":3,"result":{"sessionId":"s2"}}',
+    ]
+    for message in messages:
+        fields = routing.read(message)
+        before = (set(routes.sessions), dict(routes.pending))
+        seen = routes.peek(fields)
+        assert (routes.sessions, routes.pending) == before
+        assert seen == routes.to_client(fields), message
+
+
 def test_a_message_becomes_one_line_without_a_change_of_meaning() -> None:
     assert routing.one_line(b'{"a": 1}') == b'{"a": 1}'
     assert routing.one_line(b'{\r\n  "a": "x\\ny"\n}') == b'{   "a": "x\\ny" }'

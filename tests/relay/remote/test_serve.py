@@ -4,17 +4,24 @@ HTTP and WebSocket example clients, directly and through the proxy, and what the
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import sqlite3
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import PROXY, proxy_env, run_proxy, wait_for_output, watchdog
+from tests.conftest import run_proxy
+from tests.relay.remote.conftest import (
+    INITIALIZE,
+    TIMEOUT,
+    Served,
+    frames,
+    peer,
+    runs,
+    sdk_client,
+    start_serve,
+)
 
 pytest.importorskip("hypercorn", reason="serve needs the remote extra (hypercorn)")
 pytest.importorskip("trio_websocket", reason="serve needs the remote extra (trio-websocket)")
@@ -23,85 +30,10 @@ httpx = pytest.importorskip("httpx", reason="the SDK's HTTP client needs agent-c
 
 pytestmark = pytest.mark.spawns
 
-HERE = Path(__file__).parent
-TIMEOUT = 60
-
-
-class Server:
-    def __init__(self, proc: subprocess.Popen[bytes], url: str) -> None:
-        self.proc = proc
-        self.url = url
-
-    def stop(self) -> str:
-        """SIGTERM (the proxy then finishes its runs' recordings); what it said on stderr."""
-        self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=TIMEOUT)
-        return err.decode()
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "sdk_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    timer = watchdog(proc, 600)
-    try:
-        line = wait_for_output(proc.stdout, b"\n", TIMEOUT)
-        yield f"http://127.0.0.1:{int(line.split()[1])}/acp"
-    finally:
-        timer.cancel()
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
-
-
-def start_serve(upstream: str, *args: str) -> Server:
-    proc = subprocess.Popen(
-        [*PROXY, "serve", "--listen", "127.0.0.1:0", "--upstream", upstream, *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=proxy_env(),
-    )
-    watchdog(proc, 300)
-    said = wait_for_output(proc.stderr, b"\n", TIMEOUT).decode()
-    assert "serving http://127.0.0.1:" in said, said
-    return Server(proc, said.split("serving ", 1)[1].split()[0])
-
 
 @pytest.fixture
-def serve(upstream: str, db_path: Path) -> Iterator[Server]:
-    server = start_serve(upstream, "--db", str(db_path))
-    try:
-        yield server
-    finally:
-        if server.proc.poll() is None:
-            server.proc.kill()
-            server.proc.wait(timeout=TIMEOUT)
-
-
-def sdk_client(kind: str, url: str, prompt: str) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, str(HERE / "sdk_clients.py"), kind, url, prompt],
-        capture_output=True,
-        timeout=TIMEOUT,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    # The notification and the prompt's answer are handled concurrently by the SDK client: the
-    # order of its two last lines is its own, not the wire's.
-    return sorted(done.stdout.splitlines())
-
-
-def frames(db_path: Path) -> list[dict[str, object]]:
-    with sqlite3.connect(db_path) as conn:
-        conn.row_factory = sqlite3.Row
-        return [dict(r) for r in conn.execute("select * from frames order by run_id, seq")]
-
-
-def runs(db_path: Path) -> list[dict[str, object]]:
-    with sqlite3.connect(db_path) as conn:
-        conn.row_factory = sqlite3.Row
-        return [dict(r) for r in conn.execute("select * from runs order by id")]
+def serve(upstream: str, db_path: Path, serving: Callable[..., Served]) -> Served:
+    return serving("--upstream", upstream, "--db", str(db_path))
 
 
 CONVERSATION = [
@@ -117,10 +49,10 @@ CONVERSATION = [
 
 @pytest.mark.parametrize(("kind", "scheme"), [("ws", "ws"), ("http", "http")])
 def test_the_sdk_client_sees_through_serve_what_it_sees_directly_and_every_message_is_recorded(
-    upstream: str, serve: Server, db_path: Path, kind: str, scheme: str
+    upstream: str, serve: Served, db_path: Path, kind: str, scheme: str
 ) -> None:
     direct = sdk_client(kind, upstream.replace("http", scheme, 1), "hello remote")
-    proxied = sdk_client(kind, f"{serve.url.replace('http', scheme, 1)}/acp", "hello remote")
+    proxied = sdk_client(kind, serve.endpoint(scheme), "hello remote")
     assert proxied == direct
     assert "<< echo: hello remote" in proxied
     serve.stop()
@@ -160,19 +92,16 @@ def test_the_sdk_client_sees_through_serve_what_it_sees_directly_and_every_messa
     assert shown.returncode == 0 and b"agent      echo: hello remote" in shown.stdout, shown.stderr
 
 
-INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
-
-
 def post(url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
     with httpx.Client(timeout=TIMEOUT) as client:
         return client.post(url, content=body, headers={"content-type": "application/json", **headers})
 
 
 def test_http_errors_come_back_as_the_upstream_said_and_are_recorded_as_what_they_are(
-    upstream: str, serve: Server, db_path: Path
+    upstream: str, serve: Served, db_path: Path
 ) -> None:
     answers = []
-    for url in (upstream, f"{serve.url}/acp"):
+    for url in (upstream, serve.url):
         init = post(url, json.dumps(INITIALIZE).encode(), {})
         connection = init.headers["acp-connection-id"]
         batch = post(url, b'[{"jsonrpc":"2.0","id":1,"method":"session/list"}]', {"acp-connection-id": connection})
@@ -194,17 +123,17 @@ def test_http_errors_come_back_as_the_upstream_said_and_are_recorded_as_what_the
 
 def test_credentials_are_relayed_but_never_recorded_or_said(upstream: str, db_path: Path) -> None:
     secret_upstream = upstream.replace("http://", "http://user:hunter2@", 1) + "?token=s3cr3t-in-url"
-    server = start_serve(secret_upstream, "--db", str(db_path))
+    server = start_serve("--upstream", secret_upstream, "--db", str(db_path))
     try:
         init = post(
-            f"{server.url}/acp",
+            server.url,
             json.dumps(INITIALIZE).encode(),
             {"authorization": "Bearer sekrit-bearer", "cookie": "sid=sekrit-cookie"},
         )
         assert init.status_code == 200
         said = server.stop()
     finally:
-        server.proc.kill()
+        server.kill()
     stored = b"".join(p.read_bytes() for p in db_path.parent.glob(f"{db_path.name}*") if p.is_file())
     for secret in (b"hunter2", b"s3cr3t-in-url", b"sekrit-bearer", b"sekrit-cookie"):
         assert secret not in stored
@@ -213,26 +142,26 @@ def test_credentials_are_relayed_but_never_recorded_or_said(upstream: str, db_pa
     assert "token=***" in str(run["argv"]) and "***@" in str(run["argv"])
 
 
-def test_a_host_that_is_not_this_server_is_refused(serve: Server) -> None:
-    port = serve.url.rsplit(":", 1)[1]
-    refused = post(f"{serve.url}/acp", json.dumps(INITIALIZE).encode(), {"host": f"evil.example:{port}"})
+def test_a_host_that_is_not_this_server_is_refused(serve: Served) -> None:
+    port = serve.address[1]
+    refused = post(serve.url, json.dumps(INITIALIZE).encode(), {"host": f"evil.example:{port}"})
     assert refused.status_code == 403
-    assert post(f"{serve.url}/acp", json.dumps(INITIALIZE).encode(), {}).status_code == 200
+    assert post(serve.url, json.dumps(INITIALIZE).encode(), {}).status_code == 200
 
 
 def test_an_upstream_that_is_down_is_answered_with_502_and_serve_goes_on(db_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}/acp"  # bound, never listening: refused
-        server = start_serve(dead, "--db", str(db_path))
+        server = start_serve("--upstream", dead, "--db", str(db_path))
         try:
             for _ in range(2):
-                answer = post(f"{server.url}/acp", json.dumps(INITIALIZE).encode(), {})
+                answer = post(server.url, json.dumps(INITIALIZE).encode(), {})
                 assert answer.status_code == 502
                 assert answer.json()["error"].startswith("acp-proxy: the upstream cannot be reached")
             with httpx.Client(timeout=TIMEOUT) as client:
                 upgrade = client.get(
-                    f"{server.url}/acp",
+                    server.url,
                     headers={
                         "connection": "upgrade",
                         "upgrade": "websocket",
@@ -243,7 +172,7 @@ def test_an_upstream_that_is_down_is_answered_with_502_and_serve_goes_on(db_path
             assert upgrade.status_code == 502
             assert server.stop().count("Traceback") == 0
         finally:
-            server.proc.kill()
+            server.kill()
 
 
 @pytest.mark.parametrize(
@@ -264,15 +193,10 @@ def test_serve_refuses_what_it_cannot_use_in_one_line(db_path: Path, args: list[
 
 
 def test_an_sse_stream_the_upstream_drops_is_recorded_as_a_dropped_stream(db_path: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "sdk_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    timer = watchdog(proc, 300)
-    try:
-        line = wait_for_output(proc.stdout, b"\n", TIMEOUT)
-        server = start_serve(f"http://127.0.0.1:{int(line.split()[1])}/acp", "--db", str(db_path))
+    with peer("sdk_server.py", lifetime=300) as (proc, agent_url):
+        server = start_serve("--upstream", agent_url, "--db", str(db_path))
         try:
-            url = f"{server.url}/acp"
+            url = server.url
             connection = post(url, json.dumps(INITIALIZE).encode(), {}).headers["acp-connection-id"]
             headers = {"acp-connection-id": connection, "accept": "text/event-stream"}
             with httpx.Client(timeout=TIMEOUT) as client, client.stream("GET", url, headers=headers) as stream:
@@ -283,23 +207,19 @@ def test_an_sse_stream_the_upstream_drops_is_recorded_as_a_dropped_stream(db_pat
                         pass
             assert "Traceback" not in server.stop()
         finally:
-            server.proc.kill()
-    finally:
-        timer.cancel()
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
+            server.kill()
     events = [r for r in frames(db_path) if r["dir"] == "stderr"]
     assert [(r["origin"], r["stream"], r["transport"]) for r in events] == [("proxy", "sse", "http")]
     assert str(events[0]["raw"]).startswith("acp-proxy: the upstream dropped the stream: ")
 
 
 def test_invalid_utf8_in_a_websocket_text_message_closes_that_socket_only_and_is_recorded(
-    serve: Server, db_path: Path
+    serve: Served, db_path: Path
 ) -> None:
     import wsproto
     from wsproto.events import AcceptConnection, CloseConnection, Request
 
-    host, port = serve.url.removeprefix("http://").rsplit(":", 1)
+    host, port = serve.address
     ws = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
     with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
         sock.sendall(ws.send(Request(host=f"{host}:{port}", target="/acp")))
@@ -322,7 +242,7 @@ def test_invalid_utf8_in_a_websocket_text_message_closes_that_socket_only_and_is
     # hypercorn (wsproto) drops the connection at once, without a close frame: the client sees
     # an abnormal closure; the proxy closes the upstream socket and records why.
     assert closed is None or closed.code == 1007
-    still = post(f"{serve.url}/acp", json.dumps(INITIALIZE).encode(), {})  # serve goes on
+    still = post(serve.url, json.dumps(INITIALIZE).encode(), {})  # serve goes on
     assert still.status_code == 200
     serve.stop()
     ws_runs = [r for r in runs(db_path) if json.loads(str(r["options"]))["transport"] == "websocket"]
@@ -334,11 +254,11 @@ def test_invalid_utf8_in_a_websocket_text_message_closes_that_socket_only_and_is
     )
 
 
-def test_serve_speaks_http2_to_clients_that_ask_for_it(serve: Server) -> None:
+def test_serve_speaks_http2_to_clients_that_ask_for_it(serve: Served) -> None:
     """h2c with prior knowledge (the RFD requires HTTP/2 for Streamable HTTP): hypercorn's."""
     with httpx.Client(http1=False, http2=True, timeout=TIMEOUT) as client:
         answer = client.post(
-            f"{serve.url}/acp", content=json.dumps(INITIALIZE).encode(), headers={"content-type": "application/json"}
+            serve.url, content=json.dumps(INITIALIZE).encode(), headers={"content-type": "application/json"}
         )
     assert answer.http_version == "HTTP/2"
     assert answer.status_code == 200 and answer.headers["acp-connection-id"]
@@ -349,10 +269,10 @@ def test_a_drop_rule_on_serve_drops_the_prompt_response_and_records_the_fault(up
     from websockets.sync.client import connect
 
     rule = "drop if method:session/prompt kind:response"
-    server = start_serve(upstream, "--db", str(db_path), "--fault", rule)
+    server = start_serve("--upstream", upstream, "--db", str(db_path), "--fault", rule)
     try:
         seen: list[dict[str, object]] = []
-        with connect(f"{server.url.replace('http', 'ws', 1)}/acp", open_timeout=TIMEOUT) as ws:
+        with connect(server.endpoint("ws"), open_timeout=TIMEOUT) as ws:
 
             def request(rpc_id: int, method: str, params: dict[str, object]) -> None:
                 ws.send(json.dumps({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}))
@@ -378,7 +298,7 @@ def test_a_drop_rule_on_serve_drops_the_prompt_response_and_records_the_fault(up
         assert not any(m.get("id") == 2 for m in seen)
         server.stop()
     finally:
-        server.proc.kill()
+        server.kill()
     rows = frames(db_path)
     (dropped,) = [r for r in rows if r["method"] == "session/prompt" and r["kind"] == "response"]
     assert (dropped["forwarded"], dropped["fault"], dropped["transport"]) == (0, "drop", "websocket")
@@ -390,24 +310,14 @@ def test_a_drop_rule_on_serve_drops_the_prompt_response_and_records_the_fault(up
 def test_an_upstream_that_answers_html_is_relayed_as_it_said_and_recorded_as_a_failed_initialize(
     db_path: Path,
 ) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "html_server.py")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    timer = watchdog(proc, 300)
-    try:
-        port = int(wait_for_output(proc.stdout, b"\n", TIMEOUT).split()[1])
-        upstream = f"http://127.0.0.1:{port}/acp"
+    with peer("html_server.py", lifetime=300) as (_, upstream):
         direct = post(upstream, json.dumps(INITIALIZE).encode(), {})
-        server = start_serve(upstream, "--db", str(db_path))
+        server = start_serve("--upstream", upstream, "--db", str(db_path))
         try:
-            proxied = post(f"{server.url}/acp", json.dumps(INITIALIZE).encode(), {})
+            proxied = post(server.url, json.dumps(INITIALIZE).encode(), {})
             assert "Traceback" not in server.stop()
         finally:
-            server.proc.kill()
-    finally:
-        timer.cancel()
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
+            server.kill()
     assert (proxied.status_code, proxied.headers["content-type"], proxied.content) == (
         direct.status_code,
         direct.headers["content-type"],
@@ -425,12 +335,12 @@ def test_an_upstream_that_answers_html_is_relayed_as_it_said_and_recorded_as_a_f
 def test_an_initialize_the_upstream_never_got_is_recorded_with_the_502_it_was_answered(db_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        server = start_serve(f"http://127.0.0.1:{sock.getsockname()[1]}/acp", "--db", str(db_path))
+        server = start_serve("--upstream", f"http://127.0.0.1:{sock.getsockname()[1]}/acp", "--db", str(db_path))
         try:
-            assert post(f"{server.url}/acp", json.dumps(INITIALIZE).encode(), {}).status_code == 502
+            assert post(server.url, json.dumps(INITIALIZE).encode(), {}).status_code == 502
             server.stop()
         finally:
-            server.proc.kill()
+            server.kill()
     rows = frames(db_path)
     assert [(r["dir"], r["method"]) for r in rows] == [("c2a", "initialize"), ("stderr", None)]
     assert str(rows[0]["unanswered"]) == "1"

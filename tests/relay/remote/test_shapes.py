@@ -132,7 +132,7 @@ def test_a_compressed_bomb_is_recorded_as_it_came_not_decoded_past_the_limit(mon
 def test_a_request_body_over_the_limit_is_refused_before_it_is_held_whole() -> None:
     import trio
 
-    from acp_proxy.relay.remote import server
+    from acp_proxy.relay.remote import asgi
 
     events = [{"type": "http.request", "body": b"x" * 1000, "more_body": True} for _ in range(10)]
     read = []
@@ -142,11 +142,11 @@ def test_a_request_body_over_the_limit_is_refused_before_it_is_held_whole() -> N
         return events[len(read) - 1]
 
     async def main() -> None:
-        with pytest.raises(server.BodyTooLarge, match="over 0 MiB is refused"):
-            await server._read_body(receive, limit=2500)
+        with pytest.raises(asgi.BodyTooLarge, match="over 0 MiB is refused"):
+            await asgi.read_body(receive, limit=2500)
         assert len(read) == 3  # stopped at the chunk that passed the limit, not at the end
 
     trio.run(main)
     events[-1] = {"type": "http.request", "body": b"", "more_body": False}
     read.clear()
-    assert trio.run(server._read_body, receive) == b"x" * 9000
+    assert trio.run(asgi.read_body, receive) == b"x" * 9000
