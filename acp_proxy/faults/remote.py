@@ -13,8 +13,9 @@ REMOTE FAULTS (acp-proxy serve)
 ===============================
 
 Every action above applies to remote messages too (a message is a WebSocket message, a POST
-body, a JSON answer or one SSE event); kill has no process to signal there. These are the
-remote wire's (run refuses all but drop=after):
+body, a JSON answer or one SSE event). kill signals the agent serve -- AGENT started for the
+connection; before a remote upstream it has no process to signal and is only recorded. These
+are the remote wire's (run refuses all but drop=after):
 
     drop=after           a client message is delivered, then its answer is lost: on HTTP the
                          POST's own answer is cut off (no complete response reaches the
