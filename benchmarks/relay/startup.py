@@ -47,15 +47,22 @@ def startup(relay: Relay, cfg: Config, scratch: Path) -> dict:
         "cat_all": cat,
     }
     if relay.key == "direct":
-        result["python_ms"] = interpreter_start_ms(cfg)
+        result.update(interpreter_start_ms(cfg))
     return result
 
 
-def interpreter_start_ms(cfg: Config) -> float:
-    """The floor of any Python relay: this interpreter starting and exiting (median of 5)."""
-    times = []
+# The interpreter's floors, each run as ``PY FLAGS -c pass``: as installed (``site`` reads every
+# ``.pth`` file, and runs the ones that import), without ``site``, and isolated as well.
+FLOORS = {"python_ms": (), "python_S_ms": ("-S",), "python_IS_ms": ("-I", "-S")}
+
+
+def interpreter_start_ms(cfg: Config) -> dict[str, float]:
+    """The floors of any Python relay: this interpreter starting and exiting, with ``site``,
+    without and isolated (median of 5 each, interleaved)."""
+    times: dict[str, list[float]] = {key: [] for key in FLOORS}
     for _ in range(5):
-        t0 = time.perf_counter_ns()
-        subprocess.run([PY, "-c", "pass"], check=True, timeout=cfg.timeout)
-        times.append((time.perf_counter_ns() - t0) / 1e6)
-    return sorted(times)[2]
+        for key, flags in FLOORS.items():
+            t0 = time.perf_counter_ns()
+            subprocess.run([PY, *flags, "-c", "pass"], check=True, timeout=cfg.timeout)
+            times[key].append((time.perf_counter_ns() - t0) / 1e6)
+    return {key: sorted(values)[2] for key, values in times.items()}

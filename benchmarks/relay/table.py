@@ -182,6 +182,10 @@ def build_rows(cfg: Config, cells: dict, sdk_note: str | None) -> tuple[list[Row
         rows.append(
             Row("python -c pass ms", {"direct": Mark(f"{floor['direct']:,.0f}")}, "(the interpreter's start-up)")
         )
+        for key, words in (("python_S_ms", "python -S -c pass ms"), ("python_IS_ms", "python -I -S -c pass ms")):
+            other = series("startup", key, "min")
+            if other:
+                rows.append(Row(words, {"direct": Mark(f"{other['direct']:,.0f}")}, "(without site's .pth hooks)"))
         # On a busy machine the interpreter's start-up swamps the rest: this is the relay's own part.
         over_floor = {k: v - floor["direct"] for k, v in cat_ms.items() if k in proxies}
         row("  cat agent ms over python -c pass", "startup", over_floor, fmt_signed, "(the relay's own path)")
