@@ -113,10 +113,17 @@ class Flow:
         it. Meanwhile the pumps journal and forward as always; nothing else needs trio yet
         (a signal wakes this wait and is forwarded by the relay, as ``EarlySignals`` keeps it)."""
         import select
+        from _signal import set_wakeup_fd
 
         a2c = self.a2c
         a2c.tell_first = True
         early.wake_fd = self.notice_w
+        try:
+            # Also a byte from the C-level handler: a signal that lands just before ``poll``
+            # would otherwise run its Python handler (``early``'s byte) only after the timeout.
+            wakeup = set_wakeup_fd(self.notice_w, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread: EarlySignals' own byte wakes it
+            wakeup = None
         poller = select.poll()
         poller.register(self.notice_r, select.POLLIN)
         deadline = time.monotonic() + timeout
@@ -132,6 +139,8 @@ class Flow:
         finally:
             a2c.tell_first = False
             early.wake_fd = -1
+            if wakeup is not None:
+                set_wakeup_fd(wakeup)
 
     def _client_hung_up(self) -> None:
         say("the client closed the agent's output; stopping the agent")
