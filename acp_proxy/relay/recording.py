@@ -7,7 +7,8 @@ its own after that, and starting a recovery when it died.
 
 Must not know: trio, the agent's pipes, SQL, JSON-RPC. Import-cheap: the launcher starts the
 recording before the relay's other modules load, so this module imports only the journal and
-the standard library's cheapest modules at import; ``json`` and ``subprocess`` when used.
+the standard library's cheapest modules at import; ``_json`` for the first record (before the
+agent's first answer: ``plain_json``), ``json`` and ``subprocess`` after it.
 """
 
 from __future__ import annotations
