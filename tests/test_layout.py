@@ -14,9 +14,14 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "acp_proxy"
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "acp_proxy"
 MAX_TOP_MODULES = 8
 MAX_LINES = 1000
+# Directories that hold no code of ours (caches, virtual environments, other tools' checkouts).
+SKIPPED_DIRS = {".git", "__pycache__", ".venv", "venv", "node_modules", ".mypy_cache", ".ruff_cache", "build", "dist"}
+# Over the limit while another change splits it (the lead removes the entry when that merges).
+LONG_FOR_NOW = {"tests/read/test_fold.py"}
 # What a layer may import besides itself: the top-level modules (errors, limits, locations).
 LOWER_LAYERS = {
     "protocol": set(),
@@ -125,13 +130,26 @@ def test_the_package_top_holds_few_modules() -> None:
     assert len(top) <= MAX_TOP_MODULES, top
 
 
+def python_files(root: Path = REPO) -> list[Path]:
+    """Every ``.py`` file of the repository: the package, benchmarks/, scripts/, examples/, tests/."""
+    return sorted(path for path in root.rglob("*.py") if not SKIPPED_DIRS.intersection(path.relative_to(root).parts))
+
+
 def test_no_module_is_over_1000_lines() -> None:
     long = {
-        str(path.relative_to(PACKAGE.parent)): lines
-        for path in modules().values()
-        if (lines := len(path.read_text().splitlines())) > MAX_LINES
+        name: lines
+        for path in python_files()
+        if (name := path.relative_to(REPO).as_posix()) not in LONG_FOR_NOW
+        and (lines := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_the_line_limit_sees_every_python_file_of_the_repository() -> None:
+    names = {path.relative_to(REPO).as_posix() for path in python_files()}
+    assert {"acp_proxy/relay/launch.py", "benchmarks/relay_bench.py", "tests/test_layout.py"} <= names
+    assert any(name.startswith("scripts/") for name in names)
+    assert any(name.startswith("examples/") for name in names)
 
 
 def test_no_import_cycle_between_modules() -> None:

@@ -177,6 +177,7 @@ def _decode_flattened(line: bytes) -> Frame:
 
 
 _HALF_DEPTH = FLATTEN_DEPTH // 2
+_BIG_LINE = 64 * 1024  # from this length on, _may_be_deep finds instead of counting
 DEEP_NOTE = f"nested deeper than {FLATTEN_DEPTH} levels: the deeper members are shown as null"
 # What decides nesting depth: a JSON string (with its escapes), whose brackets do not count.
 _STRING_BYTES = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
@@ -187,8 +188,22 @@ _T = TypeVar("_T")
 
 
 def _may_be_deep(line: bytes) -> bool:
-    # The hot path's test: two C-speed counts, true for a tiny share of real frames.
-    return line.count(b"[") > _HALF_DEPTH or line.count(b"{") > _HALF_DEPTH
+    # The hot path's test: two C-speed counts, true for a tiny share of real frames. A count
+    # walks every byte (~1 ms a megabyte, measured); on a big line, ``find`` (memchr) stops at
+    # the (_HALF_DEPTH + 1)-th bracket or at the end, for a fraction of that.
+    if len(line) < _BIG_LINE:
+        return line.count(b"[") > _HALF_DEPTH or line.count(b"{") > _HALF_DEPTH
+    return _more_than(line, b"[", _HALF_DEPTH) or _more_than(line, b"{", _HALF_DEPTH)
+
+
+def _more_than(line: bytes, byte: bytes, limit: int) -> bool:
+    """``line.count(byte) > limit``, by at most ``limit + 1`` finds."""
+    at = -1
+    for _ in range(limit + 1):
+        at = line.find(byte, at + 1)
+        if at < 0:
+            return False
+    return True
 
 
 def too_deep(data: bytes | str) -> bool:

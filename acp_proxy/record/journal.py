@@ -41,14 +41,16 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from acp_proxy.store.dbfile import JOURNAL_SUFFIX, MODE_FILE, make_private_dir
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+    from typing import Any, TypeVar
+
+    PathText = TypeVar("PathText", str, Path)
 
 MAGIC = b"acp-proxy journal 1\n"
 HEADER = struct.Struct("<BBBIq")  # marker, kind, direction, payload length, ts_ns
@@ -104,8 +106,11 @@ def line_payload(line: Any, meta: dict[str, Any]) -> bytes:
     return LINE_META.pack(len(blob)) + blob + line.data
 
 
-def journal_dir(db_path: Path) -> Path:
-    """The directory holding the journals of runs recorded into ``db_path``."""
+def journal_dir(db_path: PathText) -> PathText:
+    """The directory holding the journals of runs recorded into ``db_path``: a ``Path`` for a
+    ``Path``, text for text (the relay's, before its agent has answered: no ``pathlib`` yet)."""
+    if isinstance(db_path, str):
+        return os.path.join(os.path.dirname(db_path), os.path.basename(db_path) + SUFFIX)
     return db_path.with_name(db_path.name + SUFFIX)
 
 
@@ -139,8 +144,10 @@ def files_size(paths: list[Path], journals: Path | None) -> int:
     return total
 
 
-def limited_files(db_path: Path) -> list[Path]:
-    return [db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")]
+def limited_files(db_path: str | Path) -> list[Path]:
+    from pathlib import Path
+
+    return [Path(db_path), Path(f"{db_path}-wal"), Path(f"{db_path}-shm")]
 
 
 # -- the relay's side ----------------------------------------------------------------------
@@ -153,11 +160,13 @@ class JournalWriter:
     record as soon as an append works again (the reader then knows its framing broke there).
     """
 
-    def __init__(self, fd: int, path: Path, limit_bytes: int | None = None, db_path: Path | None = None) -> None:
+    def __init__(
+        self, fd: int, path: str | Path, limit_bytes: int | None = None, db_path: str | Path | None = None
+    ) -> None:
         self.fd = fd
         self._held_fd = -1  # the descriptor (and lock) kept between ``end`` and ``release``
         self._lock = threading.Lock()  # the relay's directions append from threads of their own
-        self.path = path
+        self._path = path  # text until someone asks for ``path``
         self.size = os.fstat(fd).st_size
         self.journaled = [0, 0, 0]  # DATA bytes appended, per direction: UNDELIVERED positions
         # Per direction, what could not be appended since the last GAP record (GAP_COUNTS).
@@ -179,10 +188,12 @@ class JournalWriter:
             self._check_limit()
 
     @classmethod
-    def create(cls, directory: Path, *, limit_bytes: int | None = None, db_path: Path | None = None) -> JournalWriter:
+    def create(
+        cls, directory: str | Path, *, limit_bytes: int | None = None, db_path: str | Path | None = None
+    ) -> JournalWriter:
         """A new journal in ``directory`` (created 0700), locked, under its final name."""
         name = f"{time.time_ns()}-{os.getpid()}-{os.urandom(4).hex()}"
-        partial = directory / (name + PARTIAL_SUFFIX)
+        partial = os.path.join(directory, name + PARTIAL_SUFFIX)
         for attempt in range(10):
             make_private_dir(directory)
             try:
@@ -196,7 +207,7 @@ class JournalWriter:
             os.fchmod(fd, MODE_FILE)
             fcntl.flock(fd, fcntl.LOCK_SH)
             _write_all(fd, MAGIC)
-            final = directory / (name + SUFFIX)
+            final = os.path.join(directory, name + SUFFIX)
             os.rename(partial, final)
         except BaseException:
             os.close(fd)
@@ -208,8 +219,20 @@ class JournalWriter:
         return cls(fd, final, limit_bytes, db_path)
 
     @property
+    def path(self) -> Path:
+        """The journal file. Made a ``Path`` only when asked: the relay creates its journal
+        before its agent has answered, and ``pathlib`` (with ``re`` and ``urllib``) is ~7 ms of
+        a bare interpreter's start-up, measured."""
+        path = self._path
+        if isinstance(path, str):
+            from pathlib import Path
+
+            path = self._path = Path(path)
+        return path
+
+    @property
     def name(self) -> str:
-        return self.path.name
+        return os.path.basename(self._path)
 
     def attach_wake(self, fd: int) -> None:
         """The write end of the recorder's wake-up pipe (made non-blocking here)."""

@@ -14,7 +14,7 @@ idle scheduling class the background processes (recorder, writer, checker, OTLP 
 in, so that they take only CPU time the conversation does not want.
 
 Must not know: trio, SQL, the journal's format. Imported before the agent starts: only os,
-time and the builtin ``_signal`` at import; ``ctypes`` when a ``prctl`` is made. On systems without ``prctl``
+time and the builtin ``_signal`` at import; ``_ctypes`` when a ``prctl`` is made. On systems without ``prctl``
 or ``/proc`` each tool does nothing, and the process-group signals remain.
 """
 
@@ -47,15 +47,36 @@ def _libc_prctl() -> Callable[..., int]:
     global _prctl
     if _prctl is None:
         try:
-            import ctypes
-
-            func = ctypes.CDLL(None, use_errno=True).prctl
-            func.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
-            _prctl = func
-        except (OSError, AttributeError):
+            _prctl = _bare_prctl()
+        except (ImportError, OSError, AttributeError):
             _prctl = lambda *args: -1  # noqa: E731 - not Linux: nothing to set
     assert _prctl is not None
     return _prctl
+
+
+def _bare_prctl() -> Callable[..., int]:
+    """libc's ``prctl``, through ``_ctypes`` (the extension ``ctypes`` wraps) rather than the
+    ``ctypes`` package: the package defines dozens of types and loads ``struct`` at import
+    (~2-4 ms before the agent could start, measured), and this needs three of them. Spelled
+    as ``ctypes.CDLL(None, use_errno=True).prctl`` with ``argtypes`` (int, 4 x unsigned long)."""
+    import _ctypes
+
+    class Int(_ctypes._SimpleCData):
+        _type_ = "i"
+
+    class ULong(_ctypes._SimpleCData):
+        _type_ = "L"
+
+    class Function(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+        _restype_ = Int
+
+    class Libc:
+        _handle = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)  # type: ignore[arg-type]  # None: the program itself
+
+    func = Function(("prctl", Libc()))  # type: ignore[arg-type]  # anything with a _handle
+    func.argtypes = (Int, ULong, ULong, ULong, ULong)
+    return func
 
 
 def become_subreaper() -> bool:

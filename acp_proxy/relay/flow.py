@@ -1,10 +1,11 @@
 """The relay's first steps, before the relay's own modules load: the journal, its first record,
-a thread per direction, the recorder.
+a thread per direction, and a wait for the agent's first answer.
 
 Owns: ``Flow`` (the relay without a gate: a ``Pump`` thread per direction, started as soon as
 the agent and the journal exist) and ``start`` (everything ``run`` does before it needs trio,
-called by the launcher right after the agent's spawn, before it imports ``stdio``: an agent
-that answers at once is heard while the rest loads), and giving fds 0-2 back as they were.
+called by the launcher right after the agent's spawn, before it imports ``stdio``), the wait
+that keeps the main thread out of the pumps' way until the agent has answered
+(``Flow.hold_off``: the recorder and trio load after it), and giving fds 0-2 back as they were.
 
 Must not know: trio, signals, the shutdown sequence (``stdio``'s), SQL, JSON-RPC. Import-cheap:
 only the journal, the pumps and the standard library's cheapest modules at import.
@@ -14,17 +15,21 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from acp_proxy.record import journal as jr
 from acp_proxy.relay.pumps import CloseOnce, Pump, deepen
 from acp_proxy.relay.recording import Recording
-from acp_proxy.relay.spawn import Agent, Begun, say
+from acp_proxy.relay.spawn import Agent, Begun, EarlySignals, say
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
 if TYPE_CHECKING:
     from acp_proxy.relay.options import RunOptions
 
 STARTING_SWITCH_INTERVAL = 0.0002  # seconds: see Flow
+# How long the launcher waits for the agent's first answer before it loads the rest of the relay
+# (``Flow.hold_off``): an agent that takes longer is busy starting, and the relay loads meanwhile.
+HOLD_OFF_SECONDS = 0.1
 
 
 class Started:
@@ -39,7 +44,8 @@ class Started:
 
 def start(options: RunOptions, begun: Begun) -> Started:
     """Once the agent's exec is confirmed: the journal and its START record, then (without a
-    gate, not on a terminal) the ``Flow``'s threads and the recorder. Never raises: what went
+    gate, not on a terminal) the ``Flow``'s threads, and the wait for the agent's first answer
+    (``Flow.hold_off``; ``stdio.run`` starts the recorder after it). Never raises: what went
     wrong is ``Started.error``, raised by ``stdio.run``, which stops the agent and says so."""
     started = Started()
     try:
@@ -57,10 +63,10 @@ def start(options: RunOptions, begun: Begun) -> Started:
             recording.start(agent.pid, marker=begun.marker)
         if begun.attached or options.needs_gate():
             return started
-        # Without a gate the bytes flow from here on, while the recorder starts and trio loads.
+        # Without a gate the bytes flow from here on; the recorder and trio come once the agent
+        # has answered (``Flow.hold_off``), and ``stdio.run`` starts them.
         started.flow = Flow(agent, None if recording is None else recording.journal)
-        if recording is not None:
-            recording.start_recorder()
+        started.flow.hold_off(begun.early)
     except Exception as exc:  # raised again by ``run``, which cleans up after it
         started.error = exc
     return started
@@ -96,6 +102,45 @@ class Flow:
         sys.setswitchinterval(STARTING_SWITCH_INTERVAL)
         for pump, name in zip(self.pumps, ("c2a", "a2c", "stderr"), strict=True):
             pump.start(name)
+
+    def hold_off(self, early: EarlySignals, timeout: float = HOLD_OFF_SECONDS) -> None:
+        """Wait, holding nothing, until the agent's first output has been forwarded, a pump
+        has finished, the client hung up, a signal came, or ``timeout`` passed.
+
+        What follows (starting the recorder, importing the relay and trio: ~100 ms of CPU)
+        would hold the GIL that the pumps need at each of their syscalls, and on a busy
+        machine it would take the core they need: an agent that answers at once waited for
+        it. Meanwhile the pumps journal and forward as always; nothing else needs trio yet
+        (a signal wakes this wait and is forwarded by the relay, as ``EarlySignals`` keeps it)."""
+        import select
+        from _signal import set_wakeup_fd
+
+        a2c = self.a2c
+        a2c.tell_first = True
+        early.wake_fd = self.notice_w
+        try:
+            # Also a byte from the C-level handler: a signal that lands just before ``poll``
+            # would otherwise run its Python handler (``early``'s byte) only after the timeout.
+            wakeup = set_wakeup_fd(self.notice_w, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread: EarlySignals' own byte wakes it
+            wakeup = None
+        poller = select.poll()
+        poller.register(self.notice_r, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        try:
+            while not (
+                a2c.delivered or self.hung_up or early.pending or any(pump.finished.is_set() for pump in self.pumps)
+            ):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                # The notice pipe is left as it is: the relay's watcher reads it and looks again.
+                poller.poll(max(1, int(left * 1000)))
+        finally:
+            a2c.tell_first = False
+            early.wake_fd = -1
+            if wakeup is not None:
+                set_wakeup_fd(wakeup)
 
     def _client_hung_up(self) -> None:
         say("the client closed the agent's output; stopping the agent")

@@ -57,13 +57,11 @@ class RunPlan:
 
     def options(self) -> Any:
         """The RunOptions click's ``run`` would build."""
-        from pathlib import Path
-
         from acp_proxy.relay.options import RunOptions
 
         return RunOptions(
             argv=list(self.agent),
-            db_path=None if self.db_file is None else Path(self.db_file),
+            db_path=self.db_file,
             grace=self.grace,
             max_record_bytes=self.max_record,
             db_limit=self.db_limit,

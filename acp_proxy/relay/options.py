@@ -10,9 +10,10 @@ builds ``RunOptions`` while the agent's exec is under way, before the relay's mo
 
 from __future__ import annotations
 
+import os
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing before the agent starts
 if TYPE_CHECKING:
-    from pathlib import Path
     from typing import Any
 
     from acp_proxy.faults.plan import FaultPlan
@@ -24,7 +25,7 @@ class RunOptions:
     def __init__(
         self,
         argv: list[str],
-        db_path: Path | None,  # None: --no-record
+        db_path: str | os.PathLike[str] | None,  # None: --no-record
         grace: float = 2.0,
         max_record_bytes: int | None = 16 * 1024 * 1024,
         db_limit: int | None = None,
@@ -40,7 +41,8 @@ class RunOptions:
         self.breakpoints = breakpoints or []
         self.redact = redact
         self.argv = argv
-        self.db_path = db_path
+        # Kept as text: the launcher builds this before the agent answers, without ``pathlib``.
+        self.db_path = None if db_path is None else os.fspath(db_path)
         self.grace = grace
         self.max_record_bytes = max_record_bytes
         self.db_limit = db_limit

@@ -186,6 +186,7 @@ class Pump:
         self.on_broken: Any = None  # called (in the pump's thread) when the receiver went away
         self.on_end: Any = None  # called (in the pump's thread) at EOF, before the pump returns
         self.notify_fd = -1  # gets a byte when the pump has finished (wakes whoever waits for it)
+        self.tell_first = False  # also a byte once its first chunk is delivered (``Flow.hold_off``)
         self.thread: Any = None
 
     def start(self, name: str) -> None:
@@ -246,6 +247,9 @@ class Pump:
                     sent = self._write(data)
                     self.delivered += sent
                     if sent == len(data):
+                        if self.tell_first:
+                            self.tell_first = False
+                            self.notify()
                         continue
                     self.dst_open = False
                     if journal is not None:

@@ -7,7 +7,8 @@ its own after that, and starting a recovery when it died.
 
 Must not know: trio, the agent's pipes, SQL, JSON-RPC. Import-cheap: the launcher starts the
 recording before the relay's other modules load, so this module imports only the journal and
-the standard library's cheapest modules at import; ``json`` and ``subprocess`` when used.
+the standard library's cheapest modules at import; ``_json`` for the first record (before the
+agent's first answer: ``plain_json``), ``json`` and ``subprocess`` after it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 
 from acp_proxy.record import journal as jr
 from acp_proxy.record import supervise
@@ -55,13 +55,46 @@ def recorder_command(args: list[str]) -> tuple[list[str], dict[str, str]]:
     return [sys.executable, "-S", "-m", RECORDER_MODULE, *args], env
 
 
+def plain_json(value: Any) -> str:
+    """``json.dumps(value)``, through ``_json`` (the C half of ``json``) for the plain values a
+    START record holds: ``json``'s Python half imports ``re`` (~6 ms of a bare interpreter's
+    start-up, measured), and the START record is written before the agent's first answer is
+    forwarded. Anything else (a non-finite float, another type) goes to ``json.dumps``."""
+    from _json import encode_basestring_ascii as quote
+
+    def encode(item: Any) -> str:
+        kind = type(item)
+        if item is None:
+            return "null"
+        if kind is bool:
+            return "true" if item else "false"
+        if kind is int:
+            return int.__repr__(item)
+        if kind is float and item - item == 0:  # finite
+            return float.__repr__(item)
+        if kind is str:
+            return quote(item)
+        if kind is list or kind is tuple:
+            return "[" + ", ".join(map(encode, item)) + "]"
+        if kind is dict and all(type(key) is str for key in item):
+            return "{" + ", ".join(f"{quote(key)}: {encode(member)}" for key, member in item.items()) + "}"
+        raise TypeError(kind)
+
+    try:
+        return encode(value)
+    except TypeError:
+        import json
+
+        return json.dumps(value)
+
+
 class Recording:
     """The run's journal (created before the agent starts) and its recorder process."""
 
     def __init__(self, options: RunOptions, attached: bool) -> None:
         assert options.db_path is not None
         self.options = options
-        self.db_path = Path(os.path.abspath(options.db_path))
+        self.db_path = os.path.abspath(options.db_path)  # text: no ``pathlib`` before the agent answers
         try:  # the database itself was examined before the agent started (spawn.begin)
             self.journal = jr.JournalWriter.create(
                 jr.journal_dir(self.db_path), limit_bytes=options.db_limit, db_path=self.db_path
@@ -91,15 +124,15 @@ class Recording:
             "options": options.options,
             "check": options.check,
             "redact": options.redact,
-            "db": str(self.db_path),
+            "db": self.db_path,
             "marker": marker,
         }
-        import json  # after the agent's spawn: nothing before it that can wait
-
         if options.fault_plan:
+            import json
+
             start["fault_spec"] = json.dumps(options.fault_plan.describe(), default=str)
             start["seed"] = options.fault_plan.seed
-        self.journal.record(jr.START, 0, start["started_ns"], json.dumps(start).encode())
+        self.journal.record(jr.START, 0, start["started_ns"], plain_json(start).encode())
 
     def start_recorder(self) -> None:
         """The recorder process that follows the journal, started right after the agent and

@@ -159,10 +159,16 @@ class EarlySignals:
 
     def __init__(self) -> None:
         self.pending: list[int] = []
+        self.wake_fd = -1  # gets a byte per signal kept (``Flow.hold_off`` waits on it)
         self.previous = {sig: set_handler(sig, self._keep) for sig in FORWARDED_SIGNALS}
 
     def _keep(self, sig: int, _frame: Any) -> None:
         self.pending.append(sig)
+        if self.wake_fd >= 0:
+            try:
+                os.write(self.wake_fd, b"\0")
+            except OSError:
+                pass  # a full pipe holds a byte already
 
     def restore(self) -> None:
         for sig, handler in self.previous.items():

@@ -24,10 +24,11 @@ ways of moving bytes are in ``pumps.py``; this module decides which runs, and wh
 
 Start-up order (an editor waits for the agent's first answer): check that the database can be
 recorded into (a cheap read-only look), spawn the agent, create the journal and write its
-first record, start the ``Flow`` (without a gate) and the recorder (``flow.start``: the
-launcher calls it before this module is imported), and only then import this module and trio —
-they overlap with the agent's own start-up, and an agent that answers at once is heard before
-either is loaded. What the threads report before trio runs waits in a pipe.
+first record, start the ``Flow`` (without a gate) and wait, holding nothing, until the agent
+has answered or 0.1 s has passed (``flow.start``: the launcher calls it before this module is
+imported); only then start the recorder and import this module and trio — they overlap with
+the agent's own start-up, and an agent that answers at once is heard before either is loaded.
+What the threads report before trio runs waits in a pipe.
 """
 
 from __future__ import annotations

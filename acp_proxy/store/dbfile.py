@@ -6,7 +6,7 @@ database's directory and the run's journal folder take new files with bytes in t
 that is a file, a read-only or full disk stop the run here, not after its agent started) —
 and the pieces of that every other opener shares (``file_uri``, ``check_own``). An editor waits
 for the agent's first answer, so this module imports only ``os`` and ``stat`` at import, and
-``sqlite3`` only to examine a file that is not empty; no ``pathlib`` or ``urllib`` (~5 ms of
+``_sqlite3`` only to examine a file that is not empty; no ``pathlib`` or ``urllib`` (~5 ms of
 start-up between them, measured): a path is anything ``os`` takes.
 
 Must not know: the schema's tables and columns (``store``), sqlite-utils, the journal's format.
@@ -117,7 +117,9 @@ def check_own(path: PathLike) -> int:
             return 0
     except OSError as exc:
         raise StoreError(f"cannot open database {path}: {reason(exc)}") from exc
-    import sqlite3
+    # ``_sqlite3`` is ``sqlite3`` without its Python half (which loads ``datetime`` for its
+    # adapters, ~1-3 ms before the agent starts, measured): the same connections and errors.
+    import _sqlite3 as sqlite3
 
     try:
         try:
@@ -140,7 +142,7 @@ def check_own(path: PathLike) -> int:
 
 
 def _examine(path: PathLike, mode: str) -> tuple[int, set[str]]:
-    import sqlite3
+    import _sqlite3 as sqlite3  # see check_own
 
     conn = sqlite3.connect(file_uri(path, mode), uri=True, check_same_thread=False)
     try:

@@ -211,3 +211,12 @@ def test_what_re2_lacks_is_refused_in_one_line(rule: str) -> None:
 def test_re2_rules_still_mask_their_groups() -> None:
     redactor = Redactor([r"token=(\w+)", "re:hunter2"])
     assert redactor.text("token=abc and hunter2") == "token=[redacted] and [redacted]"
+
+
+@given(brackets=st.integers(min_value=0, max_value=260), filler=st.integers(min_value=0, max_value=70_000))
+def test_the_quick_depth_test_on_a_big_line_counts_like_count(brackets: int, filler: int) -> None:
+    # Past 64 KiB the test finds brackets instead of counting them: the same answer.
+    line = b"[" * (brackets // 2) + b'"' + b"x" * filler + b'"' + b"{" * (brackets - brackets // 2)
+    expected = line.count(b"[") > wire._HALF_DEPTH or line.count(b"{") > wire._HALF_DEPTH
+    assert wire._may_be_deep(line) == expected
+    assert wire._more_than(line, b"{", brackets // 3) == (line.count(b"{") > brackets // 3)

@@ -82,3 +82,22 @@ def test_huge_line_in_small_reads_holds_only_the_kept_prefix() -> None:
         assert framer.feed(b"x" * 1024) == []
     (line,) = framer.feed(b"\n")
     assert line == Line(b"x" * 10, 1024 * 1000, True, True)
+
+
+# A big chunk is cut with ``find`` while it holds few lines: the same lines as ``split`` gives,
+# whether it holds none, a few or many (then the rest is split after all).
+big_chunks = st.builds(
+    lambda parts, filler: b"\n".join(parts).replace(b"_", b"_" * filler),
+    st.lists(st.binary(max_size=40), min_size=1, max_size=60),
+    st.integers(min_value=0, max_value=3000),
+)
+
+
+@given(big_chunks)
+def test_a_big_chunk_is_cut_into_the_lines_split_gives(chunk: bytes) -> None:
+    from acp_proxy.protocol.framing import BIG_CHUNK, _split_lines
+
+    padded = chunk + b"_" * BIG_CHUNK  # over the size where find takes over
+    assert _split_lines(padded) == padded.split(b"\n")
+    assert _split_lines(chunk) == chunk.split(b"\n")
+    assert frame_all([padded]) == frame_all([bytes([b]) for b in padded[:200]] + [padded[200:]])

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from acp_proxy.cli.commands import cli
 from acp_proxy.relay import launch
@@ -86,3 +88,21 @@ def test_fault_rules_in_the_environment_go_through_click(monkeypatch: pytest.Mon
 
 def test_a_directory_as_database_is_left_to_click(tmp_path: Path) -> None:
     assert launch.fast_run_options(["run", "--db", str(tmp_path), "--", "agent"]) is None
+
+
+# The START record is encoded without ``json``'s Python half (it imports ``re``): the same text.
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(json_values)
+def test_the_start_record_is_encoded_as_json_dumps_would(value: object) -> None:
+    import json
+
+    from acp_proxy.relay.recording import plain_json
+
+    assert plain_json(value) == json.dumps(value)
+    assert plain_json(["\udcff", {"a\x00": (1.5, -0.0)}]) == json.dumps(["\udcff", {"a\x00": (1.5, -0.0)}])

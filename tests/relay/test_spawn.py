@@ -22,7 +22,10 @@ from acp_proxy.store import database as store
 from acp_proxy.store import dbfile
 from tests.conftest import proxy_env, run_proxy
 
-SLOW_TO_IMPORT = ("subprocess", "pathlib", "enum", "urllib.parse", "trio", "msgspec", "click", "sqlite_utils")
+SLOW_TO_IMPORT = (
+    *("subprocess", "pathlib", "enum", "urllib.parse", "trio", "msgspec", "click", "sqlite_utils"),
+    *("ctypes", "sqlite3", "datetime"),  # their C halves (``_ctypes``, ``_sqlite3``) do
+)
 
 
 @pytest.mark.spawns
@@ -134,7 +137,7 @@ for argv in (["run", "--no-record", "--", "true"], ["run", "--", "true"], ["run"
 print(json.dumps(sorted(set(sys.modules) - before)))
 """
     (tmp_path / "data").mkdir()
-    store.open_for_writing(tmp_path / "x.db").conn.close()  # examined with sqlite3
+    store.open_for_writing(tmp_path / "x.db").conn.close()  # examined with _sqlite3
     result = subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True,
@@ -143,7 +146,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
     )
     assert result.returncode == 0, result.stderr
     added = json.loads(result.stdout)
-    assert "acp_proxy.relay.spawn" in added and "sqlite3" in added  # the probe did the work it claims
+    assert "acp_proxy.relay.spawn" in added and "_sqlite3" in added  # the probe did the work it claims
     assert [name for name in SLOW_TO_IMPORT if name in added] == []
     assert (tmp_path / "data" / "acp-proxy" / "acp-proxy.db").exists()  # the default database, created
 

@@ -11,21 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import proxy_env, wait_for_output, watchdog
+from tests.conftest import proxy_env, wait_for_output, wait_recorded, watchdog
 
 pytestmark = pytest.mark.spawns  # every test here starts processes
 
-# The launcher, behind a finder that holds ``import MODULE`` (trio unless told) until a byte
-# arrives on fd GATE, and that says on stderr when it was asked (so the test knows the hold is
-# what it waited behind).
+# The launcher, behind a finder that holds the first ``import MODULE`` of the modules named
+# (trio unless told) until a byte arrives on fd GATE, and that says on stderr when it was asked
+# (so the test knows the hold is what it waited behind).
 HELD_TRIO = """
 import os, sys
 gate = int(sys.argv[1])
-held = os.environ.get("HELD_MODULE", "trio")
+held = set(os.environ.get("HELD_MODULE", "trio").split(","))
 class HoldTrio:
     def find_spec(self, name, path=None, target=None):
-        if name == held:
-            os.write(2, held.encode() + b" held\\n")
+        if name in held:
+            held.clear()
+            os.write(2, name.encode() + b" held\\n")
             os.read(gate, 1)
         return None
 sys.meta_path.insert(0, HoldTrio())
@@ -37,19 +38,30 @@ main()
 LINE = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}\n'
 
 
-def run_held(args: list[str], *, end_before_trio: bool = False, held: str = "trio") -> tuple[bytes, bytes, int]:
+def run_held(
+    args: list[str], *, end_before_trio: bool = False, held: str = "trio", no_site: bool = False
+) -> tuple[bytes, bytes, int]:
     """Run ``acp-proxy ARGS`` with trio's import held; send a line and wait for its echo (with
     ``end_before_trio``: for the end of the proxy's stdout, the agent having closed its own),
-    then let trio load and close stdin. Stdout, stderr, and the exit status."""
+    then let trio load and close stdin. Stdout, stderr, and the exit status. ``no_site``: under
+    ``python -S`` (site-packages on PYTHONPATH instead), so that no ``.pth`` file has imported
+    anything before the launcher does."""
     import subprocess
+    import sysconfig
 
+    env = proxy_env(HELD_MODULE=held)
+    flags = []
+    if no_site:
+        flags = ["-S"]
+        paths = [path for path in sys.path if path] + [sysconfig.get_paths()["purelib"]]
+        env["PYTHONPATH"] = os.pathsep.join(paths)
     gate_r, gate_w = os.pipe()
     proc = subprocess.Popen(
-        [sys.executable, "-c", HELD_TRIO, str(gate_r), *args],
+        [sys.executable, *flags, "-c", HELD_TRIO, str(gate_r), *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=proxy_env(HELD_MODULE=held),
+        env=env,
         pass_fds=(gate_r,),
     )
     os.close(gate_r)
@@ -120,6 +132,31 @@ def test_the_first_answer_comes_before_the_relay_module_is_imported(tmp_path: Pa
     conn = sqlite3.connect(db)
     try:
         recorded = conn.execute("select dir, raw from frames order by seq").fetchall()
+    finally:
+        conn.close()
+    assert recorded == [("c2a", LINE.rstrip(b"\n").decode()), ("a2c", LINE.rstrip(b"\n").decode())]
+
+
+# What the launcher's path to an instant agent's first answer does without, each measured at
+# 1-7 ms of a bare interpreter's start-up: the recorder's spawn (subprocess), the ctypes and
+# json packages (their C halves do), sqlite3's Python half (datetime), pathlib (re, urllib).
+HEAVY_FOR_THE_FIRST_ANSWER = "subprocess,ctypes,json,datetime,pathlib,re,enum,trio"
+
+
+def test_the_first_answer_needs_none_of_the_heavier_modules(tmp_path: Path) -> None:
+    # The database is there already (an existing one is examined before the agent starts).
+    db = tmp_path / "r.db"
+    first, err, code = run_held(["run", "--db", str(db), "--", "cat"], held="trio", no_site=True)
+    assert (first, code) == (LINE, 0), err
+    echo, err, code = run_held(["run", "--db", str(db), "--", "cat"], held=HEAVY_FOR_THE_FIRST_ANSWER, no_site=True)
+    assert echo == LINE, err
+    assert err.endswith(b" held\n") and err.split()[0].decode() in HEAVY_FOR_THE_FIRST_ANSWER.split(","), err
+    assert code == 0, err
+    wait_recorded(db)
+    conn = sqlite3.connect(db)
+    try:
+        last = "select dir, raw from frames where run_id = (select max(id) from runs) order by seq"
+        recorded = conn.execute(last).fetchall()
     finally:
         conn.close()
     assert recorded == [("c2a", LINE.rstrip(b"\n").decode()), ("a2c", LINE.rstrip(b"\n").decode())]
