@@ -8,6 +8,7 @@ Must not know: click, rich, terminals. Never writes: every connection it gets is
 
 from __future__ import annotations
 
+import itertools
 import math
 import sqlite3
 from collections.abc import Iterator
@@ -141,8 +142,9 @@ def rows(db: ReadDb, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list
 def iter_rows(db: ReadDb, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> Iterator[dict]:
     cursor = db.execute(sql, list(params))
     names = [d[0] for d in cursor.description]
-    for row in cursor:
-        yield dict(zip(names, row, strict=True))
+    # Each row made into a dict by C iterators (no Python loop body per row): `check all` reads
+    # every frame through here, and this is a tenth of its time.
+    yield from map(dict, map(zip, itertools.repeat(names), cursor))
 
 
 RUNS_SELECT = """
