@@ -82,6 +82,30 @@ def test_a_hops_latency_rows_are_its_requests_by_their_own_method_and_direction(
     assert _without([r for r in table if r["hop"] == 1], "hop") == _without(own, "hop")
 
 
+def test_a_hops_requests_are_latency_samples_right_after_their_envelopes(tmp_path: Path) -> None:
+    db_path = tmp_path / "rec.db"
+    direct, link = _direct_and_chained(db_path, v2_turn(TOOL, CHUNK))
+    db = store.open_for_reading(db_path)
+    own = latency.samples(db, [direct])
+    assert {s["hop"] for s in own} == {0} and len(own) == 3
+    found = latency.samples(db, [link])
+    inner = [s for s in found if s["hop"] == 1]
+    assert _without(inner, "hop") == _without(own, "hop"), "a hop's samples are the direct recording's"
+    for n, sample in enumerate(found):
+        if sample["hop"] == 1:  # the envelope's own answer, then what it carried
+            envelope = found[n - 1]
+            assert (envelope["method"], envelope["hop"]) == ("proxy/successor", 0)
+            assert envelope["latency_ms"] == sample["latency_ms"] and envelope["dir"] != sample["dir"]
+    assert [s["method"] for s in found if s["hop"] == 0] == ["proxy/successor"] * 3 + ["proxy/initialize"]
+    assert latency.samples(db, [link], limit=3) == found[-3:], "the latest, hops included"
+    assert latency.samples(db, None) == own + found
+    # Two proxies: the inner requests are hop 2, each after both envelopes' answers.
+    _direct, twice = _direct_and_chained(db_path, v2_turn(CHUNK), depth=2)
+    deep = latency.samples(db, [twice])
+    assert _without([s for s in deep if s["hop"] == 2], "hop") == _without(own, "hop")
+    assert [s["hop"] for s in deep[:3]] == [0, 1, 2]
+
+
 def test_nested_envelopes_are_deeper_hops(tmp_path: Path) -> None:
     db_path = tmp_path / "rec.db"
     direct, link = _direct_and_chained(db_path, v2_turn(CHUNK), depth=2)
