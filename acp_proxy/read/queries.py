@@ -149,10 +149,12 @@ def iter_rows(db: ReadDb, sql: str, params: list[Any] | tuple[Any, ...] = ()) ->
 
 RUNS_SELECT = """
     select r.*, (select count(*) from faults f where f.run_id = r.id) as faults_applied,
-           (select count(*) from findings x where x.run_id = r.id) as findings
+           (select count(*) from findings x where x.run_id = r.id) as findings,
+           (select count(*) from turns t where t.run_id = r.id) as turns
     from runs r
 """
-"""A run row with its fault and finding counts, as every list of runs has it (append the rest)."""
+"""A run row with its fault, finding and (own) turn counts, as every list of runs has it
+(append the rest); ``read.listing`` adds the turns of its proxy chain's hops."""
 
 SESSIONS_SELECT = """
     select s.id as row_id, s.session_id, s.title, s.cwd, s.created_by, s.first_seen_ns, s.last_seen_ns,
@@ -161,25 +163,8 @@ SESSIONS_SELECT = """
            (select count(*) from turns t where t.session_row = s.id) as turns
     from sessions s
 """
-"""A session with its runs and number of turns, as every list of sessions has it."""
-
-
-def runs(db: ReadDb, limit: int | None = 20, offset: int = 0) -> list[dict[str, Any]]:
-    """The newest ``limit`` runs (None or 0: all) after skipping ``offset``."""
-    sql = RUNS_SELECT + " order by r.id desc"
-    if limit or offset:
-        sql += " limit ? offset ?"
-        return rows(db, sql, [limit or -1, offset])
-    return rows(db, sql)
-
-
-def sessions(db: ReadDb, limit: int | None = 50, offset: int = 0) -> list[dict[str, Any]]:
-    """The ``limit`` most recently active sessions (None or 0: all) after skipping ``offset``."""
-    sql = SESSIONS_SELECT + " order by s.last_seen_ns desc, s.id desc"
-    if limit or offset:
-        sql += " limit ? offset ?"
-        return rows(db, sql, [limit or -1, offset])
-    return rows(db, sql)
+"""A session with its runs and number of (its own) turns, as every list of sessions has it;
+``read.listing`` adds the turns proxy chains in those runs carry for it."""
 
 
 def count(db: ReadDb, table: str) -> int:
