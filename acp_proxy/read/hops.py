@@ -92,10 +92,18 @@ def hop_turns(frames: Iterable[Mapping[str, Any]], ended_ns: Mapping[int, int | 
     return turns
 
 
+_SCOPED_RUNS = 500
+"""A list of more runs than this looks for envelopes in every run (one ``method`` index range)
+rather than naming them all: SQLite bounds the variables of a statement."""
+
+
 def turn_counts(db: Any, run_ids: list[int] | None) -> Counter[tuple[int, str | None]]:
     """How many turns the hops inside the runs hold, by (run id, session id): the turns
     ``turn_stats`` lists, counted (an index probe alone for runs with no envelope)."""
-    found = envelopes(db, run_ids)
+    wanted = None if run_ids is None else set(run_ids)
+    found = envelopes(db, None if run_ids is None or len(run_ids) > _SCOPED_RUNS else run_ids)
+    if wanted is not None:
+        found = [r for r in found if r["run_id"] in wanted]
     if not found:
         return Counter()
     runs = sorted({r["run_id"] for r in found})

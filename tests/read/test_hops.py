@@ -262,6 +262,9 @@ def test_the_lists_of_runs_and_sessions_count_a_hops_turns_as_stats_does(tmp_pat
     assert len(stats(db, S)["turns"]) == 2
     assert [s["turns"] for s in listing.sessions_before(db, None, 10)[0]] == [2, 1]
     assert [s["turns"] for s in listing.sessions(db, 1, 1)] == [1]
+    # A long list looks in every run and keeps its own.
+    assert hops.turn_counts(db, list(range(1, 1000))) == hops.turn_counts(db, None) == {(link, S): 1, (both, S): 1}
+    assert hops.turn_counts(db, [direct, link, *range(10, 1000)]) == {(link, S): 1}
 
 
 def test_the_doors_lists_count_a_hops_turns(tmp_path: Path) -> None:
