@@ -319,9 +319,10 @@ class Checker:
         if direction not in OTHER:
             return
         kind = get("kind", None)
+        method = get("method", None)
         if (
             kind == "notification"
-            and get("method", None) == "session/update"
+            and method == "session/update"
             and self.state.quiet(get("update_kind", None), get("session_id", None))
         ):
             # The chunk storm: the state machine would answer NO_EVENTS (its own hot path), so
@@ -370,8 +371,8 @@ class Checker:
             if handler is not None:
                 handler(self, rec, event, message, out)
         if message is not None and kind == "notification":
-            self._notification(rec, get, direction, message, out)
-        if self._chain is not None or get("method", None) == SUCCESSOR:
+            self._notification(rec, get, method, direction, message, out)
+        if self._chain is not None or method == SUCCESSOR:
             self._unwrap(rec, get, row, out)
 
     # -- proxy chains: the next hop's conversation -----------------------------------------------
@@ -821,9 +822,14 @@ class Checker:
     # -- notifications: content ------------------------------------------------------------------
 
     def _notification(
-        self, rec: Any, get: Callable[[str, Any], Any], direction: str, message: dict[str, Any], out: list[Finding]
+        self,
+        rec: Any,
+        get: Callable[[str, Any], Any],
+        method: Any,
+        direction: str,
+        message: dict[str, Any],
+        out: list[Finding],
     ) -> None:
-        method = get("method", None)
         params = message.get("params")
         version = self.version  # once per frame: it does not change within the notification's rules
         schema = self._schema_set(version)

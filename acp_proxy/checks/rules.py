@@ -75,7 +75,7 @@ def check(
     checker: Checker | None = None
     current: Any = object()
     for rec in frames:
-        run_id = _field(rec, "run_id")
+        run_id: Any = rec.get("run_id") if type(rec) is dict else _field(rec, "run_id")
         if run_id != current:
             if checker is not None:
                 yield from checker.finish(ended=(ended or {}).get(current, True))
