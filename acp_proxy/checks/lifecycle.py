@@ -834,15 +834,16 @@ class Checker:
         version = self.version  # once per frame: it does not change within the notification's rules
         schema = self._schema_set(version)
         if schema is not None and isinstance(method, str):
-            self._validate(
-                "schema/params",
-                rec,
-                schema.notifications.get((method, RECEIVER[direction])),
-                params,
-                method,
-                out,
-                schema,
-            )
+            name = schema.notifications.get((method, RECEIVER[direction]))
+            # The compiled verdict in place (every chunk of a storm passes here and is valid);
+            # ``_validate`` for anything else, which asks it again and words a finding.
+            fast = schema.verdicts.get(name) if name is not None else None
+            try:
+                valid = fast is not None and fast(params)
+            except Exception:
+                valid = False
+            if not valid:
+                self._validate("schema/params", rec, name, params, method, out, schema)
         if method == "session/update" and isinstance(params, dict):
             self._update(rec, get, schema, version, params, out)
 
@@ -860,7 +861,14 @@ class Checker:
             return
         variant = get("update_kind", None)
         if schema is not None and isinstance(variant, str):
-            self._validate("schema/update", rec, schema.variants.get(variant), update, variant, out, schema)
+            name = schema.variants.get(variant)
+            fast = schema.verdicts.get(name) if name is not None else None  # as in _notification
+            try:
+                valid = fast is not None and fast(update)
+            except Exception:
+                valid = False
+            if not valid:
+                self._validate("schema/update", rec, name, update, variant, out, schema)
         sid = get("session_id", None)
         if sid is None or not isinstance(variant, str):
             return
