@@ -1,7 +1,9 @@
 """Read-side queries over a recording: references, runs, sessions, frames, latency statistics.
 
 Owns: resolving a user's REF (a run id, ``last``, or a session id or unique prefix) and the SQL
-the query commands run. Returns plain dicts and lists, ready to render or dump as JSON.
+the query commands run (the select lists of runs and sessions too; their lists, which add a
+proxy chain's turns, are ``listing``'s). Returns plain dicts and lists, ready to render or dump
+as JSON.
 
 Must not know: click, rich, terminals. Never writes: every connection it gets is read-only.
 """
