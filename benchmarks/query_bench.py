@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -167,6 +168,19 @@ def build(db: Path, target: int) -> int:
 
 def timed(args: list[str], db: Path) -> tuple[float, int, str]:
     """Seconds, lines of output and the stderr of one `acp-proxy ARGS` run."""
+    seconds, lines, err, _cpu = timed_cpu(args, db)
+    return seconds, lines, err
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_cpu(args: list[str], db: Path) -> tuple[float, int, str, float]:
+    """``timed``'s figures and the CPU seconds the run took (its worker processes included):
+    on a shared machine a rate moves with the load, CPU time per frame much less."""
+    cpu = _children_cpu()
     start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-m", "acp_proxy", *args, "--db", str(db)],
@@ -175,10 +189,11 @@ def timed(args: list[str], db: Path) -> tuple[float, int, str]:
         env={**os.environ, "COLUMNS": "200"},
     )
     elapsed = time.perf_counter() - start
+    cpu = _children_cpu() - cpu
     # `check` exits 1 when it finds errors: a verdict on the traffic, not a failed command.
     if result.returncode != 0 and not (args[0] == "check" and result.returncode == 1):
         raise SystemExit(f"acp-proxy {' '.join(args)} failed: {result.stderr.decode()}")
-    return elapsed, len(result.stdout.splitlines()), result.stderr.decode()
+    return elapsed, len(result.stdout.splitlines()), result.stderr.decode(), cpu
 
 
 def first_line(args: list[str], db: Path) -> tuple[float, float]:
@@ -385,6 +400,7 @@ def main() -> None:
         seconds, lines = on_a_terminal(["frames", "-n", "20000"], args.db)
         verdict = "ok" if seconds < 2 else "MISS"
         print(f"{'frames -n 20000 (a terminal, --no-pager)':48} {seconds:8.3f} {lines:7d}  {verdict} (< 2 s)")
+    checked: dict[tuple[str, ...], tuple[int, float]] = {}
     for label, argv in cases:
         if not wanted(label):
             continue
@@ -401,13 +417,21 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "acp_proxy", "--help"], capture_output=True, timeout=60)
             seconds, lines = time.perf_counter() - start, 0
         else:
-            seconds, lines, err = timed(argv, args.db)
+            seconds, lines, err, cpu = timed_cpu(argv, args.db)
         if argv[0] == "check":
             rate = re.search(r"checked (\d+) frames in [\d.]+s \(([\d,]+) frames/s\)", err)
             shown = f"{int(rate.group(1)):,} frames at {rate.group(2)} frames/s" if rate else err.strip()
+            if rate:  # CPU per frame, start-up included (the --help row is start-up alone)
+                shown += f", {cpu / int(rate.group(1)) * 1e6:.2f} us/frame CPU"
+                checked[tuple(argv)] = (int(rate.group(1)), cpu)
             print(f"{label:48} {seconds:8.3f} {lines:7d}  {shown}")
             continue
         print(f"{label:48} {seconds:8.3f} {lines:7d}  {'ok' if seconds < 1 else 'MISS'}")
+    one, every = checked.get(("check", "last")), checked.get(("check", "all"))
+    if one and every and every[0] > one[0]:
+        # The same start-up and schema compilation in both: their difference is the frames'.
+        marginal = (every[1] - one[1]) / (every[0] - one[0]) * 1e6
+        print(f"{'check, per frame (all minus last: start-up out)':48} {'':8} {'':7}  {marginal:.2f} us/frame CPU")
     if wanted("inspector"):
         inspector(args.db.with_name(args.db.stem + "-one-run.db"), args.frames)
     if args.keep:

@@ -88,6 +88,9 @@ class SchemaSet:
         self._dispatch_ok = not any(value is not True for value in _unevaluated(root))
         self._compiled: dict[str, Any] = {}
         self._fast: dict[str, Callable[[Any], bool] | None] = {}
+        self.verdicts = self._fast
+        """Type name -> its compiled verdict (None: not compilable), for the types asked for
+        so far (``fast_validator`` fills it): a caller's one dict lookup per payload."""
 
     def source_def(self, name: str) -> str:
         return self._sources.get(name, name)

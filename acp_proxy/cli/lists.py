@@ -44,10 +44,10 @@ def runs(db_path: Path | None, output: Output, limit: int) -> None:
         acp-proxy runs -n 5
     """
     from acp_proxy.cli import views
-    from acp_proxy.read import queries
+    from acp_proxy.read import listing
 
     db = open_db(db_path)
-    found = queries.runs(db, limit or None)
+    found = listing.runs(db, limit or None)
     with views.output(page=output.page) as out:
         if emit(out, output, found):
             return
@@ -78,6 +78,7 @@ def runs(db_path: Path | None, output: Output, limit: int) -> None:
                 C("peers", "client ⇄ agent"),
                 C("protocol_version", "v"),
                 C("frames_shown", "frames", right=True),
+                C("turns", "turns", right=True),
                 C("took", "duration", right=True),
                 C("exit", "exit"),
                 C("faults_shown", "faults", right=True),
@@ -101,10 +102,10 @@ def sessions(db_path: Path | None, output: Output, limit: int) -> None:
         acp-proxy sessions --json | jq '.[0].session_id'
     """
     from acp_proxy.cli import views
-    from acp_proxy.read import queries
+    from acp_proxy.read import listing
 
     db = open_db(db_path)
-    found = queries.sessions(db, limit or None)
+    found = listing.sessions(db, limit or None)
     with views.output(page=output.page) as out:
         if emit(out, output, found):
             return

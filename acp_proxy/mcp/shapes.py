@@ -82,13 +82,14 @@ RUN = {
     "client_name": _p("string", "The client (editor), as initialize said."),
     "protocol_version": _p("integer", "The negotiated ACP protocol version."),
     "frames": _p("integer", "How many frames were recorded."),
+    "turns": _p("integer", "Its prompt turns, a proxy chain's inner ones included."),
 }
 SESSION = {
     "session_id": _p("string", "The ACP session id (a REF)."),
     "title": _p(["string", "null"], "The session's title, when the agent gave one."),
     "cwd": _p(["string", "null"], "Its working directory."),
     "runs": _p(["string", "null"], "The runs it appears in, comma-separated."),
-    "turns": _p("integer", "Its prompt turns."),
+    "turns": _p("integer", "Its prompt turns, those proxy chains in its runs carry included."),
 }
 CLIENT = {
     "client": _p("string", "The client's name, as initialize said (? when it said none)."),

@@ -46,6 +46,7 @@ RUN_KEYS = (
     "argv",
     "cwd",
     "frames",
+    "turns",
     "exit_code",
     "exit_signal",
     "not_recorded",
@@ -116,24 +117,24 @@ class Tools:
         """Recorded (and imported) runs, newest first: id, start, status, agent and client with
         versions, protocol version, agent command, frames, exit status, where an imported run came
         from, and what an OpenTelemetry export lost. Paged: `total`, `next`."""
-        from acp_proxy.read import queries
+        from acp_proxy.read import listing, queries
 
         offset, limit = _count(offset, "offset"), _limit(limit)
         with self._db() as db:
             total = queries.count(db, "runs")
-            found = [self.redactor.run_row(r) for r in queries.runs(db, limit, offset)] if limit else []
+            found = [self.redactor.run_row(r) for r in listing.runs(db, limit, offset)] if limit else []
         kept = [{k: run.get(k) for k in RUN_KEYS if run.get(k) is not None} for run in found]
         return self._page(shapes.RunsPage, kept, offset, total)
 
     def list_sessions(self, offset: Offset = 0, limit: Limit = 50) -> shapes.SessionsPage:
         """ACP sessions, most recently active first: session id, title, cwd, how it was created,
         the runs it appears in, its number of turns. Paged: `total`, `next`."""
-        from acp_proxy.read import queries
+        from acp_proxy.read import listing, queries
 
         offset, limit = _count(offset, "offset"), _limit(limit)
         with self._db() as db:
             total = queries.count(db, "sessions")
-            found = queries.sessions(db, limit, offset) if limit else []
+            found = listing.sessions(db, limit, offset) if limit else []
         return self._page(shapes.SessionsPage, self.redactor.value(found), offset, total)
 
     def sessions_by_client(self, offset: Offset = 0, limit: Limit = 50) -> shapes.ClientsPage:

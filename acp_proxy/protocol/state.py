@@ -278,6 +278,13 @@ class ConnectionState:
                 sid = e.session_id  # type: ignore[attr-defined]
         return self.open_turn(sid)
 
+    def quiet(self, update_kind: str | None, session_id: str | None) -> bool:
+        """Whether a ``session/update`` notification of ``update_kind`` for ``session_id`` would
+        change no state (``feed``'s hot path: it would give ``NO_EVENTS``). A caller holding a
+        recorded row may ask this first and skip building a frame for ``feed`` (the checker does,
+        for every chunk of a storm)."""
+        return update_kind in self._quiet_updates and session_id in self._quiet_sessions
+
     def replaying(self, session_id: str | None = None) -> bool:
         """Whether ``session_id`` is replaying history now; for None, whether any session is."""
         if session_id is None:

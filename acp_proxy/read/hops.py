@@ -1,5 +1,5 @@
 """The turns of the conversations proxy chains carry: what ``stats``, MCP and the inspector show
-for each hop beside the link's own turns table.
+for each hop beside the link's own turns table, and what the lists of runs and sessions count.
 
 Owns: finding a run's ``proxy/successor`` envelopes (through the frames' ``method`` index: a
 response is annotated with its request's method, so one equality finds both), unwrapping them
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -89,6 +90,50 @@ def hop_turns(frames: Iterable[Mapping[str, Any]], ended_ns: Mapping[int, int | 
                 rows[change.key["turn_key"]] = {**values, "hop": hop}
         turns += rows.values()
     return turns
+
+
+_SCOPED_RUNS = 500
+"""A list of more runs than this looks for envelopes in every run (one ``method`` index range)
+rather than naming them all: SQLite bounds the variables of a statement."""
+
+
+def turn_counts(db: Any, run_ids: list[int] | None) -> Counter[tuple[int, str | None]]:
+    """How many turns the hops inside the runs hold, by (run id, session id): the turns
+    ``turn_stats`` lists, counted (an index probe alone for runs with no envelope)."""
+    wanted = None if run_ids is None else set(run_ids)
+    found = envelopes(db, None if run_ids is None or len(run_ids) > _SCOPED_RUNS else run_ids)
+    if wanted is not None:
+        found = [r for r in found if r["run_id"] in wanted]
+    if not found:
+        return Counter()
+    runs = sorted({r["run_id"] for r in found})
+    ended = dict(db.execute(f"select id, ended_ns from runs where id in ({','.join('?' * len(runs))})", runs))
+    return Counter((t["run_id"], t["session_id"]) for t in hop_turns(unwrap(found), ended))
+
+
+def count_in_runs(db: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (runs rows with their own ``turns`` counted) with each run's hops' turns added:
+    a run's turns as ``stats`` of that run lists them."""
+    counts = turn_counts(db, [row["id"] for row in rows]) if rows else Counter()
+    by_run = Counter[int]()
+    for (run_id, _session), n in counts.items():
+        by_run[run_id] += n
+    for row in rows:
+        row["turns"] = (row.get("turns") or 0) + by_run[row["id"]]
+    return rows
+
+
+def count_in_sessions(db: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (sessions rows with ``runs``, their run ids comma-separated, and their own
+    ``turns``) with the turns the hops of those runs hold for the session added: a session's
+    turns as ``stats`` of that session lists them."""
+    runs_of = {id(row): [int(r) for r in str(row.get("runs") or "").split(",") if r] for row in rows}
+    wanted = sorted({run for runs in runs_of.values() for run in runs})
+    counts = turn_counts(db, wanted) if wanted else Counter()
+    if counts:
+        for row in rows:
+            row["turns"] = (row.get("turns") or 0) + sum(counts[(run, row["session_id"])] for run in runs_of[id(row)])
+    return rows
 
 
 def turn_metrics(db: Any, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:

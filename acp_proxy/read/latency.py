@@ -32,6 +32,34 @@ def _rank(fraction: float) -> str:
     return f"max(1, cast({product} as integer) + ({product} > cast({product} as integer)))"
 
 
+def _wrapped(scope: str) -> str:
+    """The recursive CTE of every hop's answers in ``scope``: each ``proxy/successor`` answer
+    with the params of its request, then of the envelope those params carry, and so on."""
+    return f"""
+        wrapped(run_id, seq, dir, kind, latency_ns, hop, params) as (
+            -- dir: the answer's, at that hop (an inner request travels the other way round)
+            select r.run_id, r.seq, case r.dir when 'a2c' then 'c2a' when 'c2a' then 'a2c' else r.dir end,
+                   r.kind, r.latency_ns, 1, json_extract(q.raw, '$.params')
+            from frames r join frames q on q.run_id = r.run_id and q.seq = r.request_seq
+            where {scope.replace("run_id", "r.run_id")} and r.method = '{SUCCESSOR}'
+              and r.request_seq is not null and r.latency_ns is not null
+              and r.kind in ('response', 'error') and json_valid(q.raw)
+            union all
+            select run_id, seq, case dir when 'a2c' then 'c2a' when 'c2a' then 'a2c' else dir end,
+                   kind, latency_ns, hop + 1, json_extract(params, '$.params')
+            from wrapped
+            where json_valid(params) and json_extract(params, '$.method') = '{SUCCESSOR}' and hop < {MAX_HOPS}
+        ),"""
+
+
+def _chained(db: Any, scope: str, params: list[Any]) -> bool:
+    """Whether the scope holds an envelope at all: most recordings do not, and then the SQL is
+    the link's alone (the hop part, even empty, costs a third more on a million frames: measured)."""
+    return bool(
+        db.execute(f"select 1 from frames where {scope} and method = ? limit 1", [*params, SUCCESSOR]).fetchone()
+    )
+
+
 def latency_table(db: Any, run_ids: list[int] | None) -> list[dict[str, Any]]:
     """One row per (hop, method, direction of the request): ``count``, ``errors`` and ``p50_ms``,
     ``p95_ms``, ``p99_ms``, ``max_ms`` in milliseconds; ordered by hop, method, direction."""
@@ -42,24 +70,8 @@ def latency_table(db: Any, run_ids: list[int] | None) -> list[dict[str, Any]]:
     picks = ",\n".join(
         f"max(case when rn = {_rank(fraction)} then latency_ns end) / 1e6 as {name}" for name, fraction in PERCENTILES
     )
-    # Most recordings carry no envelope: then the SQL is the link's alone (the hop part, even
-    # empty, costs a third more on a million frames: measured).
-    chained = db.execute(f"select 1 from frames where {scope} and method = ? limit 1", [*params, SUCCESSOR]).fetchone()
-    wrapped = f"""
-        wrapped(run_id, dir, kind, latency_ns, hop, params) as (
-            -- dir: the answer's, at that hop (an inner request travels the other way round)
-            select r.run_id, case r.dir when 'a2c' then 'c2a' when 'c2a' then 'a2c' else r.dir end,
-                   r.kind, r.latency_ns, 1, json_extract(q.raw, '$.params')
-            from frames r join frames q on q.run_id = r.run_id and q.seq = r.request_seq
-            where {scope.replace("run_id", "r.run_id")} and r.method = '{SUCCESSOR}'
-              and r.request_seq is not null and r.latency_ns is not null
-              and r.kind in ('response', 'error') and json_valid(q.raw)
-            union all
-            select run_id, case dir when 'a2c' then 'c2a' when 'c2a' then 'a2c' else dir end,
-                   kind, latency_ns, hop + 1, json_extract(params, '$.params')
-            from wrapped
-            where json_valid(params) and json_extract(params, '$.method') = '{SUCCESSOR}' and hop < {MAX_HOPS}
-        ),"""
+    chained = _chained(db, scope, params)
+    wrapped = _wrapped(scope)
     hops = """
             union all
             select hop, json_extract(params, '$.method'),
@@ -94,24 +106,52 @@ def latency_table(db: Any, run_ids: list[int] | None) -> list[dict[str, Any]]:
 
 def samples(db: Any, run_ids: list[int] | None, limit: int = 5000) -> list[dict[str, Any]]:
     """One sample per answered request, in relay order — ``method``, ``dir`` (the request's),
-    ``latency_ms``, ``error`` — at most the ``limit`` latest: what a chart of the spread draws,
-    read by SQL (no fold), bounded whatever the run's length."""
+    ``latency_ms``, ``error``, ``hop`` — at most the ``limit`` latest: what a chart of the
+    spread draws, read by SQL (no fold), bounded whatever the run's length. A hop's request is a
+    sample of its own (``hop`` 1 and deeper) right after its envelope's, as ``latency_table``
+    counts it."""
     if run_ids is None:
         scope, params = "1", []
     else:
         scope, params = f"run_id in ({','.join('?' * len(run_ids)) or 'null'})", list(run_ids)
+    if not _chained(db, scope, params):
+        # The link's alone, as the SQL was before hops: the planner walks it newest first.
+        sql = f"""
+            select * from (
+                select run_id, seq, 0 as hop, coalesce(method, '?') as method,
+                       case dir when 'a2c' then 'c2a' when 'c2a' then 'a2c' else dir end as dir,
+                       round(latency_ns / 1e6, 3) as latency_ms, kind = 'error' as error
+                from frames
+                where {scope} and request_seq is not null and latency_ns is not null
+                  and kind in ('response', 'error')
+                order by run_id desc, seq desc limit ?
+            ) order by run_id, seq
+        """
+        return _samples(db.execute(sql, [*params, limit]))
+    hops = """
+            union all
+            select run_id, seq, hop, json_extract(params, '$.method'),
+                   case dir when 'a2c' then 'c2a' when 'c2a' then 'a2c' else dir end, kind, latency_ns
+            from wrapped where json_valid(params) and json_type(params, '$.method') = 'text'"""
     sql = f"""
-        select * from (
-            select run_id, seq, coalesce(method, '?') as method,
-                   case dir when 'a2c' then 'c2a' when 'c2a' then 'a2c' else dir end as dir,
-                   round(latency_ns / 1e6, 3) as latency_ms, kind = 'error' as error
+        with recursive {_wrapped(scope)} answered as (
+            select run_id, seq, 0 as hop, coalesce(method, '?') as method,
+                   case dir when 'a2c' then 'c2a' when 'c2a' then 'a2c' else dir end as dir, kind, latency_ns
             from frames
             where {scope} and request_seq is not null and latency_ns is not null
-              and kind in ('response', 'error')
-            order by run_id desc, seq desc limit ?
-        ) order by run_id, seq
+              and kind in ('response', 'error'){hops}
+        )
+        select * from (
+            select run_id, seq, hop, method, dir, round(latency_ns / 1e6, 3) as latency_ms, kind = 'error' as error
+            from answered order by run_id desc, seq desc, hop desc limit ?
+        ) order by run_id, seq, hop
     """
+    # The scope, in wrapped then in answered.
+    return _samples(db.execute(sql, [*params, *params, limit]))
+
+
+def _samples(cursor: Any) -> list[dict[str, Any]]:
     return [
-        {"method": method, "dir": direction, "latency_ms": ms, "error": bool(error)}
-        for _, _, method, direction, ms, error in db.execute(sql, [*params, limit])
+        {"method": method, "dir": direction, "latency_ms": ms, "error": bool(error), "hop": hop}
+        for _, _, hop, method, direction, ms, error in cursor
     ]

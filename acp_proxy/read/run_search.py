@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from acp_proxy.read import queries
+from acp_proxy.read import hops, queries
 from acp_proxy.read.listing import NEWEST
 
 STATUSES = ("running", "ended", "crashed")
@@ -60,7 +60,7 @@ def runs_matching(
         [NEWEST if before is None else before, *params, limit + 1],
     )
     total = db.execute(f"select count(*) from runs r where {where}", [NEWEST, *params]).fetchone()[0]
-    return rows[:limit], len(rows) > limit, int(total)
+    return hops.count_in_runs(db, rows[:limit]), len(rows) > limit, int(total)
 
 
 def agents_and_clients(db: Any) -> tuple[list[str], list[str]]:

@@ -51,7 +51,7 @@ class NotFound(Exception):
 
 
 def run_summary(row: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
-    """A ``runs`` row (as ``queries.runs`` gives it) as the pages show it."""
+    """A ``runs`` row (as ``listing.runs`` gives it) as the pages show it."""
     from acp_proxy.cli.views import exit_status
 
     def parsed(name: str) -> Any:
@@ -78,6 +78,7 @@ def run_summary(row: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
         "protocol_version": row.get("protocol_version"),
         "exit": exit_status(row.get("exit_code"), row.get("exit_signal"), row.get("status")),
         "frames": row.get("frames"),
+        "turns": row.get("turns"),
         "frames_c2a": row.get("frames_c2a"),
         "frames_a2c": row.get("frames_a2c"),
         "stderr_lines": row.get("stderr_lines"),

@@ -82,6 +82,30 @@ def test_a_hops_latency_rows_are_its_requests_by_their_own_method_and_direction(
     assert _without([r for r in table if r["hop"] == 1], "hop") == _without(own, "hop")
 
 
+def test_a_hops_requests_are_latency_samples_right_after_their_envelopes(tmp_path: Path) -> None:
+    db_path = tmp_path / "rec.db"
+    direct, link = _direct_and_chained(db_path, v2_turn(TOOL, CHUNK))
+    db = store.open_for_reading(db_path)
+    own = latency.samples(db, [direct])
+    assert {s["hop"] for s in own} == {0} and len(own) == 3
+    found = latency.samples(db, [link])
+    inner = [s for s in found if s["hop"] == 1]
+    assert _without(inner, "hop") == _without(own, "hop"), "a hop's samples are the direct recording's"
+    for n, sample in enumerate(found):
+        if sample["hop"] == 1:  # the envelope's own answer, then what it carried
+            envelope = found[n - 1]
+            assert (envelope["method"], envelope["hop"]) == ("proxy/successor", 0)
+            assert envelope["latency_ms"] == sample["latency_ms"] and envelope["dir"] != sample["dir"]
+    assert [s["method"] for s in found if s["hop"] == 0] == ["proxy/successor"] * 3 + ["proxy/initialize"]
+    assert latency.samples(db, [link], limit=3) == found[-3:], "the latest, hops included"
+    assert latency.samples(db, None) == own + found
+    # Two proxies: the inner requests are hop 2, each after both envelopes' answers.
+    _direct, twice = _direct_and_chained(db_path, v2_turn(CHUNK), depth=2)
+    deep = latency.samples(db, [twice])
+    assert _without([s for s in deep if s["hop"] == 2], "hop") == _without(own, "hop")
+    assert [s["hop"] for s in deep[:3]] == [0, 1, 2]
+
+
 def test_nested_envelopes_are_deeper_hops(tmp_path: Path) -> None:
     db_path = tmp_path / "rec.db"
     direct, link = _direct_and_chained(db_path, v2_turn(CHUNK), depth=2)
@@ -205,3 +229,67 @@ def test_the_summary_counts_a_hops_turns(tmp_path: Path) -> None:
     assert summary(db, str(link))["turns"] == 1 == summary(db, str(direct))["turns"]
     found = summary(db, "all")
     assert found["turns"] == 2 and found["stop_reasons"] == {"end_turn": 2}
+
+
+def _own_and_chained(db_path: Path) -> int:
+    """A link with a conversation of its own (session S, one turn) that then forwards another
+    conversation in session S to its successor (one turn more, hop 1): a proxy's link to the
+    conductor, as the proxy-chains RFD has it."""
+    messages = [*v2_turn(CHUNK), *chained(v2_turn(TOOL))]
+    return _record(db_path, messages, _times(len(messages)))
+
+
+def test_the_lists_of_runs_and_sessions_count_a_hops_turns_as_stats_does(tmp_path: Path) -> None:
+    from acp_proxy.read import listing, run_search
+
+    db_path = tmp_path / "rec.db"
+    direct, link = _direct_and_chained(db_path, v2_turn(CHUNK))
+    both = _own_and_chained(db_path)
+    db = store.open_for_reading(db_path)
+    expected = {run: len(stats(db, str(run))["turns"]) for run in (direct, link, both)}
+    assert expected == {direct: 1, link: 1, both: 2}
+    assert {r["id"]: r["turns"] for r in listing.runs(db, None)} == expected
+    assert {r["id"]: r["turns"] for r in listing.runs(db, 2, 1)} == {link: 1, direct: 1}
+    page, more = listing.runs_before(db, None, 2)
+    assert [(r["id"], r["turns"]) for r in page] == [(both, 2), (link, 1)] and more
+    found, _more, total = run_search.runs_matching(db, run_search.RunQuery())
+    assert {r["id"]: r["turns"] for r in found} == expected and total == 3
+    # Session S, created in `direct` and again in `both` (two instances): in `both` its own turn
+    # and the one its hop carries. (The link `link` has no session of its own: its hop's session
+    # is no sessions row.) `stats S` is the newest instance's.
+    listed = [(s["session_id"], s["runs"], s["turns"]) for s in listing.sessions(db, None)]
+    assert listed == [(S, str(both), 2), (S, str(direct), 1)]
+    assert len(stats(db, S)["turns"]) == 2
+    assert [s["turns"] for s in listing.sessions_before(db, None, 10)[0]] == [2, 1]
+    assert [s["turns"] for s in listing.sessions(db, 1, 1)] == [1]
+    # A long list looks in every run and keeps its own.
+    assert hops.turn_counts(db, list(range(1, 1000))) == hops.turn_counts(db, None) == {(link, S): 1, (both, S): 1}
+    assert hops.turn_counts(db, [direct, link, *range(10, 1000)]) == {(link, S): 1}
+
+
+def test_the_doors_lists_count_a_hops_turns(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from acp_proxy.cli.commands import cli
+    from acp_proxy.mcp.tools import Tools
+    from acp_proxy.protocol.redact import Redactor
+    from acp_proxy.web import model
+
+    db_path = tmp_path / "rec.db"
+    _direct, link = _direct_and_chained(db_path, v2_turn(CHUNK))
+    both = _own_and_chained(db_path)
+    tools = Tools(db_path, Redactor())
+    assert {r["id"]: r["turns"] for r in tools.list_runs().model_dump()["items"]} == {1: 1, link: 1, both: 2}
+    assert [s["turns"] for s in tools.list_sessions().model_dump()["items"]] == [2, 1]
+    index = model.index(store.open_for_reading(db_path), Redactor())
+    assert [(r["id"], r["turns"]) for r in index["runs"]] == [(both, 2), (link, 1), (1, 1)]
+    assert [s["turns"] for s in index["sessions"]] == [2, 1]
+    lists = (("runs", "id", {1: 1, link: 1, both: 2}), ("sessions", "runs", {str(both): 2, "1": 1}))
+    for command, key, expected in lists:
+        shown = CliRunner().invoke(cli, [command, "--json", "--db", str(db_path)])
+        assert shown.exit_code == 0, shown.output
+        assert {row[key]: row["turns"] for row in json.loads(shown.output)} == expected
+    table = CliRunner().invoke(cli, ["runs", "--db", str(db_path)], env={"COLUMNS": "160"})
+    assert table.exit_code == 0, table.output
+    header = next(line for line in table.output.splitlines() if "frames" in line)
+    assert "turns" in header.split()

@@ -91,6 +91,7 @@ def test_samples_are_the_answered_requests_named_by_the_request_direction(tmp_pa
             "dir": {"a2c": "c2a", "c2a": "a2c"}[row["dir"]],
             "latency_ms": round(row["latency_ns"] / 1e6, 3),
             "error": row["kind"] == "error",
+            "hop": 0,
         }
         for row in queries.rows(db, "select * from frames order by run_id, seq")
         if row["kind"] in ("response", "error") and row["latency_ns"] is not None

@@ -171,7 +171,9 @@ function charts(data) {
   if (!data.latency || !data.latency.length) latency.textContent = "No answered request recorded.";
   else embed(latency, {
     $schema: "https://vega.github.io/schema/vega-lite/v6.json",
-    data: { values: data.latency.map((d) => ({ ...d, latency_ms: Math.max(d.latency_ms, 0.001) })) },
+    // hop: a request of a proxy chain's inner conversation, named as the latency table names it
+    data: { values: data.latency.map((d) => ({ ...d, method: d.hop ? `${d.method} (hop ${d.hop})` : d.method,
+      latency_ms: Math.max(d.latency_ms, 0.001) })) },
     width: 560,
     layer: [
       { mark: { type: "boxplot", extent: "min-max", opacity: 0.5 },

@@ -31,16 +31,17 @@ function initIndex() {
     set(c[4], [r.agent, r.client].filter(Boolean).join(" ⇄ "));
     set(c[5], short((r.argv || []).join(" "), 90));
     set(c[6], r.frames ?? "");
-    set(c[7], r.faults || "");
-    set(c[8], r.findings || "");
-    set(c[9], r.exit);
+    set(c[7], r.turns ?? ""); // a proxy chain's inner turns included (read.hops)
+    set(c[8], r.faults || "");
+    set(c[9], r.findings || "");
+    set(c[10], r.exit);
   };
   const runRow = (r) => {
     const tr = el("tr", { dataset: { run: r.id } },
       el("td", {}, el("input", { type: "checkbox", "aria-label": `compare run ${r.id}`,
         onchange: (e) => { e.target.checked ? ticked.add(r.id) : ticked.delete(r.id); updateDiff(); } })),
       el("td", {}, el("a", { href: `/runs/${r.id}`, text: `run ${r.id}` })),
-      el("td"), el("td"), el("td"), el("td", { class: "mono" }), el("td"), el("td"), el("td"), el("td"));
+      el("td"), el("td"), el("td"), el("td", { class: "mono" }), el("td"), el("td"), el("td"), el("td"), el("td"));
     runRows.set(r.id, tr);
     return tr;
   };
