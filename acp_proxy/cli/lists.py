@@ -37,7 +37,8 @@ from acp_proxy.errors import UsageError
 @output_options
 @click.option("-n", "--limit", type=count(), default=20, show_default=True, help="0: all runs.")
 def runs(db_path: Path | None, output: Output, limit: int) -> None:
-    """Recent runs, newest first: when, agent command, peers, protocol, frames, duration, exit.
+    """Recent runs, newest first: when, agent command, peers, protocol, frames, turns (a proxy
+    chain's included), duration, exit.
 
     \b
     Example:
