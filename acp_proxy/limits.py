@@ -23,3 +23,10 @@ MAX_DB_LIMIT = 2**48
 
 EXPORT_FORMAT = 1
 """The newest ``acp_proxy_export`` header format: what ``export`` writes, the most ``import`` reads."""
+
+CHECK_MAX_JOBS = 8
+"""`check --jobs`: at most this many processes (each a fresh interpreter with compiled schemas)."""
+
+CHECK_AUTO_JOBS_FRAMES = 100_000
+"""`check --jobs auto` uses more than one process from this many frames on: below it one process
+checks them in about a second, less than a worker's start-up would cost."""

@@ -22,10 +22,13 @@ from acp_proxy.cli.group import (
 from acp_proxy.cli.options import db_option
 from acp_proxy.cli.support import (
     TEXT,
+    Jobs,
     Output,
     output_options,
     say,
 )
+from acp_proxy.limits import CHECK_AUTO_JOBS_FRAMES as AUTO_JOBS_FRAMES
+from acp_proxy.limits import CHECK_MAX_JOBS as MAX_JOBS
 
 # -- conformance checks ----------------------------------------------------------------------
 
@@ -43,13 +46,18 @@ _PROGRESS_MIN_FRAMES = 20_000  # below this a check takes well under a second: n
 @click.option(
     "--jobs",
     "-j",
-    type=click.IntRange(min=1),
-    default=1,
+    type=Jobs(MAX_JOBS),
+    default="auto",
     show_default=True,
-    help="Check runs in N processes at once (`check all`); findings stay in run order.",
+    help=(
+        "Check runs in N processes at once (`check all`); findings stay in run order. auto: one "
+        f"per CPU (at most {MAX_JOBS}) once there are {AUTO_JOBS_FRAMES:,} frames in two runs or more."
+    ),
 )
 @click.argument("ref", default="last", type=TEXT)
-def check(db_path: Path | None, output: Output, no_schema: bool, stable: bool, save: bool, jobs: int, ref: str) -> None:
+def check(
+    db_path: Path | None, output: Output, no_schema: bool, stable: bool, save: bool, jobs: int | None, ref: str
+) -> None:
     """Check a run or session (default `last`; `all`: every run) against the ACP spec: schema
     and lifecycle rules. Exits 1 on errors.
 

@@ -263,6 +263,26 @@ class Number(click.ParamType):
         return above and number <= self.high
 
 
+class Jobs(click.ParamType):
+    """``auto`` (None: the command decides from the work and the CPUs) or a number of processes,
+    1 to ``high``."""
+
+    name = "N|auto"
+
+    def __init__(self, high: int) -> None:
+        self.number = Number(int, 1, high)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+            return None
+        try:
+            return self.number.convert(value, param, ctx)
+        except click.BadParameter:
+            shown = str(value).strip()
+            shown = shown if len(shown) <= 30 else shown[:27] + "..."
+            self.fail(f"{shown!r} is not auto or a whole number {self.number._range()}", param, ctx)
+
+
 def count(low: int = 0) -> Number:
     return Number(int, low, MAX_COUNT)
 

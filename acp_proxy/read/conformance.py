@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from acp_proxy.errors import UsageError
+from acp_proxy.limits import CHECK_AUTO_JOBS_FRAMES, CHECK_MAX_JOBS
 from acp_proxy.protocol.redact import Redactor
 from acp_proxy.read import faults as notes
 from acp_proxy.read import queries
@@ -54,10 +56,12 @@ def check(
     unstable: bool = True,
     progress: Progress | None = None,
     redactor: Redactor | None = None,
-    jobs: int = 1,
+    jobs: int | None = 1,
     path: Path | None = None,
 ) -> CheckReport:
     """Check the runs ``text`` names (a REF, or ``all``); ``UsageError`` when it names none.
+
+    ``jobs`` None: as many processes as ``auto_jobs`` says the scope is worth.
 
     ``jobs`` > 1 (with the database's ``path``, which each worker opens): the runs are checked in
     that many processes, each reading its runs itself; the findings are the same."""
@@ -75,6 +79,8 @@ def check(
     ).fetchone()[0]
     keep = _session_keys(db, resolved)
     options: dict[str, Any] = {"versions": versions, "schema": schema, "unstable": unstable, "ended": ended}
+    if jobs is None:
+        jobs = auto_jobs(len(run_ids), total)
     started = time.perf_counter()
     if jobs > 1 and path is not None and len(run_ids) > 1:
         runs = checks.check_runs(run_ids, functools.partial(_run_frames, path), jobs=jobs, **options)
@@ -103,6 +109,15 @@ def check(
     # End-of-run findings (unanswered requests, unfinished turns) point back at earlier frames.
     found.sort(key=lambda f: (f["run_id"] or 0, f["seq"] or 0))
     return CheckReport(label, run_ids, total, _masked(found, redactor), took)
+
+
+def auto_jobs(runs: int, frames: int) -> int:
+    """How many processes ``check --jobs auto`` uses: one per CPU this process may run on (at
+    most ``CHECK_MAX_JOBS``, at most one per run), once there are ``CHECK_AUTO_JOBS_FRAMES`` frames."""
+    if runs < 2 or frames < CHECK_AUTO_JOBS_FRAMES:
+        return 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, runs, CHECK_MAX_JOBS))
 
 
 def _run_frames(path: Path, run_id: int) -> Iterator[dict[str, Any]]:

@@ -228,7 +228,7 @@ def many_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_jobs_give_the_findings_of_one_process_in_run_order(many_runs: Path) -> None:
-    alone = invoke("check", "all", "--db", str(many_runs), "--json")
+    alone = invoke("check", "all", "--jobs", "1", "--db", str(many_runs), "--json")
     parallel = invoke("check", "all", "--jobs", "3", "--db", str(many_runs), "--json")
     assert parallel.exit_code == alone.exit_code == 1
     found = json.loads(parallel.stdout)
@@ -240,6 +240,25 @@ def test_jobs_give_the_findings_of_one_process_in_run_order(many_runs: Path) -> 
     assert parallel.stderr.split("): ")[1] == alone.stderr.split("): ")[1]
 
 
-def test_jobs_must_be_a_positive_count(many_runs: Path) -> None:
-    result = invoke("check", "all", "--jobs", "0", "--db", str(many_runs))
-    assert result.exit_code == 2 and "Traceback" not in result.output
+def test_jobs_must_be_auto_or_a_bounded_count(many_runs: Path) -> None:
+    for bad in ("0", "9", "-1", "many", "1e9", "9" * 50):
+        result = invoke("check", "all", "--jobs", bad, "--db", str(many_runs))
+        assert result.exit_code == 2 and "Traceback" not in result.output, bad
+        assert "is not auto or a whole number from 1 to 8" in result.stderr, result.stderr
+    auto = invoke("check", "all", "--jobs", "AUTO", "--db", str(many_runs), "--json")
+    assert auto.exit_code == 1 and json.loads(auto.stdout)
+
+
+def test_auto_jobs_is_one_process_for_little_work_and_one_per_cpu_for_much(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from acp_proxy.limits import CHECK_AUTO_JOBS_FRAMES as ENOUGH
+    from acp_proxy.read.conformance import auto_jobs
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3}, raising=False)
+    assert auto_jobs(runs=1, frames=10 * ENOUGH) == 1  # one run: one process, whatever its size
+    assert auto_jobs(runs=50, frames=ENOUGH - 1) == 1  # little work: a worker's start-up costs more
+    assert auto_jobs(runs=50, frames=ENOUGH) == 4  # one per CPU this process may use
+    assert auto_jobs(runs=3, frames=ENOUGH) == 3  # never more than there are runs
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(64)), raising=False)
+    assert auto_jobs(runs=500, frames=ENOUGH) == 8  # bounded
