@@ -53,7 +53,7 @@ from acp_proxy.record import supervise
 from acp_proxy.relay.pumps import close_quietly, open_stream, trio_streams
 from acp_proxy.relay.remote import faults as remote_faults
 from acp_proxy.relay.remote import shapes
-from acp_proxy.relay.remote.asgi import BodyTooLarge, Receive, Scope, Send, front_door, read_body, refuse
+from acp_proxy.relay.remote.asgi import MAX_BODY, BodyTooLarge, Receive, Scope, Send, front_door, read_body, refuse
 from acp_proxy.relay.remote.runs import RemoteRun
 from acp_proxy.relay.spawn import RelayError, resolve_agent, say, spawn_agent
 
@@ -105,21 +105,24 @@ class LocalAgent:
         return bool(await self.stdin.send_counted(line) == len(line))
 
     @staticmethod
-    async def lines(stream: Any) -> AsyncIterator[bytes]:
-        pending = b""
+    async def lines(stream: Any, too_long: Callable[[int], None] | None = None) -> AsyncIterator[bytes]:
+        """The stream's lines, each at most ``MAX_BODY`` bytes; ``too_long(size)`` for each longer
+        one, which is left out (no transport would carry it as one message)."""
+        cutter = shapes.LineCutter(MAX_BODY)
         while True:
             try:
                 data = await stream.receive_some(65536)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 data = b""
+            lines = cutter.feed(data) if data else cutter.end()
+            for size in cutter.too_long:
+                if too_long is not None:
+                    too_long(size)
+            cutter.too_long.clear()
+            for line in lines:
+                yield line
             if not data:
                 break
-            pending += data
-            *complete, pending = pending.split(b"\n")
-            for line in complete:
-                yield line.rstrip(b"\r")
-        if pending:
-            yield pending
 
     async def wait(self) -> int:
         """Its exit status (minus the signal that ended it); the one waiter."""
@@ -172,8 +175,24 @@ def _journal_stderr(run: RemoteRun | None, line: bytes) -> None:
     run.recording.journal.record(jr.LINE, jr.STDERR, time.time_ns(), jr.line_payload(record, meta))
 
 
+def _too_long(connection: str, run: RemoteRun | None, stream: str) -> Callable[[int], None]:
+    """What a line of the agent's stdout over ``MAX_BODY`` bytes becomes: left out, said on
+    serve's stderr and recorded as the connection's transport event."""
+
+    def left_out(size: int) -> None:
+        why = f"the agent wrote a line of {size:,} bytes (over {MAX_BODY // 2**20} MiB): not forwarded"
+        say(f"connection {connection}: {why}")
+        if run is not None:
+            run.event(why, stream=stream)
+
+    return left_out
+
+
 async def _pass_stderr(agent: LocalAgent, run: RemoteRun | None) -> None:
-    async for line in agent.lines(agent.stderr):
+    def left_out(size: int) -> None:
+        say(f"the agent's stderr had a line of {size:,} bytes: left out")
+
+    async for line in agent.lines(agent.stderr, left_out):
         _journal_stderr(run, line)
         try:
             os.write(2, line + b"\n")
@@ -384,7 +403,7 @@ class AgentApp:
                     await agent.stop()
 
                 async def agent_to_client() -> None:
-                    async for line in agent.lines(agent.stdout):
+                    async for line in agent.lines(agent.stdout, _too_long(connection, run, "websocket")):
                         if line.strip():
                             await carry("a2c", line)
                     await agent.exited.wait()
@@ -514,7 +533,7 @@ class AgentApp:
             nursery.start_soon(_pass_stderr, agent, run)
 
             async def agent_out() -> None:
-                async for line in agent.lines(agent.stdout):
+                async for line in agent.lines(agent.stdout, _too_long(connection.id, run, "sse")):
                     if line.strip():
                         await self._route(connection, line)
                 for outbox in connection.outboxes.values():

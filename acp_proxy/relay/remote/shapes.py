@@ -258,3 +258,53 @@ def host_allowed(host_header: str | None, port: int, allowed: frozenset[str]) ->
         return False
     name = name.strip("[]").lower()
     return name in LOOPBACK_NAMES or name in allowed
+
+
+class LineCutter:
+    """A served stdio agent's byte stream cut into its lines (``\\n``, a trailing ``\\r`` dropped),
+    each at most ``limit`` bytes: a line over it is one message no transport would carry (a
+    WebSocket message and a request body have the same bound), so it is left out whole and
+    counted in ``too_long`` (its size) instead of being held in memory to the end.
+
+    Each chunk is searched once (no re-scan of what is pending), so a line of many reads costs
+    what its bytes do."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pending = bytearray()
+        self.skipping = 0
+        """Bytes of an over-long line left out so far (0: not inside one)."""
+        self.too_long: list[int] = []
+
+    def feed(self, data: bytes) -> list[bytes]:
+        lines: list[bytes] = []
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            piece = memoryview(data)[start : len(data) if end < 0 else end]
+            if self.skipping:
+                self.skipping += len(piece)
+            elif len(self.pending) + len(piece) > self.limit:
+                self.skipping = len(self.pending) + len(piece)
+                self.pending.clear()
+            else:
+                self.pending += piece
+            if end < 0:
+                return lines
+            if self.skipping:
+                self.too_long.append(self.skipping)
+                self.skipping = 0
+            else:
+                line = bytes(self.pending)
+                lines.append(line[:-1] if line.endswith(b"\r") else line)
+                self.pending.clear()
+            start = end + 1
+
+    def end(self) -> list[bytes]:
+        """What is left when the stream ends: an unterminated last line, as it is."""
+        if self.skipping:
+            self.too_long.append(self.skipping)
+            self.skipping = 0
+            return []
+        line, self.pending = bytes(self.pending), bytearray()
+        return [line] if line else []

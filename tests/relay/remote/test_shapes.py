@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from acp_proxy.relay.remote import shapes
 
@@ -150,3 +152,38 @@ def test_a_request_body_over_the_limit_is_refused_before_it_is_held_whole() -> N
     events[-1] = {"type": "http.request", "body": b"", "more_body": False}
     read.clear()
     assert trio.run(asgi.read_body, receive) == b"x" * 9000
+
+
+# -- a served agent's stdout cut into lines (LineCutter) --------------------------------------
+
+_LINE_BYTES = st.binary(max_size=40).map(lambda b: b.replace(b"\n", b""))
+
+
+@settings(max_examples=300)
+@given(
+    lines=st.lists(_LINE_BYTES, max_size=12), cuts=st.lists(st.integers(0, 400), max_size=10), limit=st.integers(1, 30)
+)
+def test_a_line_cutter_gives_every_line_up_to_its_limit_and_counts_the_longer_ones(
+    lines: list[bytes], cuts: list[int], limit: int
+) -> None:
+    stream = b"".join(line + b"\n" for line in lines)
+    cutter = shapes.LineCutter(limit)
+    got: list[bytes] = []
+    at = 0
+    for cut in sorted(cuts):  # the stream in reads of any size, a line split across many
+        got += cutter.feed(stream[at:cut])
+        at = max(at, cut)
+    got += cutter.feed(stream[at:])
+    got += cutter.end()
+    assert got == [line.removesuffix(b"\r") for line in lines if len(line) <= limit]
+    assert cutter.too_long == [len(line) for line in lines if len(line) > limit]
+
+
+def test_a_line_cutter_keeps_no_more_than_its_limit_of_an_endless_line() -> None:
+    cutter = shapes.LineCutter(1000)
+    for _ in range(1000):
+        assert cutter.feed(b"x" * 4096) == []
+        assert len(cutter.pending) <= 1000
+    assert cutter.feed(b"x\nafter\n") == [b"after"]
+    assert cutter.too_long == [4096 * 1000 + 1]
+    assert cutter.feed(b"tail") == [] and cutter.end() == [b"tail"]
