@@ -46,6 +46,7 @@ PROCESS_NAME = b"acp-proxy-otlp"
 
 _SELECT_FRAMES = "select * from frames where run_id = ? and seq > ? order by seq limit ?"
 
+
 def delivery_report(exporter: Any, total: int | None = None) -> str:
     """What was lost, and why, in one line (spans, then metric data points)."""
     parts = []

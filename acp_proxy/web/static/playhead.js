@@ -1,6 +1,8 @@
 // acp-proxy inspector: the playhead — a run's conversation rebuilt by the server up to one frame
 // (/runs/ID/playhead.json?seq=N, the read layer's fold), stepped frame by frame with buttons or
-// [ and ]. The browser keeps no model of the conversation: each step asks the server again.
+// [ and ]. The browser keeps no model of the conversation: each step asks the server again, and
+// the server sends what a page holds (the last entries, a long message's tail, how much is left
+// out).
 // Text from a recording only ever reaches the page through textContent, never as HTML.
 "use strict";
 
@@ -22,6 +24,14 @@ FEATURES.push({ page: "conversation", start() {
     error.classList.toggle("hidden", data.ok);
     error.textContent = data.ok ? "" : data.error;
     if (!data.ok) return;
+    if (data.folding) {
+      // A first visit far into a long run: the server folds a slice at a time and says how far
+      // it got; ask again (a newer step supersedes this one). Later steps cost a checkpoint's.
+      where.textContent = `folding the run up to #${data.seq}: ${data.position.toLocaleString()} of ${data.total.toLocaleString()} frames…`;
+      controls.classList.remove("hidden");
+      enter.classList.add("hidden");
+      return show(seq);
+    }
     at = data;
     pageState.playhead = true;
     document.body.dataset.playhead = data.seq === null ? "start" : String(data.seq);
@@ -46,6 +56,7 @@ FEATURES.push({ page: "conversation", start() {
     controls.classList.add("hidden");
     enter.classList.remove("hidden");
     if (pageState.conversation) document.getElementById("conversation").replaceChildren(...conversationView(pageState.conversation));
+    else if (pageState.unfolded) document.getElementById("conversation").replaceChildren(el("p", { class: "dim", text: pageState.unfolded }));
   };
   const here = () => {
     const m = (selected || "").match(/^(\d+):(\d+)$/);
