@@ -8,7 +8,9 @@ only ever append to that content or replace it, never read it, so what follows f
 ``Checkpoints``: one run's fold state snapshotted every ``EVERY`` relayed frames as the fold
 first passes them, so reaching any frame costs at most ``EVERY`` frames of folding from the
 snapshot before it once the run has been folded that far, and the first visit folds forward in
-slices of at most ``BUDGET`` seconds (the caller answers with the progress and is asked again).
+slices of at most ``BUDGET`` seconds (the caller answers with the progress and is asked again);
+near snapshots (every ``NEAR`` frames, a few dozen, around the place asked for last) make the
+steps around it cost at most ``NEAR`` frames.
 Snapshots are keyed by seq and only ever taken of frames already recorded, so a live run's new
 frames invalidate none of them. ``Cache``: the runs a server keeps checkpoints for, bounded.
 ``window``: a folded conversation cut to what a page can hold (the last ``ENTRIES`` entries
@@ -44,6 +46,12 @@ EVERY = 2_000
 """Relayed frames between two snapshots (doubled each time the snapshots are thinned)."""
 MAX_SNAPSHOTS = 256
 """Snapshots kept per run; past it every other one is dropped."""
+NEAR = 128
+"""Frames between two near snapshots: those a fold takes on its last ``NEAR * NEAR_KEPT``
+frames to the frame asked for, so that stepping around it folds at most this many frames."""
+NEAR_KEPT = 32
+NEAR_ENTRIES = 5_000
+"""A fold state holding more timeline entries than this gets no near snapshots."""
 TAIL = 200
 """Content items (chunks) of one entity a fold state keeps and a page is sent."""
 OUTPUT_TAIL = 64 * 1024
@@ -177,6 +185,8 @@ class Checkpoints:
         start = RunFold(run_id, copy.deepcopy(redactor) if redactor is not None else None)
         self.snapshots: list[RunFold] = [copy.deepcopy(start)]
         """In seq order; the first is the fold before any frame."""
+        self.near: list[RunFold] = []
+        """Near snapshots (``NEAR`` frames apart) around the places asked for last."""
         self.work = start
         self._counted: tuple[int | None, int] = (None, 0)
 
@@ -201,6 +211,7 @@ class Checkpoints:
         work = self.work
         if (work.seq is not None and work.seq > target) or (base.seq or 0) > (work.seq or 0):
             work = self.work = copy.deepcopy(base)
+        near_from = target - NEAR * NEAR_KEPT  # where the fold takes near snapshots on its way
         while work.seq != target:
             rows = queries.rows(
                 db,
@@ -213,16 +224,30 @@ class Checkpoints:
                 work.feed(row)
                 if work.position % self.every == 0:
                     self._passed(work)
+                elif work.position % NEAR == 0 and row["seq"] >= near_from:
+                    self._near(work, target)
             if work.seq != target and time.monotonic() > deadline:
                 return None
         return work
 
     def _snapshot_before(self, target: int) -> RunFold:
         found = self.snapshots[0]
-        for snap in self.snapshots:  # a few hundred at most
-            if snap.seq is not None and snap.seq <= target:
+        for snap in (*self.snapshots, *self.near):  # a few hundred at most
+            if snap.seq is not None and snap.seq <= target and snap.seq > (found.seq or 0):
                 found = snap
         return found
+
+    def _near(self, work: RunFold, target: int) -> None:
+        """A near snapshot of ``work``, on its way to ``target``: the steps around a place a
+        person looks at fold from one of these (at most ``NEAR`` frames) instead of from the
+        last snapshot (``every``). Only of a small state (copying it costs what it holds); the
+        ones farthest from ``target`` are dropped past ``NEAR_KEPT``."""
+        if work.trim() > NEAR_ENTRIES or any(s.seq == work.seq for s in self.near):
+            return
+        self.near.append(copy.deepcopy(work))
+        if len(self.near) > NEAR_KEPT:
+            self.near.sort(key=lambda s: abs((s.seq or 0) - target))
+            del self.near[NEAR_KEPT:]
 
     def _passed(self, work: RunFold) -> None:
         """``work`` is at a multiple of the interval: trimmed, and snapshotted when it is past

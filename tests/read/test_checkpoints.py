@@ -79,9 +79,12 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_frame_in_any_order_is_the_fold_from_scratch(
     synthetic: Path, rules: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A snapshot every 3 frames, at most 4 kept: restoring, folding on and thinning all happen.
+    # A snapshot every 3 frames, at most 4 kept, near ones every 2 (3 kept): restoring from
+    # either, folding on and thinning all happen.
     monkeypatch.setattr(cp, "EVERY", 3)
     monkeypatch.setattr(cp, "MAX_SNAPSHOTS", 4)
+    monkeypatch.setattr(cp, "NEAR", 2)
+    monkeypatch.setattr(cp, "NEAR_KEPT", 3)
     db = connect(synthetic)
     seqs = relayed(db, 1)
     assert len(seqs) > 15
@@ -91,6 +94,7 @@ def test_every_frame_in_any_order_is_the_fold_from_scratch(
     visit(db, 1, order + shuffled, rules, cache)
     (points,) = cache._held.values()
     assert len(points.snapshots) <= 4 + 1 and points.every > 3, "thinned"
+    assert 0 < len(points.near) <= 3
     # Masked as a page masks: the secret the run names is nowhere in what the playhead sends.
     end = ph.at(db, 1, seqs[-1], Redactor(rules), cache=cache)
     assert isinstance(end, ph.Playhead) and SECRETS["key"] not in json.dumps(end.conversations)
