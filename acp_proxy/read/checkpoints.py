@@ -60,6 +60,9 @@ ENTRIES = 500
 """Timeline entries and turns of one conversation a page is sent (its last ones)."""
 MAX_ENTRIES = 200_000
 """The most timeline entries a fold state may hold: each snapshot copies them."""
+SNAPSHOT_ENTRIES = 1_000_000
+"""The most timeline entries one run's snapshots hold between them: past it they are thinned,
+so a run of many entries gets fewer snapshots (and longer steps), not more memory."""
 BUDGET = 1.0
 """Seconds of folding one request may spend before it answers with its progress."""
 RUNS = 4
@@ -121,6 +124,8 @@ class RunFold:
         """How many relayed frames were fed (batch lines included, as ``frames`` counts them)."""
         self.frame: dict[str, Any] | None = None
         """The last frame fed, masked."""
+        self.entries = 0
+        """Timeline entries held when last trimmed."""
         self._reader = RunReader()
         self._folder = fd.Folder()
         self._unwrapper = Unwrapper()
@@ -157,10 +162,12 @@ class RunFold:
         return out
 
     def trim(self) -> int:
-        """``trim`` this fold's conversations (a hop's too); the timeline entries held."""
+        """``trim`` this fold's conversations (a hop's too); the timeline entries held (kept in
+        ``entries``)."""
         entries = trim(self._folder.conversations)
         if self._inner is not None:
             entries += self._inner.trim()
+        self.entries = entries
         return entries
 
 
@@ -261,7 +268,9 @@ class Checkpoints:
         if last.seq is not None and work.seq is not None and work.seq <= last.seq:
             return
         self.snapshots.append(copy.deepcopy(work))
-        if len(self.snapshots) > MAX_SNAPSHOTS:
+        while len(self.snapshots) > MAX_SNAPSHOTS or (
+            len(self.snapshots) > 2 and sum(s.entries for s in self.snapshots) > SNAPSHOT_ENTRIES
+        ):
             # Thinned: every other one dropped (the start kept), the interval doubled.
             self.snapshots = self.snapshots[:1] + self.snapshots[2::2]
             self.every *= 2

@@ -100,6 +100,20 @@ def test_every_frame_in_any_order_is_the_fold_from_scratch(
     assert isinstance(end, ph.Playhead) and SECRETS["key"] not in json.dumps(end.conversations)
 
 
+def test_snapshots_of_a_state_of_many_entries_are_fewer_not_bigger(
+    synthetic: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cp, "EVERY", 2)
+    monkeypatch.setattr(cp, "SNAPSHOT_ENTRIES", 20)
+    db = connect(synthetic)
+    seqs = relayed(db, 1)
+    cache = cp.Cache()
+    visit(db, 1, seqs[::-1][:1] + seqs[::3], [], cache)
+    (points,) = cache._held.values()
+    assert sum(s.entries for s in points.snapshots) <= 20 or len(points.snapshots) <= 2
+    assert points.every > 2, "thinned"
+
+
 def test_a_proxy_chains_hops_are_folded_as_show_folds_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cp, "EVERY", 2)
     db_path = tmp_path / "hops.db"
