@@ -129,6 +129,10 @@ def test_the_playhead_jumps_to_the_end_of_a_million_frame_run_and_steps_back(
         assert "w999993" in conversation.inner_text(), "the message's last chunk"
         hidden = conversation.locator(".hidden-chunks").inner_text()
         assert "999,794 earlier chunks not shown" in hidden, hidden
+        # The frame's detail beside the list (its masking reads the run once) before steps are timed.
+        page.wait_for_function(
+            f"document.getElementById('detail-title').textContent.startsWith('Frame 1:{MILLION} ')", timeout=120_000
+        )
         # Steps back: each from the checkpoint before it, a few thousand frames at most.
         steps = []
         for n in range(1, 6):

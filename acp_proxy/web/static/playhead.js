@@ -16,6 +16,8 @@ FEATURES.push({ page: "conversation", start() {
   const error = document.getElementById("ph-error");
   let at = null; // the last answer: seq, previous, next, first, last, position, total
   let asking = 0;
+  let selecting = null; // the pending selection of the frame at the playhead
+  const SELECT_AFTER_MS = 250;
   box.classList.remove("hidden");
   const show = async (seq) => {
     const mine = ++asking;
@@ -47,9 +49,14 @@ FEATURES.push({ page: "conversation", start() {
     const target = document.getElementById("conversation");
     target.replaceChildren(...(data.conversations.length ? conversationView(data.conversations)
       : [el("p", { class: "dim", text: "Nothing said yet at this point." })]));
-    if (data.seq !== null) selectFrame(`${run}:${data.seq}`, true);
+    // The frame is selected in the list (its detail opened, the list moved to it) once the steps
+    // pause: each selection asks the server for the list around the frame and its detail, and
+    // while a key is held down those would queue ahead of the next step.
+    clearTimeout(selecting);
+    if (data.seq !== null) { const id = `${run}:${data.seq}`; selecting = setTimeout(() => selectFrame(id, true), SELECT_AFTER_MS); }
   };
   const leave = () => {
+    clearTimeout(selecting);
     pageState.playhead = false;
     delete document.body.dataset.playhead;
     at = null;
