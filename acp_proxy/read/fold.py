@@ -175,22 +175,7 @@ def fold_rows(
             if row is None:
                 folder.ended(run, 0, events)
                 continue
-            message = None
-            raw = row.get("raw")
-            if raw is not None and row.get("kind") != "invalid":
-                try:
-                    message = wire.loads(raw)
-                except ValueError:
-                    message = None
-            item = FoldInput(
-                seq=row["seq"],
-                ts_ns=row["ts_ns"],
-                dir=row["dir"],
-                message=message,
-                forwarded=row.get("forwarded") != 0,
-                run=run,
-            )
-            folder.apply(item, message, events, turn)
+            folder.apply_row(run, row, events, turn)
     return _with_inner_hops(folder.conversations, relayed, ended)
 
 
@@ -310,6 +295,26 @@ class Folder(ContentRules):
         self._count(item, msg, turn)
         if events:
             self._after(item, events)
+
+    def apply_row(self, run: Any, row: Mapping[str, Any], events: tuple[ev.Event, ...], turn: int | None) -> None:
+        """Apply one recorded ``frames`` row of ``run`` given its meaning (``protocol.rows``): how
+        ``fold_rows`` feeds each row, and ``read.checkpoints`` a row at a time."""
+        message = None
+        raw = row.get("raw")
+        if raw is not None and row.get("kind") != "invalid":
+            try:
+                message = wire.loads(raw)
+            except ValueError:
+                message = None
+        item = FoldInput(
+            seq=row["seq"],
+            ts_ns=row["ts_ns"],
+            dir=row["dir"],
+            message=message,
+            forwarded=row.get("forwarded") != 0,
+            run=run,
+        )
+        self.apply(item, message, events, turn)
 
     def _count(self, item: FoldInput, msg: Json, turn_seq: int | None) -> None:
         # What the agent's update counts towards its turn: protocol.output's vocabulary.

@@ -2,21 +2,35 @@
 
 Owns: ``/runs/ID/playhead.json?seq=N`` — the read layer's fold up to frame N
 (``read.playhead``), shaped as the page draws a conversation, with the frame at the playhead
-and the places to step to (first, previous, next, last). The page asks again at each step;
-there is no second model of the conversation in the browser.
+and the places to step to (first, previous, next, last); or, while a first visit far into a
+long run is still folding, ``folding`` with how far it got (the page asks again). The server's
+checkpoints (``read.checkpoints.Cache``, one per server) make later steps cheap. The page asks
+again at each step; there is no second model of the conversation in the browser.
 
 Must not know: SQL, the fold's rules, HTML.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from datasette.utils.asgi import Response
 
+from acp_proxy.read import checkpoints as cp
 from acp_proxy.read import playhead as ph
 from acp_proxy.web import model, timeline
 from acp_proxy.web.doors import Doors, number
+
+_CACHES: weakref.WeakKeyDictionary[Any, cp.Cache] = weakref.WeakKeyDictionary()
+"""Each server's checkpoints (a Datasette instance is one server)."""
+
+
+def _cache(datasette: Any) -> cp.Cache:
+    found = _CACHES.get(datasette)
+    if found is None:
+        found = _CACHES[datasette] = cp.Cache()
+    return found
 
 
 async def playhead_view(doors: Doors, datasette: Any, request: Any) -> Response:
@@ -26,12 +40,15 @@ async def playhead_view(doors: Doors, datasette: Any, request: Any) -> Response:
     if raw not in (None, "") and seq is None:
         return doors.error(f"seq must be a frame number, not {raw[:40]!r}", True, 400)
     redactor = doors.redactor(datasette)
+    cache = _cache(datasette)
 
     def read(conn: Any) -> dict[str, Any]:
         try:
-            at = ph.at(conn, run_id, seq, redactor)
+            at = ph.at(conn, run_id, seq, redactor, cache=cache, shape=model._conversation_json)
         except LookupError as exc:
             raise doors.not_found(str(exc)) from None
+        if isinstance(at, ph.Folding):
+            return {"folding": True, "run_id": run_id, "seq": at.seq, "position": at.position, "total": at.total}
         return {
             "run_id": at.run_id,
             "seq": at.seq,
@@ -42,7 +59,7 @@ async def playhead_view(doors: Doors, datasette: Any, request: Any) -> Response:
             "position": at.position,
             "total": at.total,
             "frame": None if at.frame is None else timeline.timeline_row(at.frame),
-            "conversations": [redactor.value(model._conversation_json(c)) for c in at.conversations],
+            "conversations": at.conversations,
             "redacted": redactor.enabled,
         }
 

@@ -40,7 +40,7 @@ PLANTED = f"my key is {SECRETS['key']} and Bearer {SECRETS['header'].split()[-1]
 
 
 class Server:
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path, timeout: float = SERVER_TIMEOUT) -> None:
         self.proc = subprocess.Popen(
             [*PROXY, "ui", "--no-open", "--port", "0", "--db", str(db)],
             stdin=subprocess.DEVNULL,
@@ -48,7 +48,7 @@ class Server:
             stderr=subprocess.PIPE,
             env=proxy_env(),
         )
-        self.timer = watchdog(self.proc, SERVER_TIMEOUT)
+        self.timer = watchdog(self.proc, timeout)
         assert self.proc.stdout is not None
         self.login = self.proc.stdout.readline().decode().strip()
         assert self.login.startswith("http://127.0.0.1:"), self.login

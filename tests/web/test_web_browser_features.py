@@ -79,7 +79,7 @@ def test_the_playhead_steps_through_the_conversation_frame_by_frame(browser: Any
     text = conversation.inner_text()
     assert "use [redacted]" in text or "use " in text
     assert "Hello" not in text, "the agent has said nothing at the prompt"
-    assert page.locator('#timeline tr.selected[data-frame="1:5"]').count() == 1, "the frame is selected in the list"
+    page.locator('#timeline tr.selected[data-frame="1:5"]').wait_for()  # selected in the list once the steps pause
     page.click("#ph-next")
     page.click("#ph-next")
     page.wait_for_function("document.body.dataset.playhead === '7'")

@@ -109,6 +109,62 @@ def test_a_million_frame_run_opens_reading_only_what_it_shows_and_stays_small(
         server.stop()
 
 
+@pytest.mark.slow
+def test_the_playhead_jumps_to_the_end_of_a_million_frame_run_and_steps_back(
+    browser: Any,  # noqa: F811
+    million_db: Path,
+) -> None:
+    server = Server(million_db, timeout=900)  # the first fold of a million frames: minutes on a busy machine
+    try:
+        page = open_page(browser, server, "/runs/1")
+        page.locator('#timeline tbody tr[data-frame="1:1"]').wait_for()
+        page.uncheck("#follow")  # nothing new comes: no polls beside the playhead's
+        page.click("#ph-enter")
+        page.wait_for_function("document.body.dataset.playhead === 'start'")
+        # The first visit to the end folds the whole run, a slice a request, saying how far it got.
+        started = time.perf_counter()
+        page.click("#ph-last")
+        page.wait_for_function("document.getElementById('ph-where').textContent.startsWith('folding')")
+        page.wait_for_function(f"document.body.dataset.playhead === '{MILLION}'", timeout=800_000)
+        first_s = time.perf_counter() - started
+        where = page.inner_text("#ph-where")
+        assert f"frame {MILLION} of {MILLION}" in where, where
+        conversation = page.locator("#conversation")
+        assert "w999993" in conversation.inner_text(), "the message's last chunk"
+        hidden = conversation.locator(".hidden-chunks").inner_text()
+        assert "999,794 earlier chunks not shown" in hidden, hidden
+        # The frame's detail beside the list (its masking reads the run once) before steps are timed.
+        page.wait_for_function(
+            f"document.getElementById('detail-title').textContent.startsWith('Frame 1:{MILLION} ')", timeout=120_000
+        )
+        # Steps back: each from the checkpoint before it, a few thousand frames at most.
+        steps = []
+        for n in range(1, 6):
+            started = time.perf_counter()
+            page.keyboard.press("[")
+            page.wait_for_function(f"document.body.dataset.playhead === '{MILLION - n}'")
+            steps.append((time.perf_counter() - started) * 1000)
+        assert "w999993" not in conversation.inner_text() and "w999989 " in conversation.inner_text()
+        # And forward again: from where the last step left the fold.
+        started = time.perf_counter()
+        page.keyboard.press("]")
+        page.wait_for_function(f"document.body.dataset.playhead === '{MILLION - 4}'")
+        forward_ms = (time.perf_counter() - started) * 1000
+        nodes = page.evaluate("document.getElementsByTagName('*').length")
+        server_mb = rss_mb(server.proc.pid)
+        steps.sort()
+        print(
+            f"playhead: the end first reached in {first_s:.1f} s; steps back {steps[len(steps) // 2]:.0f} ms "
+            f"(median of {len(steps)}; max {steps[-1]:.0f}), forward {forward_ms:.0f} ms; "
+            f"{nodes} DOM nodes, the server {server_mb:.0f} MB"
+        )
+        assert nodes <= 20_000 and server_mb <= 300
+        assert page.js_errors == []
+        page.close()
+    finally:
+        server.stop()
+
+
 def test_a_frame_deep_in_a_long_run_opens_beside_it_and_keys_move(
     browser: Any,  # noqa: F811
     long_server: tuple[Server, Path],

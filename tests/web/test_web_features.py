@@ -68,6 +68,29 @@ def test_the_playhead_rebuilds_the_conversation_up_to_its_frame(ds: Any) -> None
     assert end["seq"] == end["last"] and end["next"] is None and end["position"] == end["total"]
 
 
+def test_a_first_visit_folds_a_slice_at_a_time_and_a_state_too_large_is_a_413(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from acp_proxy.read import checkpoints as cp
+
+    monkeypatch.setattr(cp, "BUDGET", 0.0)
+    monkeypatch.setattr(cp, "_BATCH", 4)
+    monkeypatch.setattr(cp, "EVERY", 2)
+    ds = app(synthetic_db(tmp_path / "s.db"))
+    first = get_json(ds, "/runs/1/playhead.json?seq=12")
+    assert first["folding"] is True and first["seq"] == 12 and 0 < first["position"] < first["total"]
+    for _ in range(10):
+        answer = get_json(ds, "/runs/1/playhead.json?seq=12")
+        if not answer.get("folding"):
+            break
+        assert answer["position"] > first["position"], "each ask goes on from the last"
+    assert answer["seq"] == 12 and answer["position"] == 12 and answer["conversations"]
+    monkeypatch.setattr(cp, "MAX_ENTRIES", 1)
+    refused = get(app(synthetic_db(tmp_path / "t.db")), "/runs/1/playhead.json?seq=999")
+    assert refused.status_code == 413 and refused.json()["ok"] is False
+    assert "\n" not in refused.json()["error"] and "entries" in refused.json()["error"]
+
+
 @pytest.mark.parametrize(("path", "status"), [("/runs/1/playhead.json?seq=x1", 400), ("/runs/9/playhead.json", 404)])
 def test_a_bad_playhead_request_is_one_line_and_4xx(ds: Any, path: str, status: int) -> None:
     response = get(ds, path)

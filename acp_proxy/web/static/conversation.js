@@ -40,9 +40,9 @@ function initConversation() {
     if (data.waterfall || data.latency) charts({ waterfall: data.waterfall || [], latency: data.latency || [] });
     if (data.folded === false && !pageState.playhead) {
       const n = data.frames_total.toLocaleString();
-      document.getElementById("conversation").replaceChildren(el("p", { class: "dim",
-        text: `${n} frames: too many to fold into a conversation on each view. The frames are all here, a page at a time; ` +
-          `\`acp-proxy show\` prints the whole conversation.` }));
+      pageState.unfolded = `${n} frames: too many to fold into a conversation on each view. The frames are all here, a page at a time; ` +
+        `the playhead (Step through, ⏭) rebuilds the conversation at any frame; \`acp-proxy show\` prints the whole of it.`;
+      document.getElementById("conversation").replaceChildren(el("p", { class: "dim", text: pageState.unfolded }));
       document.getElementById("waterfall").textContent = "Not drawn for a run this long.";
     }
   };

@@ -23,6 +23,8 @@ function entityView(e) {
   const body = el("div", { class: "body" });
   const sub = (text) => el("div", { class: "sub", text });
   const json = (value) => JSON.stringify(value);
+  // The playhead sends a long content's tail only: say how much came before it.
+  if (e.hidden_chunks) body.append(el("div", { class: "sub hidden-chunks", text: `… ${e.hidden_chunks.toLocaleString()} earlier ${kind === "terminal" ? "bytes" : "chunks"} not shown` }));
   if (kind === "message") {
     label = e.role === "session" ? "message" : e.role;
     body.append(collapsible("span", e.text || ""));
@@ -81,6 +83,7 @@ function conversationView(convs) {
       c.runs && c.runs.length ? `runs ${c.runs.join(", ")}` : ""].filter(Boolean);
     out.push(el("div", { class: "conv-head" }, c.session_id ? `Session ${c.session_id}` : "Outside any session", " ",
       el("span", { class: "dim", text: bits.join(" · ") })));
+    if (c.hidden_entries) out.push(el("p", { class: "dim hidden-entries", text: `… ${c.hidden_entries.toLocaleString()} earlier entries not shown` }));
     const turns = new Map((c.turns || []).map((t) => [t.index, t]));
     let current = -1;
     for (const e of c.timeline || []) {

@@ -109,7 +109,7 @@ function poll(fn) {
 // Feature scripts (playhead, session panel, marks, checks, control) register here; app.js starts
 // the ones for the page once the page itself has started.
 const FEATURES = [];
-const pageState = { playhead: false, conversation: null };
+const pageState = { playhead: false, conversation: null, unfolded: null };
 
 // A change (a mark, a control request): POST, with this server's CSRF token and Datasette's.
 let csrfTokens = null;

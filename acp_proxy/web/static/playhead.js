@@ -1,6 +1,8 @@
 // acp-proxy inspector: the playhead — a run's conversation rebuilt by the server up to one frame
 // (/runs/ID/playhead.json?seq=N, the read layer's fold), stepped frame by frame with buttons or
-// [ and ]. The browser keeps no model of the conversation: each step asks the server again.
+// [ and ]. The browser keeps no model of the conversation: each step asks the server again, and
+// the server sends what a page holds (the last entries, a long message's tail, how much is left
+// out).
 // Text from a recording only ever reaches the page through textContent, never as HTML.
 "use strict";
 
@@ -14,6 +16,8 @@ FEATURES.push({ page: "conversation", start() {
   const error = document.getElementById("ph-error");
   let at = null; // the last answer: seq, previous, next, first, last, position, total
   let asking = 0;
+  let selecting = null; // the pending selection of the frame at the playhead
+  const SELECT_AFTER_MS = 250;
   box.classList.remove("hidden");
   const show = async (seq) => {
     const mine = ++asking;
@@ -22,6 +26,14 @@ FEATURES.push({ page: "conversation", start() {
     error.classList.toggle("hidden", data.ok);
     error.textContent = data.ok ? "" : data.error;
     if (!data.ok) return;
+    if (data.folding) {
+      // A first visit far into a long run: the server folds a slice at a time and says how far
+      // it got; ask again (a newer step supersedes this one). Later steps cost a checkpoint's.
+      where.textContent = `folding the run up to #${data.seq}: ${data.position.toLocaleString()} of ${data.total.toLocaleString()} frames…`;
+      controls.classList.remove("hidden");
+      enter.classList.add("hidden");
+      return show(seq);
+    }
     at = data;
     pageState.playhead = true;
     document.body.dataset.playhead = data.seq === null ? "start" : String(data.seq);
@@ -37,15 +49,21 @@ FEATURES.push({ page: "conversation", start() {
     const target = document.getElementById("conversation");
     target.replaceChildren(...(data.conversations.length ? conversationView(data.conversations)
       : [el("p", { class: "dim", text: "Nothing said yet at this point." })]));
-    if (data.seq !== null) selectFrame(`${run}:${data.seq}`, true);
+    // The frame is selected in the list (its detail opened, the list moved to it) once the steps
+    // pause: each selection asks the server for the list around the frame and its detail, and
+    // while a key is held down those would queue ahead of the next step.
+    clearTimeout(selecting);
+    if (data.seq !== null) { const id = `${run}:${data.seq}`; selecting = setTimeout(() => selectFrame(id, true), SELECT_AFTER_MS); }
   };
   const leave = () => {
+    clearTimeout(selecting);
     pageState.playhead = false;
     delete document.body.dataset.playhead;
     at = null;
     controls.classList.add("hidden");
     enter.classList.remove("hidden");
     if (pageState.conversation) document.getElementById("conversation").replaceChildren(...conversationView(pageState.conversation));
+    else if (pageState.unfolded) document.getElementById("conversation").replaceChildren(el("p", { class: "dim", text: pageState.unfolded }));
   };
   const here = () => {
     const m = (selected || "").match(/^(\d+):(\d+)$/);

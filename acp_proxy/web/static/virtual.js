@@ -71,6 +71,11 @@ function virtualTimeline(base, filterText, onCount) {
     return out;
   };
   const forget = (p) => { entries.delete(p); };
+  // A page's rows with its groups closed: what sizes the pages not fetched (and a page dropped).
+  // An opened group's members are not counted, or one group opened in a collapsed million-frame
+  // list (the playhead's frame revealed) would size every other page a hundredfold, and the
+  // view, moved by that, would fetch pages far from the frame.
+  const closed = (p) => layout(p).reduce((n, e) => n + (e.member ? 0 : 1), 0);
   const ratio = () => {
     let shown = 0, frames = 0;
     for (const [p, n] of counts) { shown += n; frames += framesIn(p) || PAGE; }
@@ -109,7 +114,7 @@ function virtualTimeline(base, filterText, onCount) {
     return { p, off: scroll.scrollTop - at[p] * ROW_H, c, coff: current - (c >= 0 ? at[c] : 0), end };
   };
   const keep = (held) => {
-    for (const [q, page] of pages) if (page.length) counts.set(q, layout(q).length);
+    for (const [q, page] of pages) if (page.length) counts.set(q, closed(q));
     draw(true); // first: the list's new height bounds the scroll
     const at = starts();
     const size = (q) => (at[q + 1] - at[q]) * ROW_H;
@@ -224,7 +229,7 @@ function virtualTimeline(base, filterText, onCount) {
       total = data.total;
       cursor = data.last;
       pages.set(0, data.rows);
-      counts.set(0, layout(0).length);
+      counts.set(0, closed(0));
       onCount(total);
       draw(true);
       return data;
@@ -256,7 +261,7 @@ function virtualTimeline(base, filterText, onCount) {
       // The frames not sent yet (more than a page) are fetched by offset when they come into view.
       if (data.rows.length === data.total) cursor = data.cursor;
       else { cursor = null; const tail = await api(url({ offset: Math.max(0, total - 1), limit: 1 })); if (tail.ok && tail.rows.length) cursor = tail.rows[0].id; }
-      for (const p of pages.keys()) if (p >= pageCount() - 2) counts.set(p, layout(p).length);
+      for (const p of pages.keys()) if (p >= pageCount() - 2) counts.set(p, closed(p));
       onCount(total);
       if (follow) scroll.scrollTop = scroll.scrollHeight;
       draw(true);
@@ -294,7 +299,7 @@ function virtualTimeline(base, filterText, onCount) {
       const hit = (pages.get(p) || []).find((r) => r.id === id);
       // A member of a closed group: the group is opened, so that the frame has a row of its own.
       if (collapse && hit && hit.group && hit.group !== hit.id && !expanded.has(hit.group)) { expanded.add(hit.group); forget(p); }
-      counts.set(p, layout(p).length);
+      counts.set(p, closed(p));
       const at = starts();
       let found = 0;
       layout(p).forEach((e, i) => { if (e.row.id === id) found = i; }); // an open group's member row, not its head
