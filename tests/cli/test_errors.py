@@ -18,7 +18,7 @@ INTERNAL = {
     "acp_proxy.checks.compiled.Unsupported": "a schema part the compiler leaves to jsonschema, caught by its caller",
     "acp_proxy.relay.remote.asgi.BodyTooLarge": "a request body over serve's limit, answered 413 by serve",
     "acp_proxy.relay.remote.faults.StreamCut": "a stream a fault rule cuts on purpose, ended quietly by serve",
-    "acp_proxy.read.playhead.TooLong": "answered as a 413 by the inspector, never raised out of a command",
+    "acp_proxy.read.checkpoints.TooLong": "answered as a 413 by the inspector, never raised out of a command",
     "acp_proxy.faults.remote.BadArgument": "a remote action's bad argument, worded as a RuleError by faults.rules",
 }
 """Exceptions that are signals between parts of acp-proxy, never shown to a person as such."""
