@@ -3,7 +3,8 @@ and the web.
 
 Owns: what each page (and its JSON twin) holds — the runs and sessions list (runs a page at a
 time); a run's or a session's folded conversation (left out above ``FOLD_LIMIT`` frames), frame
-timeline (filtered, followed live from a cursor), waterfall, latency table and samples (SQL); a
+timeline (filtered, followed live from a cursor), waterfall (above ``FOLD_LIMIT`` from the
+recorder's tables, ``read.waterfall``), latency table and samples (SQL); a
 page of its frames for the virtual list (by offset, or what follows a cursor, with the
 count); one frame in detail (verbatim, decoded, with its schema marks); a diff of two
 recordings — and applying redaction to all of it before anything leaves this module. Frames are
@@ -23,7 +24,7 @@ from typing import Any
 
 from acp_proxy.protocol import filters, wire
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.read import chunk_groups, compare, latency, listing, live, queries
+from acp_proxy.read import chunk_groups, compare, latency, listing, live, queries, waterfall
 from acp_proxy.read import conversation as folding
 from acp_proxy.read import diff as df
 from acp_proxy.read import faults as notes
@@ -222,7 +223,11 @@ def conversation(
     if "charts" in parts:
         out["latency"] = latency.samples(db, run_ids)
     if not out["folded"]:
-        parts -= {"conversation", "charts"}
+        parts -= {"conversation"}
+        if "charts" in parts:  # the turns from the recorder's tables: no fold (and no tool-call lanes)
+            out["waterfall"] = waterfall.from_tables(db, run_ids)
+            out["waterfall_left_out"] = waterfall.LANES_LEFT_OUT
+            parts.discard("charts")
     if "conversation" in parts or "charts" in parts:
         # The fold needs every frame (with the runs' end state, as show has it); the timeline and
         # live polls below read only what they show.

@@ -19,6 +19,7 @@ from typing import Any
 from acp_proxy.protocol import wire
 from acp_proxy.read import chunk_groups
 from acp_proxy.read import fold as fd
+from acp_proxy.read import waterfall as waterfall_rows
 
 PREVIEW_CHARS = 160
 CHUNK_TEXT_CHARS = 2000
@@ -223,11 +224,11 @@ def waterfall(conversations: Iterable[fd.Conversation], ts_of: dict[tuple[Any, i
     acceptance (v2) and first output, each tool call (first to last update) and each permission
     wait (request to answer). ``ts_of`` maps (run, seq) to a frame's time."""
     out: list[dict[str, Any]] = []
-    for s_index, conv in enumerate(conversations, start=1):
+    for conv in conversations:
         for turn in conv.turns:
             if turn.replay:
                 continue
-            label = f"session {s_index} · turn {turn.index}"
+            label = waterfall_rows.turn_label(conv.session_id, turn.index, conv.hop)
             t0 = turn.ts_ns
 
             def ms(ns: int | None, t0: int = t0) -> float | None:

@@ -104,6 +104,9 @@ def test_a_million_frame_run_opens_reading_only_what_it_shows_and_stays_small(
         methods = page.locator("#latency-table tbody tr").evaluate_all("rows => rows.map(r => r.dataset.method)")
         assert methods == ["initialize", "session/new", "session/prompt"]
         page.locator("#latency svg").first.wait_for()
+        # The turn waterfall too, from the recorder's tables (no fold), and it says what it leaves out.
+        page.locator("#waterfall svg").first.wait_for()
+        assert "from the recorder's tables" in page.locator("#waterfall-note").inner_text()
         page.close()
     finally:
         server.stop()

@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("datasette", reason="the [ui] extra (Datasette) is not installed")
 
+from acp_proxy.read import waterfall
 from acp_proxy.record.importers import Record, write_run
 from acp_proxy.web import model
 from tests.web_support import app, get_json, synthetic_db
@@ -117,7 +118,8 @@ def test_a_long_run_is_not_folded_on_each_view(long_db: Path, monkeypatch: pytes
     monkeypatch.setattr(model, "FOLD_LIMIT", 1000)
     big = get_json(ds, "/runs/1.json")
     assert big["folded"] is False and big["frames_total"] == 1206
-    assert "conversations" not in big and "waterfall" not in big
+    assert "conversations" not in big and big["waterfall_left_out"] == waterfall.LANES_LEFT_OUT
+    assert [w["kind"] for w in big["waterfall"]] == ["turn", "first output", "end"]  # from the tables
     assert [(r["method"], r["count"]) for r in big["latency_table"]] == [
         ("initialize", 1),
         ("session/new", 1),

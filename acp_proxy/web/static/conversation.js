@@ -43,7 +43,14 @@ function initConversation() {
       pageState.unfolded = `${n} frames: too many to fold into a conversation on each view. The frames are all here, a page at a time; ` +
         `the playhead (Step through, ⏭) rebuilds the conversation at any frame; \`acp-proxy show\` prints the whole of it.`;
       document.getElementById("conversation").replaceChildren(el("p", { class: "dim", text: pageState.unfolded }));
-      document.getElementById("waterfall").textContent = "Not drawn for a run this long.";
+      if (!data.waterfall) document.getElementById("waterfall").textContent = "Not drawn for a run this long.";
+    }
+    if (data.waterfall_left_out) {
+      // Past the fold limit the turns come from the recorder's tables: said, not silently fewer lanes.
+      const note = document.getElementById("waterfall-note");
+      note.textContent = `${data.frames_total.toLocaleString()} frames: the turns, their marks and permission waits come from the ` +
+        `recorder's tables; ${data.waterfall_left_out} are drawn for runs the page folds.`;
+      note.hidden = false;
     }
   };
   const startVirtual = async (toEnd) => {
