@@ -76,6 +76,22 @@ class RemoteRun:
             payload = jr.line_payload(Line(data, len(data), True, False), meta)
         self.recording.journal.record(jr.LINE, DIRECTIONS[direction], stamp, payload)
 
+    def messages(self, direction: str, batch: list[tuple[bytes, str | None]], *, stream: str) -> None:
+        """Journal messages that came in one read (each whole, with its note or None), stamped
+        with that read's time: a stream of small messages pays for the clock once per read."""
+        if self.finished:
+            return
+        stamp = time.time_ns()
+        journal = self.recording.journal
+        kind = DIRECTIONS[direction]
+        for data, note in batch:
+            if note is None:
+                payload = self._payload(stream, data)
+            else:
+                meta = {"transport": self.transport, "connection": self.connection, "stream": stream, "note": note}
+                payload = jr.line_payload(Line(data, len(data), True, False), meta)
+            journal.record(jr.LINE, kind, stamp, payload)
+
     def _payload(self, stream: str, data: bytes) -> bytes:
         """``jr.line_payload`` of a whole message on ``stream``, byte for byte, with the JSON
         around its size made once per stream: in a stream of chunks, encoding the same meta

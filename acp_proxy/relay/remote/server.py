@@ -37,7 +37,7 @@ import trio_websocket
 
 from acp_proxy.protocol import transports
 from acp_proxy.relay.remote import faults as remote_faults
-from acp_proxy.relay.remote import shapes
+from acp_proxy.relay.remote import shapes, wspass, wsserver
 from acp_proxy.relay.remote.runs import MAX_LIVE_RUNS, RemoteRun
 from acp_proxy.relay.spawn import say
 
@@ -420,6 +420,10 @@ class ProxyApp:
         url = self._upstream_target(scope, websocket=True)
         tls = self.tls if url.startswith("wss:") else None
         extra = shapes.websocket_headers(scope["headers"])
+        take = scope.get("extensions", {}).get(wsserver.PASSTHROUGH)
+        if take is not None and not self.options.fault_plan:
+            await self._websocket_passthrough(scope, send, url, tls, extra, take["take"])
+            return
         async with trio.open_nursery() as nursery:
             try:
                 with trio.fail_after(UPSTREAM_CONNECT_TIMEOUT):
@@ -464,6 +468,38 @@ class ProxyApp:
             finally:
                 with trio.CancelScope(shield=True):
                     await upstream.aclose()
+
+    async def _websocket_passthrough(
+        self,
+        scope: Scope,
+        send: Send,
+        url: str,
+        tls: ssl.SSLContext | None,
+        extra: list[tuple[bytes, bytes]],
+        take: Callable[[], tuple[Any, bytes]],
+    ) -> None:
+        """A WebSocket without fault rules on an HTTP/1.1 upgrade: frames relayed as they are
+        (``wspass``), no extension negotiated on either side so that they stay valid."""
+        try:
+            with trio.fail_after(UPSTREAM_CONNECT_TIMEOUT):
+                upstream = await wspass.connect(url, tls, extra, list(scope.get("subprotocols") or []))
+        except (OSError, trio.TooSlowError, trio_websocket.HandshakeError) as exc:
+            status = getattr(exc, "status_code", None) or 502
+            await _refuse(scope, send, status, f"acp-proxy: the upstream WebSocket failed: {_short(exc)}")
+            return
+        try:
+            accepted = shapes.websocket_headers(upstream.headers)
+            run = self._new_run("websocket", shapes.header(accepted, CONNECTION_ID))
+            try:
+                await send({"type": "websocket.accept", "headers": accepted, "subprotocol": upstream.subprotocol})
+                client, leftover = take()
+                relay = wspass.Passthrough(client, upstream.stream, run, MAX_WEBSOCKET_MESSAGE)
+                await relay.relay(leftover, upstream.leftover)
+            finally:
+                await self._finish(run)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(upstream.stream)
 
     async def _relay_websocket(
         self,
