@@ -78,19 +78,18 @@ class RemoteRun:
 
     def messages(self, direction: str, batch: list[tuple[bytes, str | None]], *, stream: str) -> None:
         """Journal messages that came in one read (each whole, with its note or None), stamped
-        with that read's time: a stream of small messages pays for the clock once per read."""
+        with that read's time and appended together: a stream of small messages pays for the
+        clock and the write once per read."""
         if self.finished:
             return
-        stamp = time.time_ns()
-        journal = self.recording.journal
-        kind = DIRECTIONS[direction]
+        payloads = []
         for data, note in batch:
             if note is None:
-                payload = self._payload(stream, data)
+                payloads.append(self._payload(stream, data))
             else:
                 meta = {"transport": self.transport, "connection": self.connection, "stream": stream, "note": note}
-                payload = jr.line_payload(Line(data, len(data), True, False), meta)
-            journal.record(jr.LINE, kind, stamp, payload)
+                payloads.append(jr.line_payload(Line(data, len(data), True, False), meta))
+        self.recording.journal.lines(DIRECTIONS[direction], time.time_ns(), payloads)
 
     def _payload(self, stream: str, data: bytes) -> bytes:
         """``jr.line_payload`` of a whole message on ``stream``, byte for byte, with the JSON
