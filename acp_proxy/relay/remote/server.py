@@ -11,7 +11,8 @@ text, the same SSE chunks (so the same event boundaries), the same WebSocket mes
 the same statuses and the end-to-end headers. Recording is ``runs.RemoteRun``: a journal append
 just before each message is forwarded, never a wait for the database. With fault rules, messages
 go through ``faults`` (this package's: the gate, barriers, what a fault does on each transport);
-without them these fast paths never build a gate.
+without them these fast paths never build a gate, and a WebSocket on an HTTP/1.1 upgrade is
+relayed frame for frame by ``wspass`` (its upstream opened by wspass too, not trio-websocket).
 
 Why these libraries: the relay's loop is trio (the stdio relay's, and hypercorn serves under
 trio with HTTP/1.1, HTTP/2 and WebSocket from one socket); httpx runs under trio through anyio

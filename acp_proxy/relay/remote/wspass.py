@@ -32,11 +32,12 @@ from urllib.parse import urlsplit
 import trio
 import trio_websocket
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, RejectConnection, RejectData, Request
+from wsproto.events import AcceptConnection, RejectConnection, Request
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from acp_proxy.relay.remote import wsframes
 from acp_proxy.relay.remote.runs import RemoteRun
+from acp_proxy.relay.remote.wsframes import CLOSE, TEXT
 
 RECEIVE = 65536  # bytes read at a time from either side
 CLOSE_SECONDS = 10.0  # how long a close handshake may take once a close frame has passed
@@ -87,9 +88,8 @@ async def connect(url: str, tls: Any, headers: list[tuple[bytes, bytes]], subpro
                 if isinstance(event, AcceptConnection):
                     _, _, after = received.partition(b"\r\n\r\n")
                     return Upstream(stream, list(event.extra_headers), event.subprotocol, after)
-                if isinstance(event, RejectConnection | RejectData):
-                    status = getattr(event, "status_code", 502)
-                    raise trio_websocket.ConnectionRejected(status, tuple(getattr(event, "headers", ())), None)
+                if isinstance(event, RejectConnection):
+                    raise trio_websocket.ConnectionRejected(event.status_code, tuple(event.headers), None)
     except (trio.BrokenResourceError, trio.ClosedResourceError, RemoteProtocolError, LocalProtocolError) as exc:
         await trio.aclose_forcefully(stream)
         raise trio_websocket.HandshakeError(f"the upstream's handshake failed: {exc}") from None
@@ -127,11 +127,8 @@ class Passthrough:
                     if run is not None:
                         # Journaled before a byte of them leaves (the journal's invariant);
                         # control frames are no messages.
-                        run.messages(
-                            direction,
-                            [(data, None if op == wsframes.TEXT else BINARY) for op, data in items if op < 8],
-                            stream="websocket",
-                        )
+                        batch = [(payload, None if op == TEXT else BINARY) for op, payload in items if op < CLOSE]
+                        run.messages(direction, batch, stream="websocket")
                     self._closes(direction, items)
                 if forward:
                     try:

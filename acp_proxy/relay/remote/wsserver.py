@@ -7,7 +7,11 @@ frames into ``websocket.receive`` events and the application's ``websocket.send`
 pings, close codes. Why: under hypercorn each message the proxy sends went through its protocol
 layers (a lock, a shielded cancel scope, idle-timer events), which cost more than the relay's own
 work per message; here a message is one wsproto call and a buffer append. Everything else (HTTP/2,
-POST, SSE) is still hypercorn's.
+POST, SSE) is still hypercorn's. An application may instead take the connection's stream once it
+has accepted (the ``PASSTHROUGH`` scope extension): serve without fault rules relays the frames
+themselves (``wspass``), and the door then reads and writes nothing more. The client's frames
+are only read from the application's first ``receive`` that finds no event waiting, so that
+nothing past the handshake was read when it takes the stream.
 
 Must not know: the upstream, the journal, ACP. It serves any ASGI application's WebSocket scope.
 """
@@ -35,7 +39,7 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 MAX_HEAD = 64 * 1024  # the request head a WebSocket upgrade may have
 INBOX = 16  # client messages read ahead of the application: then the client waits (backpressure)
 # The scope extension through which an application takes the connection's stream after its
-# accept, to relay frames as they are (``DOOR.take()``): serve's WebSocket relay without faults.
+# accept, to relay frames as they are (``scope["extensions"][PASSTHROUGH]["take"]()``).
 PASSTHROUGH = "acp-proxy.websocket.take"
 
 
