@@ -28,6 +28,7 @@ _CONTROL = (CLOSE, PING, PONG)
 _U16 = struct.Struct("!H")
 _U64 = struct.Struct("!Q")
 # Close codes a peer may send (RFC 6455 7.4): the registered ones and 3000-4999.
+_WHOLE = frozenset((0x80 | TEXT, 0x80 | BINARY))  # first bytes of a frame that is a whole message
 _SENDABLE = frozenset((1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014))
 
 
@@ -84,10 +85,20 @@ class FrameCutter:
                     break
                 length = _U64.unpack_from(buf, head)[0]
                 head += 8
-            fault = self._check(b0, b1, length, head - pos)
-            if fault is not None:
-                self.error = fault
-                break
+            # The common frame (a whole text or binary message, masked as its direction must
+            # be, length in its shortest form, within the limit) needs no further look.
+            if (
+                b0 not in _WHOLE
+                or (b1 > 127) != masked
+                or self._opcode
+                or length > self.max_message
+                or (head - pos == 4 and length < 126)
+                or (head - pos == 10 and length < 65536)
+            ):
+                fault = self._check(b0, b1, length, head - pos)
+                if fault is not None:
+                    self.error = fault
+                    break
             if masked:
                 key = buf[head : head + 4]
                 head += 4

@@ -102,8 +102,8 @@ class Passthrough:
     """One accepted WebSocket relayed frame for frame between ``client`` and ``upstream``."""
 
     def __init__(self, client: Any, upstream: Any, run: RemoteRun | None, max_message: int) -> None:
-        self.client = client
-        self.upstream = upstream
+        self.client = _Side(client)
+        self.upstream = _Side(upstream)
         self.run = run
         self.max_message = max_message
         self.closer: str | None = None  # "c2a" or "a2c": who closed first (a close frame, or hung up)
@@ -117,7 +117,7 @@ class Passthrough:
             nursery.start_soon(self._pump, "c2a", self.client, self.upstream, client_leftover)
             nursery.start_soon(self._pump, "a2c", self.upstream, self.client, upstream_leftover)
 
-    async def _pump(self, direction: str, source: Any, sink: Any, data: bytes) -> None:
+    async def _pump(self, direction: str, source: _Side, sink: _Side, data: bytes) -> None:
         cutter = wsframes.FrameCutter(masked=direction == "c2a", max_message=self.max_message)
         run = self.run
         while True:
@@ -130,16 +130,13 @@ class Passthrough:
                         batch = [(payload, None if op == TEXT else BINARY) for op, payload in items if op < CLOSE]
                         run.messages(direction, batch, stream="websocket")
                     self._closes(direction, items)
-                if forward:
-                    try:
-                        await sink.send_all(forward)
-                    except _GONE:
-                        return  # the other side is gone: its own pump ends the connection
+                if forward and not await sink.send(forward):
+                    return  # the other side is gone: its own pump ends the connection
                 if cutter.error is not None:
                     await self._broken(direction, *cutter.error)
                     return
             try:
-                data = await source.receive_some(RECEIVE)
+                data = await source.stream.receive_some(RECEIVE)
             except _GONE:
                 data = b""
             if not data:
@@ -179,9 +176,9 @@ class Passthrough:
             self.closer = direction
             self._event(direction, 1006)
             if direction == "a2c":
-                await _send_quietly(self.client, wsframes.close_frame(1011))
+                await self.client.send(wsframes.close_frame(1011))
             else:
-                await _send_quietly(self.upstream, wsframes.close_frame(1000, mask=os.urandom(4)))
+                await self.upstream.send(wsframes.close_frame(1000, mask=os.urandom(4)))
         self._wind_down()
         if direction == "a2c" or self.closer == "a2c" or len(self.closed) == 2:
             # The upstream has hung up, or the client after the agent's close or after the
@@ -196,14 +193,25 @@ class Passthrough:
         if self.closer is None:
             self.closer = direction
             self._event(direction, code, reason)
-        await _send_quietly(self.client, wsframes.close_frame(code, reason))
-        await _send_quietly(self.upstream, wsframes.close_frame(code, reason, mask=os.urandom(4)))
+        await self.client.send(wsframes.close_frame(code, reason))
+        await self.upstream.send(wsframes.close_frame(code, reason, mask=os.urandom(4)))
         assert self.scope is not None
         self.scope.cancel()
 
 
-async def _send_quietly(stream: Any, data: bytes) -> None:
-    try:
-        await stream.send_all(data)
-    except _GONE:
-        pass
+class _Side:
+    """One peer's stream. Its pump forwards to it while the other pump may send it a close
+    frame of serve's own: one send at a time (trio refuses two at once on a stream)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self._sending = trio.StrictFIFOLock()
+
+    async def send(self, data: bytes) -> bool:
+        """Send ``data`` whole; False when the peer is gone."""
+        async with self._sending:
+            try:
+                await self.stream.send_all(data)
+            except _GONE:
+                return False
+        return True
