@@ -112,6 +112,9 @@ class Passthrough:
 
     async def relay(self, client_leftover: bytes, upstream_leftover: bytes) -> None:
         """Both directions, until the connection has ended."""
+        detach = getattr(self.client.stream, "detach", None)
+        if detach is not None:  # listen's CoalescingStream: each forward is a whole read already
+            self.client.stream = await detach()
         async with trio.open_nursery() as nursery:
             self.scope = nursery.cancel_scope
             nursery.start_soon(self._pump, "c2a", self.client, self.upstream, client_leftover)
