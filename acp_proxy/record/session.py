@@ -43,6 +43,7 @@ FLOOD_PAUSE = 0.1
 FLOOD_WINDOW = 0.02  # the longest span a look's lines are spread over (2 x POLL_SECONDS)
 FLOOD_SAMPLE_BYTES = 64 * 1024  # the newest journal bytes whose newlines estimate the rate
 FLOOD_SAMPLE_LINES = 8  # fewer in a sample: big frames, whose cost is per byte, not per frame
+LINE_MARK = b'"cut": '  # once in the meta of every LINE record (journal.line_payload), so once a line
 ROW_MARGIN = 64 * 1024  # room left for a row's other columns under SQLite's length limit
 
 
@@ -89,7 +90,8 @@ class FloodWatch:
 
 def new_lines(fd: int, since: int, size: int) -> float:
     """The lines in the journal's bytes ``since``..``size``, estimated from the newest
-    FLOOD_SAMPLE_BYTES of them; 0 when they hold fewer than FLOOD_SAMPLE_LINES (big frames)."""
+    FLOOD_SAMPLE_BYTES of them (newlines, or LINE records); 0 when they hold fewer than
+    FLOOD_SAMPLE_LINES (big frames)."""
     grown = size - since
     if grown <= 0:
         return 0.0
@@ -98,7 +100,9 @@ def new_lines(fd: int, since: int, size: int) -> float:
         sample = os.pread(fd, take, size - take)
     except OSError:
         return 0.0
-    count = sample.count(b"\n")
+    # A LINE record (a gated line, or a whole message of serve's, which has no newline of its
+    # own: a WebSocket stream of chunks has none at all) says "cut" once in its meta.
+    count = max(sample.count(b"\n"), sample.count(LINE_MARK))
     return 0.0 if count < FLOOD_SAMPLE_LINES or not sample else count * grown / len(sample)
 
 

@@ -373,3 +373,34 @@ def test_a_journal_abandoned_while_being_created_is_removed_once_old(tmp_path: P
     os.utime(old, (long_ago, long_ago))
     assert list(jr.dead_journals(directory)) == []  # never taken for a run to recover
     assert not old.exists() and fresh.exists()  # a fresh one may be its creator's, mid-rename
+
+
+def test_lines_appends_what_record_appends_one_by_one_in_fewer_writes(tmp_path: Path) -> None:
+    payloads = [b"line %d " % i + b"x" * (i % 700) for i in range(1_234)]  # more than one writev's worth
+    batched = new_journal(tmp_path / "a")
+    batched.lines(jr.A2C, 7, payloads)
+    single = new_journal(tmp_path / "b")
+    for payload in payloads:
+        single.record(jr.LINE, jr.A2C, 7, payload)
+    assert batched.size == single.size
+    assert batched.path.read_bytes() == single.path.read_bytes()
+    records, _ = read_all(batched.path)
+    assert [(r.kind, r.direction, r.ts_ns, r.payload) for r in records] == [(jr.LINE, jr.A2C, 7, p) for p in payloads]
+
+
+def test_lines_that_do_not_fit_are_counted_lost_as_record_counts_them(tmp_path: Path) -> None:
+    payloads = [b"y" * 100] * 10
+    counts = []
+    for name, append in (("a", "lines"), ("b", "record")):
+        journal = new_journal(tmp_path / name)
+        journal.max_size = journal.size + 5 * (jr.HEADER.size + 100)  # room for five of them
+        if append == "lines":
+            journal.lines(jr.C2A, 1, payloads)
+        else:
+            for payload in payloads:
+                journal.record(jr.LINE, jr.C2A, 1, payload)
+        records, _ = read_all(journal.path)
+        kinds = [r.kind for r in records]
+        counts.append((kinds.count(jr.LINE), kinds, journal.lost[jr.C2A], journal.lost_total))
+    assert counts[0] == counts[1]
+    assert counts[0][0] == 5 and counts[0][3][1] == 5  # five appended, five lines lost

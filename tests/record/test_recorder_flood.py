@@ -126,3 +126,21 @@ def frames_in(db: Path) -> int:
             conn.close()
     except sqlite3.Error:
         return 0
+
+
+def test_whole_messages_without_newlines_count_as_lines(tmp_path: Path) -> None:
+    # serve's WebSocket messages: one LINE record each, no newline anywhere.
+    from acp_proxy.protocol.framing import Line
+    from acp_proxy.record import journal as jr
+
+    message = b'{"jsonrpc":"2.0","method":"session/update","params":{}}'
+    meta = {"transport": "websocket", "connection": None, "stream": "websocket"}
+    record = jr.line_payload(Line(message, len(message), True, False), meta)
+    assert b"\n" not in record
+    path = tmp_path / "journal"
+    path.write_bytes(record * 5_000)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert new_lines(fd, 0, len(record) * 5_000) == pytest.approx(5_000, rel=0.01)
+    finally:
+        os.close(fd)

@@ -106,6 +106,16 @@ class CoalescingStream(trio.abc.HalfCloseableStream):
         if self._buffer and self._error is None:
             await self._flush()
 
+    async def detach(self) -> trio.SocketStream:
+        """The socket itself, once what is buffered has been sent, for a caller that sends
+        whole reads of its own (serve's WebSocket pass-through): coalescing would only add a
+        task switch and a copy to each. This stream then buffers nothing more; ``aclose``
+        still closes the socket."""
+        await self._drain()
+        self._closed = True  # the writer task ends; a write through this stream is refused
+        self._wanted.set()
+        return self.transport
+
     async def send_eof(self) -> None:
         await self._drain()
         await self.transport.send_eof()

@@ -86,6 +86,21 @@ class RemoteRun:
             payload = jr.line_payload(Line(data, len(data), True, False), meta)
         self.recording.journal.record(jr.LINE, DIRECTIONS[direction], stamp, payload)
 
+    def messages(self, direction: str, batch: list[tuple[bytes, str | None]], *, stream: str) -> None:
+        """Journal messages that came in one read (each whole, with its note or None), stamped
+        with that read's time and appended together: a stream of small messages pays for the
+        clock and the write once per read."""
+        if self.finished:
+            return
+        payloads = []
+        for data, note in batch:
+            if note is None:
+                payloads.append(self._payload(stream, data))
+            else:
+                meta = {"transport": self.transport, "connection": self.connection, "stream": stream, "note": note}
+                payloads.append(jr.line_payload(Line(data, len(data), True, False), meta))
+        self.recording.journal.lines(DIRECTIONS[direction], time.time_ns(), payloads)
+
     def _payload(self, stream: str, data: bytes) -> bytes:
         """``jr.line_payload`` of a whole message on ``stream``, byte for byte, with the JSON
         around its size made once per stream: in a stream of chunks, encoding the same meta

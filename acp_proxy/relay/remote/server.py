@@ -11,7 +11,8 @@ text, the same SSE chunks (so the same event boundaries), the same WebSocket mes
 the same statuses and the end-to-end headers. Recording is ``runs.RemoteRun``: a journal append
 just before each message is forwarded, never a wait for the database. With fault rules, messages
 go through ``faults`` (this package's: the gate, barriers, what a fault does on each transport);
-without them these fast paths never build a gate.
+without them these fast paths never build a gate, and a WebSocket on an HTTP/1.1 upgrade is
+relayed frame for frame by ``wspass`` (its upstream opened by wspass too, not trio-websocket).
 
 Why these libraries: the relay's loop is trio (the stdio relay's, and hypercorn serves under
 trio with HTTP/1.1, HTTP/2 and WebSocket from one socket); httpx runs under trio through anyio
@@ -36,7 +37,7 @@ import trio_websocket
 
 from acp_proxy.protocol import transports
 from acp_proxy.relay.remote import faults as remote_faults
-from acp_proxy.relay.remote import shapes
+from acp_proxy.relay.remote import shapes, wspass, wsserver
 from acp_proxy.relay.remote.asgi import (
     MAX_WEBSOCKET_MESSAGE,
     BodyTooLarge,
@@ -417,6 +418,10 @@ class ProxyApp:
         url = self._upstream_target(scope, websocket=True)
         tls = self.tls if url.startswith("wss:") else None
         extra = shapes.websocket_headers(scope["headers"])
+        take = scope.get("extensions", {}).get(wsserver.PASSTHROUGH)
+        if take is not None and not self.options.fault_plan:
+            await self._websocket_passthrough(scope, send, url, tls, extra, take["take"])
+            return
         async with trio.open_nursery() as nursery:
             try:
                 with trio.fail_after(UPSTREAM_CONNECT_TIMEOUT):
@@ -461,6 +466,38 @@ class ProxyApp:
             finally:
                 with trio.CancelScope(shield=True):
                     await upstream.aclose()
+
+    async def _websocket_passthrough(
+        self,
+        scope: Scope,
+        send: Send,
+        url: str,
+        tls: ssl.SSLContext | None,
+        extra: list[tuple[bytes, bytes]],
+        take: Callable[[], tuple[Any, bytes]],
+    ) -> None:
+        """A WebSocket without fault rules on an HTTP/1.1 upgrade: frames relayed as they are
+        (``wspass``), no extension negotiated on either side so that they stay valid."""
+        try:
+            with trio.fail_after(UPSTREAM_CONNECT_TIMEOUT):
+                upstream = await wspass.connect(url, tls, extra, list(scope.get("subprotocols") or []))
+        except (OSError, trio.TooSlowError, trio_websocket.HandshakeError) as exc:
+            status = getattr(exc, "status_code", None) or 502
+            await refuse(scope, send, status, f"acp-proxy: the upstream WebSocket failed: {_short(exc)}")
+            return
+        try:
+            accepted = shapes.websocket_headers(upstream.headers)
+            run = self._new_run("websocket", shapes.header(accepted, CONNECTION_ID))
+            try:
+                await send({"type": "websocket.accept", "headers": accepted, "subprotocol": upstream.subprotocol})
+                client, leftover = take()
+                relay = wspass.Passthrough(client, upstream.stream, run, MAX_WEBSOCKET_MESSAGE)
+                await relay.relay(leftover, upstream.leftover)
+            finally:
+                await self._finish(run)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(upstream.stream)
 
     async def _relay_websocket(
         self,

@@ -7,7 +7,11 @@ frames into ``websocket.receive`` events and the application's ``websocket.send`
 pings, close codes. Why: under hypercorn each message the proxy sends went through its protocol
 layers (a lock, a shielded cancel scope, idle-timer events), which cost more than the relay's own
 work per message; here a message is one wsproto call and a buffer append. Everything else (HTTP/2,
-POST, SSE) is still hypercorn's.
+POST, SSE) is still hypercorn's. An application may instead take the connection's stream once it
+has accepted (the ``PASSTHROUGH`` scope extension): serve without fault rules relays the frames
+themselves (``wspass``), and the door then reads and writes nothing more. The client's frames
+are only read from the application's first ``receive`` that finds no event waiting, so that
+nothing past the handshake was read when it takes the stream.
 
 Must not know: the upstream, the journal, ACP. It serves any ASGI application's WebSocket scope.
 """
@@ -34,6 +38,9 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 MAX_HEAD = 64 * 1024  # the request head a WebSocket upgrade may have
 INBOX = 16  # client messages read ahead of the application: then the client waits (backpressure)
+# The scope extension through which an application takes the connection's stream after its
+# accept, to relay frames as they are (``scope["extensions"][PASSTHROUGH]["take"]()``).
+PASSTHROUGH = "acp-proxy.websocket.take"
 
 
 def is_upgrade(head: bytes) -> bool:
@@ -60,6 +67,9 @@ class WebSocketDoor:
         self.accepted = False
         self.closed = False  # a close frame was sent, or the connection is gone
         self.answered = False  # the handshake was answered (accepted or denied)
+        self.reading = False  # the client's frames are being read (from the application's first receive on)
+        self.taken = False  # the application took the stream (``take``): the door does nothing more
+        self.nursery: trio.Nursery | None = None
         self.inbox_send, self.inbox = trio.open_memory_channel[dict[str, Any]](INBOX)
 
     def scope(self, request: h11.Request, ws_request: Request) -> dict[str, Any]:
@@ -79,7 +89,7 @@ class WebSocketDoor:
             "client": _address(sock, "getpeername"),
             "server": _address(sock, "getsockname"),
             "subprotocols": ws_request.subprotocols,
-            "extensions": {"websocket.http.response": {}},
+            "extensions": {"websocket.http.response": {}, PASSTHROUGH: {"take": self.take}},
         }
 
     async def serve(self) -> None:
@@ -93,16 +103,41 @@ class WebSocketDoor:
             return
         await self.inbox_send.send({"type": "websocket.connect"})
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._read)
+            self.nursery = nursery
             try:
-                await self.app(self.scope(request, ws_request), self.inbox.receive, self._send)
+                await self.app(self.scope(request, ws_request), self._receive, self._send)
             finally:
                 if not self.answered:
                     await self._send({"type": "websocket.http.response.start", "status": 500, "headers": []})
                     await self._send({"type": "websocket.http.response.body", "body": b""})
-                elif self.accepted and not self.closed:
+                elif self.accepted and not self.closed and not self.taken:
                     await self._send({"type": "websocket.close", "code": 1011})
                 nursery.cancel_scope.cancel()
+
+    async def _receive(self) -> dict[str, Any]:
+        """The ASGI ``receive``: the client's frames are read from the first call that finds no
+        event waiting (``websocket.connect`` is), so an application may ``take`` the stream
+        after its accept without a reader having read past the handshake."""
+        if not self.reading:
+            try:
+                return self.inbox.receive_nowait()
+            except trio.WouldBlock:
+                pass
+            if self.taken:
+                raise RuntimeError("the WebSocket's stream was taken by the application")
+            assert self.nursery is not None
+            self.reading = True
+            self.nursery.start_soon(self._read)
+        return await self.inbox.receive()
+
+    def take(self) -> tuple[Any, bytes]:
+        """The connection's stream and the bytes the client sent after its handshake, for an
+        application that relays the frames itself once it has accepted (``wspass``): the door
+        then reads and writes nothing more on it."""
+        if not self.accepted or self.reading or self.taken:
+            raise RuntimeError("the WebSocket's stream can be taken once, after the accept, before any receive")
+        self.taken = self.closed = True
+        return self.stream, self.head.partition(b"\r\n\r\n")[2]
 
     async def _read(self) -> None:
         """The client's frames, as ASGI events, until it closes or goes away."""
