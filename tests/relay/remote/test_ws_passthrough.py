@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_for_output, watchdog
-from tests.relay.remote.test_serve import TIMEOUT, frames, start_serve
+from tests.relay.remote.conftest import TIMEOUT, frames, start_serve
 
 pytest.importorskip("hypercorn", reason="serve needs the remote extra (hypercorn)")
 pytest.importorskip("trio_websocket", reason="serve needs the remote extra (trio-websocket)")
@@ -119,7 +119,7 @@ def test_what_the_client_receives_through_serve_is_byte_for_byte_what_the_upstre
     echo: str, db_path: Path
 ) -> None:
     direct = conversation(RawClient(echo))
-    server = start_serve(echo, "--db", str(db_path))
+    server = start_serve("--upstream", echo, "--db", str(db_path))
     try:
         through = conversation(RawClient(server.url))
     finally:
@@ -135,7 +135,7 @@ def test_what_the_client_receives_through_serve_is_byte_for_byte_what_the_upstre
 
 
 def test_the_agent_s_close_code_reaches_the_client_and_is_recorded(echo: str, db_path: Path) -> None:
-    server = start_serve(echo, "--db", str(db_path))
+    server = start_serve("--upstream", echo, "--db", str(db_path))
     try:
         client = RawClient(server.url)
         order = json.dumps({"method": "close", "code": 4001, "reason": "bye"}).encode()
@@ -152,7 +152,7 @@ def test_the_agent_s_close_code_reaches_the_client_and_is_recorded(echo: str, db
 
 
 def test_a_client_s_close_code_is_recorded_and_the_upstream_answers_it(echo: str, db_path: Path) -> None:
-    server = start_serve(echo, "--db", str(db_path))
+    server = start_serve("--upstream", echo, "--db", str(db_path))
     try:
         client = RawClient(server.url)
         client.send(encode(0x8, (4002).to_bytes(2, "big") + b"leaving", masked=True))
@@ -169,7 +169,7 @@ def test_an_upstream_that_dies_gives_the_client_1011_and_is_recorded_as_1006(db_
     proc, url = start_echo()
     timer = watchdog(proc, 300)
     try:
-        server = start_serve(url, "--db", str(db_path))
+        server = start_serve("--upstream", url, "--db", str(db_path))
         try:
             client = RawClient(server.url)
             client.send(encode(TEXT, b'{"jsonrpc":"2.0","id":1,"method":"a"}', masked=True))
@@ -194,7 +194,7 @@ def test_an_upstream_that_dies_gives_the_client_1011_and_is_recorded_as_1006(db_
 
 def test_a_message_over_the_limit_closes_both_sides_with_1009(echo: str, db_path: Path) -> None:
     # The limit is 256 MiB; a frame header that announces more is refused before its payload.
-    server = start_serve(echo, "--db", str(db_path))
+    server = start_serve("--upstream", echo, "--db", str(db_path))
     try:
         client = RawClient(server.url)
         client.send(bytes((0x82, 0x80 | 127)) + (300 << 20).to_bytes(8, "big") + os.urandom(4) + b"x" * 1000)
