@@ -79,6 +79,7 @@ FEATURES.push({ page: "conversation", async start() {
     busy = true;
     try { await refresh(); } finally { busy = false; }
   }, 1000);
-  const stop = () => { clearInterval(timer); section.classList.add("hidden"); };
+  // The run has ended: nothing is held any more, so no stale row stays behind the hidden panel.
+  const stop = () => { clearInterval(timer); heldBody.replaceChildren(); faultsBody.replaceChildren(); section.classList.add("hidden"); };
   refresh();
 } });
