@@ -422,8 +422,17 @@ class JournalWriter:
         self._checked_at = self.size
         if self.limit_bytes is None or self.db_path is None:
             return
-        used = files_size(limited_files(self.db_path), self.path.parent)
-        self.over_limit = used >= self.limit_bytes
+        files = limited_files(self.db_path)
+        used = files_size(files, self.path.parent)
+        try:
+            pending = os.fstat(self.fd).st_blocks * 512  # this run's lines not committed yet
+        except OSError:
+            pending = 0
+        # What the journal holds must still go through the WAL into the database, and the
+        # recorder drops a batch that would not fit (it counts a batch and the WAL twice): a
+        # journal that filled the limit alone would leave it no room to record anything. So the
+        # relay stops journaling while what it holds would not fit three times over.
+        self.over_limit = used + files_size(files[1:2], None) + 2 * pending >= self.limit_bytes
         if self.over_limit:
             self._trouble(
                 f"--db-limit reached ({used:,} of {self.limit_bytes:,} bytes): frames are relayed but not recorded"

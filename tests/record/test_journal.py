@@ -404,3 +404,38 @@ def test_lines_that_do_not_fit_are_counted_lost_as_record_counts_them(tmp_path: 
         counts.append((kinds.count(jr.LINE), kinds, journal.lost[jr.C2A], journal.lost_total))
     assert counts[0] == counts[1]
     assert counts[0][0] == 5 and counts[0][3][1] == 5  # five appended, five lines lost
+
+
+def _filled_to_the_limit(tmp_path: Path, limit: int) -> tuple[jr.JournalWriter, bytes, int]:
+    journal = jr.JournalWriter.create(tmp_path / "journals", limit_bytes=limit, db_path=tmp_path / "rec.db")
+    chunk = b"x" * (jr.LIMIT_CHECK_BYTES // 4 - 1) + b"\n"
+    appended = 0
+    while not journal.over_limit:
+        journal.data(jr.A2C, appended, chunk)
+        appended += 1
+        assert appended < 200, "the limit was never reached"
+    return journal, chunk, appended
+
+
+def test_the_relay_stops_journaling_while_the_recorder_still_has_room_to_record(tmp_path: Path) -> None:
+    # --db-limit counts the journal: a journal that filled the limit alone would leave the
+    # recorder no room to commit any of it (nothing recorded at all), so the relay stops while
+    # what it holds would still fit through the WAL into the database.
+    limit = 6 * jr.LIMIT_CHECK_BYTES
+    journal, _, _ = _filled_to_the_limit(tmp_path, limit)
+    try:
+        held = os.fstat(journal.fd).st_blocks * 512
+        assert held <= limit // 3 + jr.LIMIT_CHECK_BYTES, f"{held:,} bytes journaled for a {limit:,}-byte limit"
+    finally:
+        journal.close()
+
+
+def test_the_relay_journals_again_once_the_recorder_freed_the_journal(tmp_path: Path) -> None:
+    journal, chunk, appended = _filled_to_the_limit(tmp_path, 6 * jr.LIMIT_CHECK_BYTES)
+    try:
+        _free_all_but_the_last_64k(journal)  # the recorder committed it
+        for i in range(8):  # refused, then measured again after LIMIT_CHECK_BYTES offered
+            journal.data(jr.A2C, appended + i, chunk)
+        assert not journal.over_limit
+    finally:
+        journal.close()
