@@ -79,7 +79,7 @@ def runs(db_path: Path | None, output: Output, limit: int) -> None:
                 C("peers", "client ⇄ agent"),
                 C("protocol_version", "v"),
                 C("frames_shown", "frames", right=True),
-                C("turns", "turns", right=True),
+                C("turns", "turns", right=True, optional=True),  # frames say how long; turns can go
                 C("took", "duration", right=True),
                 C("exit", "exit"),
                 C("faults_shown", "faults", right=True),
@@ -120,7 +120,7 @@ def sessions(db_path: Path | None, output: Output, limit: int) -> None:
                 C("title", "title"),
                 C("cwd", "cwd"),
                 C("runs", "runs"),
-                C("turns", "turns", right=True),
+                C("turns", "turns", right=True, optional=True),  # frames say how long; turns can go
                 C("last", "last activity", keep=True),
             ],
             found,

@@ -419,6 +419,8 @@ class Column:
     keep: bool = False
     right: bool = False
     first: bool = False
+    optional: bool = False
+    """Left out (the rightmost such first) when the other columns would not fit at their floors."""
 
 
 _WIDTH_SAMPLE = 1000  # rows read before the column widths are fixed; later rows are cut to them
@@ -443,6 +445,11 @@ def table(
         out.line(out.paint(f"{title + ': ' if title else ''}{empty}", "dim"))
         return
     natural = [max(cells(c.heading), *(cells(r[i]) for r in sample)) for i, c in enumerate(columns)]
+    shown = _fitting_columns(columns, natural, out.width)
+    if len(shown) < len(columns):
+        columns = [columns[i] for i in shown]
+        natural = [natural[i] for i in shown]
+        sample = [[r[i] for i in shown] for r in sample]
     widths = fit_widths(
         natural, [c.keep for c in columns], [cells(c.heading) for c in columns], out.width, [c.first for c in columns]
     )
@@ -455,6 +462,29 @@ def table(
         out.line(_join_cells([cell(row.get(c.key)) for c in columns], columns, widths))
 
 
+def _floor(natural: int, keep: bool, heading: int) -> int:
+    """The narrowest a column is cut to: whole if ``keep``, else its heading up to 8 cells (3 at least)."""
+    return natural if keep else min(natural, max(3, min(heading, 8)))
+
+
+def _fitting_columns(columns: Sequence[Column], natural: list[int], width: int | None) -> list[int]:
+    """The indexes of the columns shown: all, unless even their floors would not fit ``width``;
+    then ``optional`` ones are left out, rightmost first, until the rest fit."""
+    shown = list(range(len(columns)))
+    if width is None:
+        return shown
+
+    def need() -> int:
+        return sum(_floor(natural[i], columns[i].keep, cells(columns[i].heading)) for i in shown) + 2 * (len(shown) - 1)
+
+    for i in reversed(range(len(columns))):
+        if need() <= width:
+            break
+        if columns[i].optional:
+            shown.remove(i)
+    return shown
+
+
 def fit_widths(
     natural: list[int], keep: list[bool], headings: list[int], width: int | None, first: list[bool] | None = None
 ) -> list[int]:
@@ -465,7 +495,7 @@ def fit_widths(
     if width is None:
         return widths
     gaps = 2 * (len(widths) - 1)
-    floors = [n if k else min(n, max(3, min(h, 8))) for n, k, h in zip(natural, keep, headings, strict=True)]
+    floors = [_floor(n, k, h) for n, k, h in zip(natural, keep, headings, strict=True)]
     if sum(widths) + gaps <= width:
         return widths
     first = first or [False] * len(widths)

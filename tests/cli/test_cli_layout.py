@@ -72,6 +72,8 @@ def test_sessions_runs_stats_and_check_fit_without_splitting_ids(sdk_recording: 
     runs = lines_at(width, "runs", "--db", str(db))
     assert_fits(runs, width)
     assert [line.split()[0] for line in runs] == ["run", "2", "1"]
+    # The turns column is the one that gives way when even the others' floors barely fit.
+    assert ("turns" in runs[0].split()) == (width >= 100), (width, runs[0])
     stats = lines_at(width, "stats", "1", "--db", str(db))
     assert_fits(stats, width)
     turn_rows = [line for line in stats if line.split()[:1] == ["1"]]
