@@ -120,6 +120,28 @@ def test_the_session_panel_shows_both_sides_and_their_capabilities(browser: Any,
     other.close()
 
 
+def test_playhead_steps_do_not_ask_again_for_a_turns_checks(browser: Any, server: Server) -> None:
+    """The conversation is drawn again at each step, its turn heads with it: a turn's findings,
+    once the check is past it, come from the page's memory, not from checks.json again."""
+    page = open_page(browser, server, "/runs/1")
+    page.locator("#conversation .turn-head .badge.checked").wait_for()
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url) if "/checks.json" in request.url else None)
+    page.click("#ph-enter")
+    page.wait_for_function("document.body.dataset.playhead === 'start'")
+    for step in range(1, 13):
+        page.keyboard.press("]")
+        page.wait_for_function(f"document.body.dataset.playhead === '{step}'")
+    page.click("#ph-leave")
+    page.locator("#conversation .turn-head .badge.checked").wait_for()
+    turn_asks = [url for url in asked if "to=999999999999999" in url or "from=5&" in url]
+    # Each distinct turn window (the open turn at its prompt, the turn once ended) is asked at
+    # most once; before, steps that drew a turn head again asked again.
+    assert len(turn_asks) == len(set(turn_asks)), turn_asks
+    assert page.js_errors == []
+    page.close()
+
+
 # -- marks --------------------------------------------------------------------------------------
 
 

@@ -54,19 +54,31 @@ FEATURES.push({ page: "conversation", async start() {
   // Each turn of the conversation carries the findings on its frames (from its prompt to its
   // end, or to the last frame checked while it is open).
   const conversation = document.getElementById("conversation");
+  // A turn's findings, once complete, by run:prompt:end: the conversation is drawn again at
+  // every playhead step, and its turn heads with it; asking the server again each time polled
+  // checks.json several times a second for answers that cannot change.
+  const turnFindings = new Map();
   const markTurns = async () => {
     for (const head of conversation.querySelectorAll(".turn-head[data-run]:not([data-checked])")) {
       const { run, seq, end } = head.dataset;
-      const to = end || "999999999999999";
-      const data = await api(`/runs/${run}/checks.json?from=${seq}&to=${to}`);
-      if (!data.ok) continue;
-      if (!data.done && (!end || data.checked < Number(end))) { setTimeout(markTurns, 300); continue; }
-      head.dataset.checked = String(data.findings.length);
-      if (!data.findings.length) continue;
-      const worst = ["error", "warning", "info"].find((s) => data.findings.some((f) => f.severity === s)) || "info";
-      const rules = [...new Set(data.findings.map((f) => f.rule))];
-      head.append(" ", el("span", { class: `badge checked finding-${worst}`, title: data.findings.map((f) => `#${f.seq} ${f.rule}: ${f.message}`).join("\n"),
-        text: `${data.findings.length} finding${data.findings.length === 1 ? "" : "s"}: ${rules.join(", ")}` }));
+      const key = `${run}:${seq}:${end || ""}`;
+      let findings = turnFindings.get(key);
+      if (!findings) {
+        const to = end || "999999999999999";
+        const data = await api(`/runs/${run}/checks.json?from=${seq}&to=${to}`);
+        if (!data.ok) continue;
+        if (!data.done && (!end || data.checked < Number(end))) { setTimeout(markTurns, 300); continue; }
+        findings = data.findings;
+        turnFindings.set(key, findings); // the check has passed the turn's end, or the run's
+
+      }
+      if (!head.isConnected || head.dataset.checked !== undefined) continue;
+      head.dataset.checked = String(findings.length);
+      if (!findings.length) continue;
+      const worst = ["error", "warning", "info"].find((s) => findings.some((f) => f.severity === s)) || "info";
+      const rules = [...new Set(findings.map((f) => f.rule))];
+      head.append(" ", el("span", { class: `badge checked finding-${worst}`, title: findings.map((f) => `#${f.seq} ${f.rule}: ${f.message}`).join("\n"),
+        text: `${findings.length} finding${findings.length === 1 ? "" : "s"}: ${rules.join(", ")}` }));
     }
   };
   let turnTimer = null;
