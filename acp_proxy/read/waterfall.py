@@ -9,9 +9,10 @@ permission requests, not its frames. Tool-call lanes need every tool-call update
 (no index leads to them), so they are drawn only where the run is folded
 (``web.timeline.waterfall``); ``LANES_LEFT_OUT`` says so to the page.
 
-The shape is ``web.timeline.waterfall``'s: one dict per bar or mark, ``turn`` (``turn_label``:
-the session by its id and the turn's number), ``lane``, ``kind``,
-``start_ms`` and ``end_ms`` from the turn's prompt, ``detail``.
+It also owns the shape both waterfalls draw, so they cannot drift: one dict per bar or mark,
+``turn`` (``turn_label``: the session by its id and the turn's number), ``lane``, ``kind``,
+``start_ms`` and ``end_ms`` from the turn's prompt, ``detail``, made only by ``bar``,
+``turn_bar`` and ``mark``, which ``web.timeline.waterfall`` uses too.
 
 Must not know: click, rich, HTTP, how the chart is drawn. Never writes. Nothing it returns is a
 frame's text: stop reasons and statuses are the protocol's words.
@@ -32,6 +33,24 @@ def turn_label(session_id: str | None, turn_index: int, hop: int = 0) -> str:
     across runs, not within one run's or one session's page), a proxy chain's hop when there is one."""
     where = f"session {session_id}" if session_id else "no session"
     return f"{where}{f' (hop {hop})' if hop else ''} · turn {turn_index}"
+
+
+def bar(turn: str, lane: str, kind: str, start_ms: float | None, end_ms: float | None, detail: str) -> dict[str, Any]:
+    """One bar of the waterfall (a tool call, a permission wait), in ms from the turn's prompt."""
+    return {"turn": turn, "lane": lane, "kind": kind, "start_ms": start_ms, "end_ms": end_ms, "detail": detail}
+
+
+def turn_bar(
+    turn: str, end_ms: float | None, *, stop_reason: str | None, status: str | None, ended: bool
+) -> dict[str, Any]:
+    """A prompt turn's own bar, from its prompt (0) to its end; its detail is the stop reason, or
+    while it is still open the turn's status."""
+    return bar(turn, "turn", "turn", 0.0, end_ms, stop_reason or (status if not ended else "") or "")
+
+
+def mark(turn: str, what: str, at: float | None) -> dict[str, Any]:
+    """A moment in a turn (its acceptance, first output, end): a bar that starts where it ends."""
+    return bar(turn, what, what, at, at, "")
 
 
 def from_tables(db: Any, run_ids: list[int]) -> list[dict[str, Any]]:
@@ -63,17 +82,10 @@ def from_tables(db: Any, run_ids: list[int]) -> list[dict[str, Any]]:
             return None if ns is None or t0 is None else round((ns - t0) / 1e6, 3)
 
         out.append(
-            {
-                "turn": label,
-                "lane": "turn",
-                "kind": "turn",
-                "start_ms": 0.0,
-                "end_ms": ms(end),
-                "detail": turn["stop_reason"] or (turn["status"] if end is None else "") or "",
-            }
+            turn_bar(label, ms(end), stop_reason=turn["stop_reason"], status=turn["status"], ended=end is not None)
         )
         if turn["accepted_ns"] is not None:
-            out.append(_mark(label, "acceptance", ms(turn["accepted_ns"])))
+            out.append(mark(label, "acceptance", ms(turn["accepted_ns"])))
         for wait in permissions:
             inside = (
                 wait["run_id"] == turn["run_id"]
@@ -84,21 +96,17 @@ def from_tables(db: Any, run_ids: list[int]) -> list[dict[str, Any]]:
             )
             if inside:
                 out.append(
-                    {
-                        "turn": label,
-                        "lane": "permission",
-                        "kind": "permission wait",
-                        "start_ms": ms(wait["start_ns"]),
-                        "end_ms": ms(wait["end_ns"] if wait["end_ns"] is not None else end),
-                        "detail": "answered" if wait["answer"] == "response" else (wait["answer"] or ""),
-                    }
+                    bar(
+                        label,
+                        "permission",
+                        "permission wait",
+                        ms(wait["start_ns"]),
+                        ms(wait["end_ns"] if wait["end_ns"] is not None else end),
+                        "answered" if wait["answer"] == "response" else (wait["answer"] or ""),
+                    )
                 )
         if turn["first_output_ns"] is not None:
-            out.append(_mark(label, "first output", ms(turn["first_output_ns"])))
+            out.append(mark(label, "first output", ms(turn["first_output_ns"])))
         if end is not None:
-            out.append(_mark(label, "end", ms(end)))
+            out.append(mark(label, "end", ms(end)))
     return out
-
-
-def _mark(turn: str, what: str, at: float | None) -> dict[str, Any]:
-    return {"turn": turn, "lane": what, "kind": what, "start_ms": at, "end_ms": at, "detail": ""}

@@ -1,7 +1,8 @@
 """What a feature route of the inspector needs from the plugin, handed to it as ``Doors``.
 
 Owns: ``Doors`` (reading the recording on Datasette's thread, the redactors, JSON and error
-answers, pages, the guard, the recording's file), ``bind`` (a feature's view as a Datasette
+answers, pages, the guard, the recording's file, and ``read_json``: a read answered as JSON or
+as a 404), ``bind`` (a feature's view as a Datasette
 route handler) and ``number`` (a query parameter read as a frame or run number). The feature
 modules (``playhead``, ``session_panel``, ``search``, ``actions``) import this, never ``plugin``:
 the plugin builds the doors and hands them over, so there is no import cycle.
@@ -44,6 +45,23 @@ class Doors:
     recording: Callable[[Any], Path | None]
     """The recording's file, for the few writes a person asks for (marks)."""
     not_found: type[Exception]
+
+    async def read_json(self, datasette: Any, read: Callable[[Any], dict[str, Any]]) -> Response:
+        """A feature's JSON route once it has parsed its request: ``read(conn)`` on Datasette's
+        read thread, answered as ``{"ok": true, ...what it read}``; what it names that is not
+        there (its ``LookupError``) or no recording attached is a 404 JSON error."""
+
+        def guarded(conn: Any) -> dict[str, Any]:
+            try:
+                return read(conn)
+            except LookupError as exc:
+                raise self.not_found(str(exc)) from None
+
+        try:
+            data = await self.read(datasette, guarded)
+        except self.not_found as exc:
+            return self.error(str(exc), True)
+        return self.json({"ok": True, **data})
 
 
 def bind(doors: Doors, view: View) -> Handler:

@@ -20,18 +20,7 @@ from acp_proxy.web.doors import Doors
 async def frames_view(doors: Doors, datasette: Any, request: Any) -> Response:
     left, right = int(request.url_vars["left"]), int(request.url_vars["right"])
     redactor = doors.redactor(datasette)
-
-    def read(conn: Any) -> dict[str, Any]:
-        try:
-            return fdiff.frame_diff(conn, left, right, redactor)
-        except LookupError as exc:
-            raise doors.not_found(str(exc)) from None
-
-    try:
-        data = await doors.read(datasette, read)
-    except doors.not_found as exc:
-        return doors.error(str(exc), True)
-    return doors.json({"ok": True, **data})
+    return await doors.read_json(datasette, lambda conn: fdiff.frame_diff(conn, left, right, redactor))
 
 
 ROUTES = [(r"^/diff/(?P<left>[0-9]{1,18})/(?P<right>[0-9]{1,18})/frames\.json$", frames_view)]

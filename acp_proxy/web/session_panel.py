@@ -22,27 +22,14 @@ async def session_view(doors: Doors, datasette: Any, request: Any) -> Response:
     run_id = int(request.url_vars["run_id"])
     session_id = unquote(request.url_vars["session"])
     redactor = doors.redactor(datasette)
-
-    def read(conn: Any) -> dict[str, Any]:
-        try:
-            return sp.panel(conn, run_id, session_id, redactor)
-        except LookupError as exc:
-            raise doors.not_found(str(exc)) from None
-
-    try:
-        data = await doors.read(datasette, read)
-    except doors.not_found as exc:
-        return doors.error(str(exc), True)
-    return doors.json({"ok": True, **data})
+    return await doors.read_json(datasette, lambda conn: sp.panel(conn, run_id, session_id, redactor))
 
 
 async def run_sessions_view(doors: Doors, datasette: Any, request: Any) -> Response:
     run_id = int(request.url_vars["run_id"])
-    try:
-        found = await doors.read(datasette, lambda conn: sp.sessions_of_run(conn, run_id))
-    except doors.not_found as exc:
-        return doors.error(str(exc), True)
-    return doors.json({"ok": True, "run_id": run_id, "sessions": found})
+    return await doors.read_json(
+        datasette, lambda conn: {"run_id": run_id, "sessions": sp.sessions_of_run(conn, run_id)}
+    )
 
 
 ROUTES = [

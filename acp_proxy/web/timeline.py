@@ -3,8 +3,9 @@
 Owns: one timeline row per frame (direction lane, what it is, its latency, flags, the faults and
 findings on it, a person's mark and its note, a short preview), collapsing consecutive chunks
 of one message into one row that holds them, the per-turn waterfall (acceptance, first output,
-tool calls, permission waits, end) (the latency samples the charts draw are SQL:
-``read.latency``).
+tool calls, permission waits, end) from the fold, each bar and mark made by ``read.waterfall``'s
+constructors so it has the same shape as the waterfall drawn from the tables (the latency
+samples the charts draw are SQL: ``read.latency``).
 
 Must not know: SQL, HTTP, Datasette, HTML. Rows in (already redacted), plain dicts out.
 """
@@ -236,51 +237,42 @@ def waterfall(conversations: Iterable[fd.Conversation], ts_of: dict[tuple[Any, i
 
             end = turn.end_ts_ns
             out.append(
-                {
-                    "turn": label,
-                    "lane": "turn",
-                    "kind": "turn",
-                    "start_ms": 0.0,
-                    "end_ms": ms(end),
-                    "detail": turn.stop_reason or (turn.status if end is None else ""),
-                }
+                waterfall_rows.turn_bar(
+                    label, ms(end), stop_reason=turn.stop_reason, status=turn.status, ended=end is not None
+                )
             )
             if turn.accepted_seq is not None:
                 accepted = ts_of.get((turn.run, turn.accepted_seq))
                 if accepted is not None:
-                    out.append(_mark(label, "acceptance", ms(accepted)))
+                    out.append(waterfall_rows.mark(label, "acceptance", ms(accepted)))
             for entity in conv.timeline:
                 if entity.turn != turn.index or entity.replay:
                     continue
                 if isinstance(entity, fd.ToolCall):
                     last = entity.updated_ts_ns or entity.ts_ns
                     out.append(
-                        {
-                            "turn": label,
-                            "lane": f"tool {entity.title or entity.tool_call_id}",
-                            "kind": "tool call",
-                            "start_ms": ms(entity.ts_ns),
-                            "end_ms": ms(max(last, entity.ts_ns)),
-                            "detail": entity.status or "",
-                        }
+                        waterfall_rows.bar(
+                            label,
+                            f"tool {entity.title or entity.tool_call_id}",
+                            "tool call",
+                            ms(entity.ts_ns),
+                            ms(max(last, entity.ts_ns)),
+                            entity.status or "",
+                        )
                     )
                 elif isinstance(entity, fd.Permission):
                     out.append(
-                        {
-                            "turn": label,
-                            "lane": f"permission {entity.tool_call_id or entity.title or ''}".strip(),
-                            "kind": "permission wait",
-                            "start_ms": ms(entity.ts_ns),
-                            "end_ms": ms(entity.answered_ts_ns if entity.answered_ts_ns is not None else end),
-                            "detail": entity.option_id or entity.outcome or ("answered" if entity.answered else ""),
-                        }
+                        waterfall_rows.bar(
+                            label,
+                            f"permission {entity.tool_call_id or entity.title or ''}".strip(),
+                            "permission wait",
+                            ms(entity.ts_ns),
+                            ms(entity.answered_ts_ns if entity.answered_ts_ns is not None else end),
+                            entity.option_id or entity.outcome or ("answered" if entity.answered else ""),
+                        )
                     )
             if turn.first_output_ns is not None:  # protocol.output's one definition
-                out.append(_mark(label, "first output", ms(turn.first_output_ns)))
+                out.append(waterfall_rows.mark(label, "first output", ms(turn.first_output_ns)))
             if end is not None:
-                out.append(_mark(label, "end", ms(end)))
+                out.append(waterfall_rows.mark(label, "end", ms(end)))
     return out
-
-
-def _mark(turn: str, what: str, at: float | None) -> dict[str, Any]:
-    return {"turn": turn, "lane": what, "kind": what, "start_ms": at, "end_ms": at, "detail": ""}

@@ -28,9 +28,19 @@ def _both(db: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], di
 
 def _shape(waterfall: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """What both waterfalls draw: every bar and mark but the tool-call lanes, permission waits by
-    their times (the folded one names their lane by the tool call, which needs the fold)."""
+    their times (the folded one names their lane and detail by the tool call, which needs the
+    fold), each with the same keys."""
+    waits = "permission wait"
     return sorted(
-        (w["turn"], w["kind"], w["start_ms"], w["end_ms"], w["detail"] if w["kind"] != "permission wait" else "")
+        (
+            tuple(sorted(w)),
+            w["turn"],
+            w["kind"],
+            w["lane"] if w["kind"] != waits else "",
+            w["start_ms"],
+            w["end_ms"],
+            w["detail"] if w["kind"] != waits else "",
+        )
         for w in waterfall
         if w["kind"] != "tool call"
     )

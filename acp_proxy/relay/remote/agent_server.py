@@ -8,14 +8,14 @@ reference: ``acp.http.server``): ``initialize`` POSTed without a connection star
 answer in the POST's body, with ``Acp-Connection-Id``), every other POST is 202 and goes to the
 agent, the agent's messages go out on the connection's or a session's GET SSE stream
 (``protocol.http_routing.Routes``), DELETE ends the connection and its agent; the errors (400,
-404, 406, 415, 501, 504) are the SDK's. A stream's messages wait in its ``Outbox`` (at most
-``OUTBOX`` messages and ``OUTBOX_BYTES`` bytes): a reader that lags holds back its own agent,
-never serve's memory or another connection.
+404, 406, 415, 501, 504) are the SDK's. A stream's messages wait in its ``Outbox``
+(``relay.remote.outbox``: at most ``OUTBOX`` messages and ``OUTBOX_BYTES`` bytes): a reader that
+lags holds back its own agent, never serve's memory or another connection.
 
-With fault rules, each connection has its own gate (``AgentFaults`` on HTTP: the gate's steps on
-POSTed messages, the initialize's answer and SSE events, with ``relay.remote.faults``' barriers
-and vocabulary; on WebSocket ``AgentFaults.websocket_message``), recorded as the same ``faults``
-rows.
+With fault rules, each connection has its own gate (``relay.remote.agent_faults.AgentFaults``
+on HTTP: the gate's steps on POSTed messages, the initialize's answer and SSE events, with
+``relay.remote.faults``' barriers and vocabulary; on WebSocket ``AgentFaults.websocket_message``),
+recorded as the same ``faults`` rows.
 
 The agent is started and watched with ``relay.spawn`` (its own process group, its parent-death
 signal, the run's marker in its environment); when its connection ends, its stdin is closed,
@@ -37,15 +37,13 @@ import signal
 import sys
 import time
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from acp_proxy.faults import actions as fl
 from acp_proxy.protocol import http_routing as routing
 from acp_proxy.protocol.framing import Line
 from acp_proxy.record import journal as jr
@@ -53,7 +51,9 @@ from acp_proxy.record import supervise
 from acp_proxy.relay.pumps import close_quietly, open_stream, trio_streams
 from acp_proxy.relay.remote import faults as remote_faults
 from acp_proxy.relay.remote import shapes
+from acp_proxy.relay.remote.agent_faults import LOST, AgentFaults, Answer
 from acp_proxy.relay.remote.asgi import MAX_BODY, BodyTooLarge, Receive, Scope, Send, front_door, read_body, refuse
+from acp_proxy.relay.remote.outbox import Outbox, Outgoing, StreamEnd
 from acp_proxy.relay.remote.runs import RemoteRun
 from acp_proxy.relay.spawn import RelayError, resolve_agent, say, spawn_agent
 
@@ -61,8 +61,6 @@ CONNECTION_ID = "acp-connection-id"
 SESSION_ID = "acp-session-id"
 INITIALIZE_TIMEOUT = 30.0  # the SDK's: a hung agent must not hold the initialize POST forever
 KEEPALIVE = 15.0  # an idle SSE stream's comment, as the SDK's server sends it
-OUTBOX = 1024  # messages a stream holds for a reader that has not come yet (the SDK's)
-OUTBOX_BYTES = 1024 * 1024  # and bytes: a slow reader's stream holds back its agent past this
 JSON = [(b"content-type", b"application/json")]
 
 
@@ -211,76 +209,12 @@ class HttpConnection:
     outboxes: dict[str, Outbox] = field(default_factory=dict)
     waiters: dict[str, tuple[trio.Event, list[bytes]]] = field(default_factory=dict)
     gone: bool = False
-    faults: AgentFaults | None = None  # with fault rules: this connection's gate
+    faults: AgentFaults[HttpConnection] | None = None  # with fault rules: this connection's gate
 
     def outbox(self, key: str) -> Outbox:
         if key not in self.outboxes:
             self.outboxes[key] = Outbox()
         return self.outboxes[key]
-
-
-@dataclass(frozen=True)
-class StreamEnd:
-    """Put in a stream's outbox by a fault rule: the SSE stream ends there, cleanly
-    (``close=stream``: ``partial`` is None) or cut after ``partial`` (``abort``)."""
-
-    partial: bytes | None = None
-
-
-Outgoing = bytes | StreamEnd
-"""What an SSE stream's outbox holds: a message's line, or where a fault ends the stream."""
-
-
-class Outbox:
-    """One SSE stream's messages on their way: held for a reader that has not come yet or reads
-    slower than the agent writes. At most ``OUTBOX`` messages and ``OUTBOX_BYTES`` bytes (one
-    message of any size when it is alone): past that ``put`` waits, so the connection's router
-    stops reading the agent's stdout, the pipe fills and the agent itself waits. A slow reader
-    costs serve that much memory, not the whole stream; it holds back its own connection only."""
-
-    def __init__(self) -> None:
-        self.items: deque[Outgoing] = deque()
-        self.size = 0  # bytes of the messages held
-        self.closed = False
-        self._changed = trio.Event()
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
-
-    def _full(self) -> bool:
-        return bool(self.items) and (len(self.items) >= OUTBOX or self.size >= OUTBOX_BYTES)
-
-    async def put(self, line: bytes) -> None:
-        """Hold one message, once there is room (nothing, once the stream is closed)."""
-        while self._full() and not self.closed:
-            await self._changed.wait()
-        if not self.closed:
-            self.items.append(line)
-            self.size += len(line)
-            self._wake()
-
-    def end(self, end: StreamEnd) -> None:
-        """A fault's end of the stream, after what is held; it never waits."""
-        if not self.closed:
-            self.items.append(end)
-            self._wake()
-
-    async def get(self) -> Outgoing | None:
-        """The next item; None once the outbox is closed and empty."""
-        while not self.items:
-            if self.closed:
-                return None
-            await self._changed.wait()
-        item = self.items.popleft()
-        if isinstance(item, bytes):
-            self.size -= len(item)
-        self._wake()
-        return item
-
-    def close(self) -> None:
-        self.closed = True
-        self._wake()
 
 
 class AgentApp:
@@ -639,21 +573,6 @@ class AgentApp:
                 await self._end(connection)
 
 
-LOST = b""
-"""Put in an initialize's waiter when a fault rule lost its answer: the POST's answer is cut off."""
-
-
-@dataclass
-class Answer:
-    """What the client of one POST is answered once the fault gate has spoken."""
-
-    status: int = 202
-    body: bytes = b""
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    cut: bool = False  # no complete response reaches the client
-    delivered: bool = False  # the client's message reached the agent
-
-
 async def _give(send: Send, answer: Answer) -> None:
     """A POST's answer as the gate decided it; a cut one stops after half its body (or before
     any, with a length it never reaches) and the connection closes without its end."""
@@ -668,203 +587,6 @@ async def _give(send: Send, answer: Answer) -> None:
     )
     await send({"type": "http.response.body", "body": answer.body[: len(answer.body) // 2], "more_body": True})
     raise remote_faults.StreamCut("answer cut by a fault rule")
-
-
-class AgentFaults(remote_faults.ConnectionFaults):
-    """One Streamable HTTP connection of a served stdio agent through the fault gate: a POSTed
-    client message, or an agent's line on its way to a POST's answer or an SSE stream.
-
-    What each step means here: a Forward goes on (to the agent's stdin, or routed to the
-    client); a Send is a line the gate made (an error answer) sent the same way; ``status=``
-    answers the POST with that status; ``abort`` cuts the POST's answer, or the SSE stream the
-    frame travels on, mid-event; ``close=stream`` answers the POST 202, or ends the frame's SSE
-    stream cleanly; ``drop=after`` delivers the message and cuts its POST's answer; ``kill=``
-    signals the agent's process group and ``close=agent-stdin`` closes its stdin (a served agent
-    is a process of ours); ``close=client-stdout`` ends the connection's SSE streams; ``restart``
-    has no upstream connection to restart here and says so in the run."""
-
-    def __init__(
-        self,
-        plan: Any,
-        run: RemoteRun | None,
-        agent: LocalAgent,
-        app: AgentApp,
-        connection: HttpConnection | None = None,
-    ) -> None:
-        super().__init__(plan, run, app.barriers)
-        self.agent = agent
-        self.app = app
-        self._connection = connection  # None: a WebSocket
-        self.ended = False  # a fault rule closed the WebSocket: nothing more goes either way
-
-    @property
-    def connection(self) -> HttpConnection:
-        assert self._connection is not None, "an HTTP connection's faults only"
-        return self._connection
-
-    async def _process(self, step: Any, stream: str) -> bool:
-        """The steps only a served agent has a meaning for; False if ``step`` is not one."""
-        from acp_proxy.faults.gate import ClosePipe, Signal
-
-        agent = self.agent
-        if isinstance(step, Signal):
-            self.event(f"signal {step.signum} sent to the agent by a fault rule", stream)
-            try:
-                os.killpg(agent.pid, step.signum)
-            except (ProcessLookupError, PermissionError):
-                pass
-        elif isinstance(step, ClosePipe) and step.pipe == "agent-stdin":
-            self.event("the agent's stdin was closed by a fault rule", stream)
-            await close_quietly(agent.stdin)
-        elif isinstance(step, ClosePipe):
-            self.event("the connection's event streams were closed by a fault rule", stream)
-            for outbox in list(self.connection.outboxes.values()):
-                outbox.end(StreamEnd())
-        else:
-            return False
-        return True
-
-    async def client_message(self, body: bytes) -> Answer | None:
-        """A POSTed client message through the gate: what its POST is answered, or None when the
-        gate cannot judge it (the caller relays it as usual)."""
-        from acp_proxy.faults.gate import Forward, Wire
-        from acp_proxy.faults.gate import Send as Write
-
-        steps = self.judge("c2a", body)
-        if steps is None:
-            return None
-        answer = Answer()
-        for step in steps:
-            if await self._process(step, "post"):
-                continue
-            if await self.common(step, "post"):
-                if isinstance(step, Wire) and isinstance(step.action, fl.Drop):
-                    answer.cut = True  # drop=after: delivered, its answer lost on the way
-                continue
-            if isinstance(step, Forward | Write) and step.direction == "c2a":
-                for line in self.lines["c2a"].feed(step.data):
-                    if isinstance(step, Forward):
-                        self.message("c2a", line, "post")
-                    answer.delivered = await self.connection.agent.send_line(line) or answer.delivered
-            elif isinstance(step, Write):  # an answer made by the gate (error=): where the agent's would go
-                for line in self.lines["a2c"].feed(step.data):
-                    await self.app._deliver(self.connection, line, record=False)
-            elif isinstance(step, Wire):
-                self._wire_post(step.action, answer)
-        return answer
-
-    async def websocket_message(
-        self,
-        direction: str,
-        data: bytes,
-        out: Callable[[str, bytes], Awaitable[bool]],
-        close: Callable[[int], Awaitable[None]],
-    ) -> bool:
-        """One WebSocket message through the gate, either way; False once nothing more goes
-        that way. ``close=stream`` (and close=client-stdout) close the socket with 1000,
-        ``status=`` with 1013 (try again later), after the frame's note is recorded; ``abort``
-        drops it without a close frame (the client sees 1006 or 1011)."""
-        from acp_proxy.faults.gate import ClosePipe, Forward, Wire
-        from acp_proxy.faults.gate import Send as Write
-
-        if self.ended:
-            return False
-        steps = self.judge(direction, routing.one_line(data))
-        if steps is None:
-            self.message(direction, data, "websocket")
-            return await out(direction, data)
-        going = True
-        closing: list[tuple[str, int]] = []
-        for step in steps:
-            if isinstance(step, ClosePipe) and step.pipe == "client-stdout":
-                closing.append(("close=client-stdout: the client side closed", 1000))
-            elif isinstance(step, Wire) and isinstance(step.action, fl.Close):
-                closing.append(("the WebSocket was closed by a fault rule (1000, both sides)", 1000))
-            elif isinstance(step, Wire) and isinstance(step.action, fl.Status):
-                text = f"closed with {remote_faults.WEBSOCKET_TRY_AGAIN_LATER} (try again later) for status="
-                closing.append((f"{text}{step.action.code}", remote_faults.WEBSOCKET_TRY_AGAIN_LATER))
-            elif await self._process(step, "websocket") or await self.common(step, "websocket"):
-                continue
-            elif isinstance(step, Forward | Write):
-                for line in self.lines[step.direction].feed(step.data):
-                    if isinstance(step, Forward):
-                        self.message(step.direction, line, "websocket")
-                    going = await out(step.direction, line) and going
-            elif isinstance(step, Wire) and isinstance(step.action, fl.Abort):
-                self.event("connection aborted by a fault rule (no close handshake)", "websocket")
-                self.ended = True
-                raise remote_faults.StreamCut("aborted by a fault rule")
-            elif isinstance(step, Wire) and isinstance(step.action, fl.Restart):
-                self.event("restart: a served stdio agent has no upstream connection to restart", "websocket")
-        for text, code in closing[:1]:
-            self.event(text, "websocket")
-            self.ended = True
-            await close(code)
-            going = False
-        return going
-
-    def _wire_post(self, action: fl.Action, answer: Answer) -> None:
-        if isinstance(action, fl.Status):
-            said = {"error": f"acp-proxy: HTTP {action.code} by a fault rule ({action.rule_text})"}
-            answer.status, answer.body = action.code, json.dumps(said).encode()
-            if action.retry_after is not None:
-                answer.headers.append((b"retry-after", str(action.retry_after).encode()))
-        elif isinstance(action, fl.Abort):
-            answer.cut = True
-        elif isinstance(action, fl.Restart):
-            self.event("restart: a served stdio agent has no upstream connection to restart", "post")
-        # close=stream: the POST's exchange ends, accepted (202, the answer it gets anyway)
-
-    async def agent_message(self, line: bytes) -> bool:
-        """An agent's line through the gate; False when the gate cannot judge it (the caller
-        routes it as usual)."""
-        from acp_proxy.faults.gate import Forward, Wire
-        from acp_proxy.faults.gate import Send as Write
-
-        steps = self.judge("a2c", line)
-        if steps is None:
-            return False
-        connection = self.connection
-        fields = routing.read(line)
-        initialize = fields.is_response and (fields.id_key or "") in connection.waiters
-        stream = "post" if initialize else _stream_of(connection.routes.peek(fields))
-        forwarded = False
-        for step in steps:
-            if await self._process(step, stream):
-                continue
-            if await self.common(step, stream):
-                continue
-            if isinstance(step, Forward | Write) and step.direction == "a2c":
-                for out in self.lines["a2c"].feed(step.data):
-                    forwarded = True
-                    await self.app._deliver(connection, out, record=isinstance(step, Forward))
-            elif isinstance(step, Write):  # an error answer to the agent's request: to its stdin
-                for out in self.lines["c2a"].feed(step.data):
-                    await connection.agent.send_line(out)
-            elif isinstance(step, Wire) and isinstance(step.action, fl.Abort | fl.Close) and not initialize:
-                key = connection.routes.peek(fields)
-                end = StreamEnd(None if isinstance(step.action, fl.Close) else _half_event(line))
-                if end.partial is None:
-                    self.event("the stream was closed by a fault rule", stream)
-                connection.outbox(key).end(end)
-                forwarded = True  # the frame went with its stream, as far as it got
-            elif isinstance(step, Wire) and isinstance(step.action, fl.Restart):
-                self.event("restart: a served stdio agent has no upstream connection to restart", stream)
-        if initialize and not forwarded:
-            waiter = connection.waiters.pop(fields.id_key or "", None)
-            if waiter is not None:  # the initialize's answer lost on its way: its POST is cut off
-                waiter[1].append(LOST)
-                waiter[0].set()
-        return True
-
-
-def _stream_of(key: str) -> str:
-    return f"sse:{key}" if key else "sse"
-
-
-def _half_event(line: bytes) -> bytes:
-    event = b"data: " + line + b"\n\n"
-    return event[: len(event) // 2]
 
 
 async def _first(*events: trio.Event) -> None:
