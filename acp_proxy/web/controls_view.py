@@ -27,14 +27,10 @@ async def controls_view(doors: Doors, datasette: Any, request: Any) -> Response:
     def read(conn: Any) -> dict[str, Any]:
         found = controls.of_run(conn, run_id, redactor)
         if found is None:
-            raise doors.not_found(f"no run {run_id}")
+            raise LookupError(f"no run {run_id}")
         return {"run_id": run_id, **found}
 
-    try:
-        data = await doors.read(datasette, read)
-    except doors.not_found as exc:
-        return doors.error(str(exc), True)
-    return doors.json({"ok": True, **data})
+    return await doors.read_json(datasette, read)
 
 
 ROUTES = [(r"^/runs/(?P<run_id>[0-9]{1,18})/controls\.json$", controls_view)]

@@ -48,10 +48,7 @@ async def checks_view(doors: Doors, datasette: Any, request: Any) -> Response:
     checks = _checks_for(datasette, run_id)
 
     def read(conn: Any) -> dict[str, Any]:
-        try:
-            checks.advance(conn, upto=last)
-        except LookupError as exc:
-            raise doors.not_found(str(exc)) from None
+        checks.advance(conn, upto=last)  # LookupError: no such run (read_json: a 404)
         return {
             "run_id": run_id,
             "checked": checks.checked,
@@ -60,11 +57,7 @@ async def checks_view(doors: Doors, datasette: Any, request: Any) -> Response:
             "findings": checks.window(first, last, redactor),
         }
 
-    try:
-        data = await doors.read(datasette, read)
-    except doors.not_found as exc:
-        return doors.error(str(exc), True)
-    return doors.json({"ok": True, **data})
+    return await doors.read_json(datasette, read)
 
 
 ROUTES = [(r"^/runs/(?P<run_id>[0-9]{1,18})/checks\.json$", checks_view)]

@@ -78,11 +78,7 @@ async def runs_view(doors: Doors, datasette: Any, request: Any) -> Response:
             "statuses": list(run_search.STATUSES),
         }
 
-    try:
-        data = await doors.read(datasette, read)
-    except doors.not_found as exc:
-        return doors.error(str(exc), True)
-    return doors.json({"ok": True, **data})
+    return await doors.read_json(datasette, read)
 
 
 async def frames_view(doors: Doors, datasette: Any, request: Any) -> Response:
@@ -112,11 +108,7 @@ async def frames_view(doors: Doors, datasette: Any, request: Any) -> Response:
             "offset": offset,
         }
 
-    try:
-        data = await doors.read(datasette, read)
-    except doors.not_found as exc:
-        return doors.error(str(exc), True)
-    return doors.json({"ok": True, **data})
+    return await doors.read_json(datasette, read)
 
 
 ROUTES = [
