@@ -22,13 +22,13 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
 from acp_proxy.protocol.frames import FrameRecord
-from acp_proxy.protocol.tracker import Tracker
+from acp_proxy.protocol.tracker import Change, Tracker
 from acp_proxy.read import queries
 from acp_proxy.store.database import READABLE_VIEWS
 
@@ -69,27 +69,39 @@ def _record(row: Mapping[str, Any]) -> FrameRecord:
     return rec
 
 
-def hop_turns(frames: Iterable[Mapping[str, Any]], ended_ns: Mapping[int, int | None]) -> list[dict[str, Any]]:
-    """The turns table's rows (without ``session_row``; with ``hop``) of each hop in ``frames``
-    (``unwrap``'s), tracked by the recorder's ``Tracker``; a run in ``ended_ns`` with a time is
-    over, and its hop's open turns end with it as the link's do."""
-    turns: list[dict[str, Any]] = []
+def _tracked(
+    frames: Iterable[Mapping[str, Any]], ended_ns: Mapping[int, int | None]
+) -> Iterator[tuple[int, int, list[Change]]]:
+    """(run id, hop, the recorder's ``Change``s) of each hop in ``frames`` (``unwrap``'s), by run
+    then hop, tracked by the recorder's ``Tracker``; a run in ``ended_ns`` with a time is over,
+    and its hop's open turns end with it as the link's do."""
     key = lambda r: (r.get("run_id"), r.get("hop"))  # noqa: E731
+    # sorted is stable: each hop's frames stay in relay order.
     for (run_id, hop), group in itertools.groupby(sorted(frames, key=key), key=key):
         tracker = Tracker(run_id)
-        rows: dict[int, dict[str, Any]] = {}
         for row in group:
             tracker.observe(_record(row))
         end = ended_ns.get(run_id)
         if end is not None:
             tracker.finish(end)
-        for change in tracker.drain():
-            if change.table == "turns":
-                values = dict(change.values)
-                values.pop("session_key", None)
-                rows[change.key["turn_key"]] = {**values, "hop": hop}
-        turns += rows.values()
-    return turns
+        yield run_id, hop, tracker.drain()
+
+
+def _turn_rows(hop: int, changes: list[Change]) -> list[dict[str, Any]]:
+    rows: dict[int, dict[str, Any]] = {}
+    for change in changes:
+        if change.table == "turns":
+            values = dict(change.values)
+            values.pop("session_key", None)
+            rows[change.key["turn_key"]] = {**values, "hop": hop}
+    return list(rows.values())
+
+
+def hop_turns(frames: Iterable[Mapping[str, Any]], ended_ns: Mapping[int, int | None]) -> list[dict[str, Any]]:
+    """The turns table's rows (without ``session_row``; with ``hop``) of each hop in ``frames``
+    (``unwrap``'s), tracked by the recorder's ``Tracker``; a run in ``ended_ns`` with a time is
+    over, and its hop's open turns end with it as the link's do."""
+    return [row for _run, hop, changes in _tracked(frames, ended_ns) for row in _turn_rows(hop, changes)]
 
 
 _SCOPED_RUNS = 500
@@ -123,17 +135,93 @@ def count_in_runs(db: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def count_in_sessions(db: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def count_in_sessions(
+    db: Any, rows: list[dict[str, Any]], counts: Counter[tuple[int, str | None]] | None = None
+) -> list[dict[str, Any]]:
     """``rows`` (sessions rows with ``runs``, their run ids comma-separated, and their own
     ``turns``) with the turns the hops of those runs hold for the session added: a session's
-    turns as ``stats`` of that session lists them."""
+    turns as ``stats`` of that session lists them. ``counts``: ``turn_counts`` of every run,
+    when the caller has them already."""
     runs_of = {id(row): [int(r) for r in str(row.get("runs") or "").split(",") if r] for row in rows}
     wanted = sorted({run for runs in runs_of.values() for run in runs})
-    counts = turn_counts(db, wanted) if wanted else Counter()
+    if counts is None:
+        counts = turn_counts(db, wanted) if wanted else Counter()
     if counts:
         for row in rows:
             row["turns"] = (row.get("turns") or 0) + sum(counts[(run, row["session_id"])] for run in runs_of[id(row)])
     return rows
+
+
+SESSION_ROWS = 2**24
+"""A session only a proxy chain carries has no ``sessions`` row: its ``row_id`` is ``-(run id *
+SESSION_ROWS + n)``, n its place among that run's (1 for the first opened). Negative, so it names
+no row; fixed while its run grows (a session opened later comes later); ordered like a row id
+where a list breaks ties between sessions last seen at the same moment."""
+
+
+def chain_sessions(db: Any) -> tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]:
+    """The sessions that exist only inside proxy chains, as the lists of sessions have a row
+    (``queries.SESSIONS_SELECT``'s columns, ``hop`` the shallowest it is seen at, ``runs`` its
+    one run, ``turns`` every hop's turns in it), most recently seen first; and ``turn_counts`` of
+    every run. A session is one of them when a hop (``session/new``, ``load``, ``resume``, ``fork``
+    or a first ``sessionId`` inside ``proxy/successor`` envelopes) opens it in a run whose link
+    has no session of that id (there, the link's row counts its hops' turns). One session id per
+    run: its instances and the deeper hops that pass it on are one row. Each call tracks every
+    hop in the recording; with no envelope it is one ``method`` index probe."""
+    found = envelopes(db, None)
+    if not found:
+        return [], Counter()
+    runs = sorted({r["run_id"] for r in found})
+    marks = ",".join("?" * len(runs))
+    ended = dict(db.execute(f"select id, ended_ns from runs where id in ({marks})", runs).fetchall())
+    # Unpacked, as a door's connection may give rows (``sqlite3.Row``) that equal no tuple.
+    own = {
+        (run_id, session_id)
+        for run_id, session_id in db.execute(
+            f"""select sr.run_id, s.session_id from session_runs sr join sessions s on s.id = sr.session_row
+                where sr.run_id in ({marks})""",
+            runs,
+        )
+    }
+    counts: Counter[tuple[int, str | None]] = Counter()
+    rows: dict[tuple[int, str], dict[str, Any]] = {}
+    for run_id, hop, changes in _tracked(unwrap(found), ended):
+        counts.update((run_id, t["session_id"]) for t in _turn_rows(hop, changes))
+        opened = {c.key["session_key"]: c.values.get("first_seq") for c in changes if c.table == "session_runs"}
+        for change in changes:
+            values = change.values
+            session_id = values.get("session_id")
+            if change.table != "sessions" or not isinstance(session_id, str) or (run_id, session_id) in own:
+                continue
+            row = rows.get((run_id, session_id))
+            if row is None:
+                rows[(run_id, session_id)] = {
+                    "session_id": session_id,
+                    **{name: values.get(name) for name in ("title", "cwd", "created_by")},
+                    "first_seen_ns": values.get("first_seen_ns"),
+                    "last_seen_ns": values.get("last_seen_ns"),
+                    "runs": str(run_id),
+                    "hop": hop,
+                    "first_seq": opened.get(change.key["session_key"]) or 0,
+                }
+                continue
+            # The same session again: a later instance in this hop, or a deeper hop passing it on.
+            if hop == row["hop"]:
+                row.update({name: values[name] for name in ("title", "cwd") if name in values})
+            seen = [t for t in (row["first_seen_ns"], values.get("first_seen_ns")) if t is not None]
+            row["first_seen_ns"] = min(seen, default=None)
+            seen = [t for t in (row["last_seen_ns"], values.get("last_seen_ns")) if t is not None]
+            row["last_seen_ns"] = max(seen, default=None)
+    out: list[dict[str, Any]] = []
+    for run_id, group in itertools.groupby(sorted(rows.items()), key=lambda item: item[0][0]):
+        ordered = sorted((row for _key, row in group), key=lambda row: (row["first_seq"], row["hop"]))
+        for n, row in enumerate(ordered, 1):
+            row_id = -(run_id * SESSION_ROWS + min(n, SESSION_ROWS - 1))
+            hop = row.pop("hop")
+            del row["first_seq"]
+            out.append({"row_id": row_id, **row, "turns": counts[(run_id, row["session_id"])], "hop": hop})
+    out.sort(key=lambda row: (row["last_seen_ns"] or 0, row["row_id"]), reverse=True)
+    return out, counts
 
 
 def turn_metrics(db: Any, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
