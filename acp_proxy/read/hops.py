@@ -1,12 +1,17 @@
-"""The turns of the conversations proxy chains carry: what ``stats``, MCP and the inspector show
-for each hop beside the link's own turns table, and what the lists of runs and sessions count.
+"""The turns and sessions of the conversations proxy chains carry: what ``stats``, MCP and the
+inspector show for each hop beside the link's own turns table, what the lists of runs and
+sessions count, and the sessions that exist only inside a chain (``chain_sessions``), which the
+lists of sessions show beside the sessions rows.
 
 Owns: finding a run's ``proxy/successor`` envelopes (through the frames' ``method`` index: a
 response is annotated with its request's method, so one equality finds both), unwrapping them
 with ``protocol.chains.Unwrapper`` (a deeper hop the same way), and running the recorder's own
 ``Tracker`` over each hop's frames, so a hop's turn row is exactly what the turns table would
 hold had that conversation been the link's own. The metrics are the ``turn_metrics`` view's own
-SQL (the database's own view), run over those rows, so a hop's "took" is the link's "took".
+SQL (the database's own view), run over those rows, so a hop's "took" is the link's "took". A
+hop's sessions are the same tracker's ``sessions`` rows; ``chain_sessions`` keeps each run's
+answer while the run is unchanged (``_KEPT``), so a list the inspector polls does not track every
+chain recorded on each poll.
 
 Why computed here and not recorded: the meaning of a turn stays the tracker's, once, and the
 hop's frames are a pure function of the envelopes already stored, so every recording made
@@ -21,7 +26,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -166,14 +172,24 @@ def chain_sessions(db: Any) -> tuple[list[dict[str, Any]], Counter[tuple[int, st
     every run. A session is one of them when a hop (``session/new``, ``load``, ``resume``, ``fork``
     or a first ``sessionId`` inside ``proxy/successor`` envelopes) opens it in a run whose link
     has no session of that id (there, the link's row counts its hops' turns). One session id per
-    run: its instances and the deeper hops that pass it on are one row. Each call tracks every
-    hop in the recording; with no envelope it is one ``method`` index probe."""
-    found = envelopes(db, None)
-    if not found:
+    run: its instances and the deeper hops that pass it on are one row.
+
+    Cost: one ``method`` index probe counting each run's envelopes; a run is unwrapped and tracked
+    only when ``_KEPT`` holds no answer for it as it is now (its envelopes counted, its end, its
+    link's sessions), so a list polled by the inspector tracks a live chain, not every chain
+    ever recorded."""
+    per_run = {
+        run_id: n
+        for run_id, n in db.execute("select run_id, count(*) from frames where method = ? group by run_id", [SUCCESSOR])
+    }
+    if not per_run:
         return [], Counter()
-    runs = sorted({r["run_id"] for r in found})
+    runs = sorted(per_run)
     marks = ",".join("?" * len(runs))
-    ended = dict(db.execute(f"select id, ended_ns from runs where id in ({marks})", runs).fetchall())
+    facts = {
+        r: (started, ended)
+        for r, started, ended in db.execute(f"select id, started_ns, ended_ns from runs where id in ({marks})", runs)
+    }
     # Unpacked, as a door's connection may give rows (``sqlite3.Row``) that equal no tuple.
     own = {
         (run_id, session_id)
@@ -183,6 +199,57 @@ def chain_sessions(db: Any) -> tuple[list[dict[str, Any]], Counter[tuple[int, st
             runs,
         )
     }
+    place = _database(db)
+    keys = {
+        r: (place, r, *facts.get(r, (None, None)), per_run[r], frozenset(s for o, s in own if o == r)) for r in runs
+    }
+    answers: dict[int, tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]] = {}
+    with _KEPT_LOCK:
+        for run_id in runs:
+            if place is not None and (kept := _KEPT.get(keys[run_id])) is not None:
+                _KEPT.move_to_end(keys[run_id])
+                answers[run_id] = kept
+    stale = [r for r in runs if r not in answers]
+    if stale:
+        wanted = set(stale)
+        found = [r for r in envelopes(db, None if len(stale) > _SCOPED_RUNS else stale) if r["run_id"] in wanted]
+        ended = {r: facts.get(r, (None, None))[1] for r in stale}
+        fresh = _sessions_of(found, ended, own)
+        with _KEPT_LOCK:
+            for run_id in stale:
+                answers[run_id] = fresh.get(run_id, ([], Counter()))
+                if place is not None:
+                    _KEPT[keys[run_id]] = answers[run_id]
+            while len(_KEPT) > _KEPT_RUNS:
+                _KEPT.popitem(last=False)
+    out: list[dict[str, Any]] = []
+    counts: Counter[tuple[int, str | None]] = Counter()
+    for rows, run_counts in answers.values():
+        out += [dict(row) for row in rows]  # the caller's to change; the kept ones stay as they are
+        counts.update(run_counts)
+    out.sort(key=lambda row: (row["last_seen_ns"] or 0, row["row_id"]), reverse=True)
+    return out, counts
+
+
+_KEPT_RUNS = 4096
+"""How many runs' answers ``chain_sessions`` keeps (the least recently asked for go first)."""
+_KEPT: OrderedDict[tuple[Any, ...], tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]] = OrderedDict()
+_KEPT_LOCK = threading.Lock()  # the inspector answers requests on several threads
+
+
+def _database(db: Any) -> str | None:
+    """The file of ``db``'s main database: what, with a run's id and start, names the run kept
+    (None for a database in memory, whose answers are not kept)."""
+    for row in db.execute("pragma database_list"):
+        if row[1] == "main":
+            return str(row[2]) or None
+    return None
+
+
+def _sessions_of(
+    found: list[dict[str, Any]], ended: Mapping[int, int | None], own: set[tuple[int, str]]
+) -> dict[int, tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]]:
+    """``chain_sessions``' rows and turn counts of each run whose envelopes are in ``found``."""
     counts: Counter[tuple[int, str | None]] = Counter()
     rows: dict[tuple[int, str], dict[str, Any]] = {}
     for run_id, hop, changes in _tracked(unwrap(found), ended):
@@ -212,16 +279,19 @@ def chain_sessions(db: Any) -> tuple[list[dict[str, Any]], Counter[tuple[int, st
             row["first_seen_ns"] = min(seen, default=None)
             seen = [t for t in (row["last_seen_ns"], values.get("last_seen_ns")) if t is not None]
             row["last_seen_ns"] = max(seen, default=None)
-    out: list[dict[str, Any]] = []
+    out: dict[int, tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]] = {}
+    for (run_id, session_id), n in counts.items():
+        out.setdefault(run_id, ([], Counter()))[1][(run_id, session_id)] = n
+    for run_id, _session in rows:
+        out.setdefault(run_id, ([], Counter()))
     for run_id, group in itertools.groupby(sorted(rows.items()), key=lambda item: item[0][0]):
         ordered = sorted((row for _key, row in group), key=lambda row: (row["first_seq"], row["hop"]))
         for n, row in enumerate(ordered, 1):
             row_id = -(run_id * SESSION_ROWS + min(n, SESSION_ROWS - 1))
             hop = row.pop("hop")
             del row["first_seq"]
-            out.append({"row_id": row_id, **row, "turns": counts[(run_id, row["session_id"])], "hop": hop})
-    out.sort(key=lambda row: (row["last_seen_ns"] or 0, row["row_id"]), reverse=True)
-    return out, counts
+            out[run_id][0].append({"row_id": row_id, **row, "turns": counts[(run_id, row["session_id"])], "hop": hop})
+    return out
 
 
 def turn_metrics(db: Any, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:

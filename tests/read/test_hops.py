@@ -10,6 +10,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from acp_proxy.read import hops, latency
 from acp_proxy.read.stats import stats
 from acp_proxy.record.importers import Record, write_run
@@ -403,3 +405,35 @@ def test_the_cli_and_mcp_list_a_chains_session_and_count_a_clients_hop_turns(tmp
     assert clients["?"]["turns"] == 2 and clients["c"]["turns"] == 5
     assert (clients["?"]["sessions"], set(clients["?"]["session_ids"])) == (2, {"sess_in", "sess_deep"})
     assert (clients["c"]["sessions"], set(clients["c"]["session_ids"])) == (4, {S, "sess_mix"})
+
+
+def test_a_chains_sessions_are_tracked_again_only_for_a_run_that_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db_path = tmp_path / "rec.db"
+    runs = _chain_sessions(db_path)
+    tracked: list[int] = []
+    real = hops._tracked
+
+    def counting(frames: Any, ended: Any) -> Any:
+        for run_id, hop, changes in real(frames, ended):
+            tracked.append(run_id)
+            yield run_id, hop, changes
+
+    monkeypatch.setattr(hops, "_tracked", counting)
+    first = hops.chain_sessions(store.open_for_reading(db_path))
+    assert set(tracked) == {runs["link"], runs["deep"], runs["mixed"], runs["both"]}
+    first[0][0]["turns"] = 99  # a caller's change stays its own
+    tracked.clear()
+    assert hops.chain_sessions(store.open_for_reading(db_path)) == hops.chain_sessions(store.open_for_reading(db_path))
+    assert (
+        tracked == []
+        and first[0][0]["turns"] == 99 != hops.chain_sessions(store.open_for_reading(db_path))[0][0]["turns"]
+    )
+    # A new chain run is tracked, alone; the answer is what tracking everything gives.
+    newest = chained(_renamed(v2_turn(CHUNK), "sess_new"))
+    added = _record(db_path, newest, [10**10 + n for n in range(len(newest))])
+    again = hops.chain_sessions(store.open_for_reading(db_path))
+    assert set(tracked) == {added} and again[0][0]["session_id"] == "sess_new"
+    hops._KEPT.clear()
+    assert hops.chain_sessions(store.open_for_reading(db_path)) == again
