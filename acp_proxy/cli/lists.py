@@ -112,6 +112,8 @@ def sessions(db_path: Path | None, output: Output, limit: int) -> None:
             return
         for s in found:
             s["last"] = views.when(s["last_seen_ns"])
+            # A session only a proxy chain carries is seen through its run: say at which hop.
+            s["runs_shown"] = f"{s['runs']} (hop {s['hop']})" if s.get("hop") else s["runs"]
         C = views.Column
         views.table(
             out,
@@ -119,7 +121,7 @@ def sessions(db_path: Path | None, output: Output, limit: int) -> None:
                 C("session_id", "session", keep=True),
                 C("title", "title"),
                 C("cwd", "cwd"),
-                C("runs", "runs"),
+                C("runs_shown", "runs"),
                 C("turns", "turns", right=True, optional=True),  # frames say how long; turns can go
                 C("last", "last activity", keep=True),
             ],

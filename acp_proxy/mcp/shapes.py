@@ -90,13 +90,14 @@ SESSION = {
     "cwd": _p(["string", "null"], "Its working directory."),
     "runs": _p(["string", "null"], "The runs it appears in, comma-separated."),
     "turns": _p("integer", "Its prompt turns, those proxy chains in its runs carry included."),
+    "hop": _p("integer", "0: the recorded link's own; 1 and deeper: only inside a proxy chain (show its run)."),
 }
 CLIENT = {
     "client": _p("string", "The client's name, as initialize said (? when it said none)."),
     "client_version": _p(["string", "null"], "Its version."),
     "runs": _p("integer", "Runs recorded with it."),
-    "sessions": _p("integer", "Sessions it opened or loaded."),
-    "turns": _p("integer", "Prompt turns in them."),
+    "sessions": _p("integer", "Sessions in its runs (as list_sessions has them, a proxy chain's included)."),
+    "turns": _p("integer", "Prompt turns in its runs (list_runs' turns, a proxy chain's inner ones included)."),
     "agents": {"type": "array", "items": {"type": "string"}, "description": "The agents it talked to."},
     "session_ids": {"type": "array", "items": {"type": "string"}, "description": "Its sessions, newest first."},
 }

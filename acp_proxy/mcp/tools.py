@@ -128,13 +128,13 @@ class Tools:
 
     def list_sessions(self, offset: Offset = 0, limit: Limit = 50) -> shapes.SessionsPage:
         """ACP sessions, most recently active first: session id, title, cwd, how it was created,
-        the runs it appears in, its number of turns. Paged: `total`, `next`."""
-        from acp_proxy.read import listing, queries
+        the runs it appears in, its number of turns, its hop (1 and deeper: a session only a
+        proxy chain carries, inside `proxy/successor`). Paged: `total`, `next`."""
+        from acp_proxy.read import listing
 
         offset, limit = _count(offset, "offset"), _limit(limit)
         with self._db() as db:
-            total = queries.count(db, "sessions")
-            found = listing.sessions(db, limit, offset) if limit else []
+            found, total = listing.sessions_page(db, limit, offset) if limit else ([], listing.session_count(db))
         return self._page(shapes.SessionsPage, self.redactor.value(found), offset, total)
 
     def sessions_by_client(self, offset: Offset = 0, limit: Limit = 50) -> shapes.ClientsPage:

@@ -1,12 +1,17 @@
-"""The turns of the conversations proxy chains carry: what ``stats``, MCP and the inspector show
-for each hop beside the link's own turns table, and what the lists of runs and sessions count.
+"""The turns and sessions of the conversations proxy chains carry: what ``stats``, MCP and the
+inspector show for each hop beside the link's own turns table, what the lists of runs and
+sessions count, and the sessions that exist only inside a chain (``chain_sessions``), which the
+lists of sessions show beside the sessions rows.
 
 Owns: finding a run's ``proxy/successor`` envelopes (through the frames' ``method`` index: a
 response is annotated with its request's method, so one equality finds both), unwrapping them
 with ``protocol.chains.Unwrapper`` (a deeper hop the same way), and running the recorder's own
 ``Tracker`` over each hop's frames, so a hop's turn row is exactly what the turns table would
 hold had that conversation been the link's own. The metrics are the ``turn_metrics`` view's own
-SQL (the database's own view), run over those rows, so a hop's "took" is the link's "took".
+SQL (the database's own view), run over those rows, so a hop's "took" is the link's "took". A
+hop's sessions are the same tracker's ``sessions`` rows; ``chain_sessions`` keeps each run's
+answer while the run is unchanged (``_KEPT``), so a list the inspector polls does not track every
+chain recorded on each poll.
 
 Why computed here and not recorded: the meaning of a turn stays the tracker's, once, and the
 hop's frames are a pure function of the envelopes already stored, so every recording made
@@ -21,14 +26,15 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections import Counter
-from collections.abc import Iterable, Mapping
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
 from acp_proxy.protocol.frames import FrameRecord
-from acp_proxy.protocol.tracker import Tracker
+from acp_proxy.protocol.tracker import Change, Tracker
 from acp_proxy.read import queries
 from acp_proxy.store.database import READABLE_VIEWS
 
@@ -69,27 +75,39 @@ def _record(row: Mapping[str, Any]) -> FrameRecord:
     return rec
 
 
-def hop_turns(frames: Iterable[Mapping[str, Any]], ended_ns: Mapping[int, int | None]) -> list[dict[str, Any]]:
-    """The turns table's rows (without ``session_row``; with ``hop``) of each hop in ``frames``
-    (``unwrap``'s), tracked by the recorder's ``Tracker``; a run in ``ended_ns`` with a time is
-    over, and its hop's open turns end with it as the link's do."""
-    turns: list[dict[str, Any]] = []
+def _tracked(
+    frames: Iterable[Mapping[str, Any]], ended_ns: Mapping[int, int | None]
+) -> Iterator[tuple[int, int, list[Change]]]:
+    """(run id, hop, the recorder's ``Change``s) of each hop in ``frames`` (``unwrap``'s), by run
+    then hop, tracked by the recorder's ``Tracker``; a run in ``ended_ns`` with a time is over,
+    and its hop's open turns end with it as the link's do."""
     key = lambda r: (r.get("run_id"), r.get("hop"))  # noqa: E731
+    # sorted is stable: each hop's frames stay in relay order.
     for (run_id, hop), group in itertools.groupby(sorted(frames, key=key), key=key):
         tracker = Tracker(run_id)
-        rows: dict[int, dict[str, Any]] = {}
         for row in group:
             tracker.observe(_record(row))
         end = ended_ns.get(run_id)
         if end is not None:
             tracker.finish(end)
-        for change in tracker.drain():
-            if change.table == "turns":
-                values = dict(change.values)
-                values.pop("session_key", None)
-                rows[change.key["turn_key"]] = {**values, "hop": hop}
-        turns += rows.values()
-    return turns
+        yield run_id, hop, tracker.drain()
+
+
+def _turn_rows(hop: int, changes: list[Change]) -> list[dict[str, Any]]:
+    rows: dict[int, dict[str, Any]] = {}
+    for change in changes:
+        if change.table == "turns":
+            values = dict(change.values)
+            values.pop("session_key", None)
+            rows[change.key["turn_key"]] = {**values, "hop": hop}
+    return list(rows.values())
+
+
+def hop_turns(frames: Iterable[Mapping[str, Any]], ended_ns: Mapping[int, int | None]) -> list[dict[str, Any]]:
+    """The turns table's rows (without ``session_row``; with ``hop``) of each hop in ``frames``
+    (``unwrap``'s), tracked by the recorder's ``Tracker``; a run in ``ended_ns`` with a time is
+    over, and its hop's open turns end with it as the link's do."""
+    return [row for _run, hop, changes in _tracked(frames, ended_ns) for row in _turn_rows(hop, changes)]
 
 
 _SCOPED_RUNS = 500
@@ -123,17 +141,157 @@ def count_in_runs(db: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def count_in_sessions(db: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def count_in_sessions(
+    db: Any, rows: list[dict[str, Any]], counts: Counter[tuple[int, str | None]] | None = None
+) -> list[dict[str, Any]]:
     """``rows`` (sessions rows with ``runs``, their run ids comma-separated, and their own
     ``turns``) with the turns the hops of those runs hold for the session added: a session's
-    turns as ``stats`` of that session lists them."""
+    turns as ``stats`` of that session lists them. ``counts``: ``turn_counts`` of every run,
+    when the caller has them already."""
     runs_of = {id(row): [int(r) for r in str(row.get("runs") or "").split(",") if r] for row in rows}
     wanted = sorted({run for runs in runs_of.values() for run in runs})
-    counts = turn_counts(db, wanted) if wanted else Counter()
+    if counts is None:
+        counts = turn_counts(db, wanted) if wanted else Counter()
     if counts:
         for row in rows:
             row["turns"] = (row.get("turns") or 0) + sum(counts[(run, row["session_id"])] for run in runs_of[id(row)])
     return rows
+
+
+SESSION_ROWS = 2**24
+"""A session only a proxy chain carries has no ``sessions`` row: its ``row_id`` is ``-(run id *
+SESSION_ROWS + n)``, n its place among that run's (1 for the first opened). Negative, so it names
+no row; fixed while its run grows (a session opened later comes later); ordered like a row id
+where a list breaks ties between sessions last seen at the same moment."""
+
+
+def chain_sessions(db: Any) -> tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]:
+    """The sessions that exist only inside proxy chains, as the lists of sessions have a row
+    (``queries.SESSIONS_SELECT``'s columns, ``hop`` the shallowest it is seen at, ``runs`` its
+    one run, ``turns`` every hop's turns in it), most recently seen first; and ``turn_counts`` of
+    every run. A session is one of them when a hop (``session/new``, ``load``, ``resume``, ``fork``
+    or a first ``sessionId`` inside ``proxy/successor`` envelopes) opens it in a run whose link
+    has no session of that id (there, the link's row counts its hops' turns). One session id per
+    run: its instances and the deeper hops that pass it on are one row.
+
+    Cost: one ``method`` index probe counting each run's envelopes; a run is unwrapped and tracked
+    only when ``_KEPT`` holds no answer for it as it is now (its envelopes counted, its end, its
+    link's sessions), so a list polled by the inspector tracks a live chain, not every chain
+    ever recorded."""
+    per_run = {
+        run_id: n
+        for run_id, n in db.execute("select run_id, count(*) from frames where method = ? group by run_id", [SUCCESSOR])
+    }
+    if not per_run:
+        return [], Counter()
+    runs = sorted(per_run)
+    marks = ",".join("?" * len(runs))
+    facts = {
+        r: (started, ended)
+        for r, started, ended in db.execute(f"select id, started_ns, ended_ns from runs where id in ({marks})", runs)
+    }
+    # Unpacked, as a door's connection may give rows (``sqlite3.Row``) that equal no tuple.
+    own = {
+        (run_id, session_id)
+        for run_id, session_id in db.execute(
+            f"""select sr.run_id, s.session_id from session_runs sr join sessions s on s.id = sr.session_row
+                where sr.run_id in ({marks})""",
+            runs,
+        )
+    }
+    place = _database(db)
+    keys = {
+        r: (place, r, *facts.get(r, (None, None)), per_run[r], frozenset(s for o, s in own if o == r)) for r in runs
+    }
+    answers: dict[int, tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]] = {}
+    with _KEPT_LOCK:
+        for run_id in runs:
+            if place is not None and (kept := _KEPT.get(keys[run_id])) is not None:
+                _KEPT.move_to_end(keys[run_id])
+                answers[run_id] = kept
+    stale = [r for r in runs if r not in answers]
+    if stale:
+        wanted = set(stale)
+        found = [r for r in envelopes(db, None if len(stale) > _SCOPED_RUNS else stale) if r["run_id"] in wanted]
+        ended = {r: facts.get(r, (None, None))[1] for r in stale}
+        fresh = _sessions_of(found, ended, own)
+        with _KEPT_LOCK:
+            for run_id in stale:
+                answers[run_id] = fresh.get(run_id, ([], Counter()))
+                if place is not None:
+                    _KEPT[keys[run_id]] = answers[run_id]
+            while len(_KEPT) > _KEPT_RUNS:
+                _KEPT.popitem(last=False)
+    out: list[dict[str, Any]] = []
+    counts: Counter[tuple[int, str | None]] = Counter()
+    for rows, run_counts in answers.values():
+        out += [dict(row) for row in rows]  # the caller's to change; the kept ones stay as they are
+        counts.update(run_counts)
+    out.sort(key=lambda row: (row["last_seen_ns"] or 0, row["row_id"]), reverse=True)
+    return out, counts
+
+
+_KEPT_RUNS = 4096
+"""How many runs' answers ``chain_sessions`` keeps (the least recently asked for go first)."""
+_KEPT: OrderedDict[tuple[Any, ...], tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]] = OrderedDict()
+_KEPT_LOCK = threading.Lock()  # the inspector answers requests on several threads
+
+
+def _database(db: Any) -> str | None:
+    """The file of ``db``'s main database: what, with a run's id and start, names the run kept
+    (None for a database in memory, whose answers are not kept)."""
+    for row in db.execute("pragma database_list"):
+        if row[1] == "main":
+            return str(row[2]) or None
+    return None
+
+
+def _sessions_of(
+    found: list[dict[str, Any]], ended: Mapping[int, int | None], own: set[tuple[int, str]]
+) -> dict[int, tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]]:
+    """``chain_sessions``' rows and turn counts of each run whose envelopes are in ``found``."""
+    counts: Counter[tuple[int, str | None]] = Counter()
+    rows: dict[tuple[int, str], dict[str, Any]] = {}
+    for run_id, hop, changes in _tracked(unwrap(found), ended):
+        counts.update((run_id, t["session_id"]) for t in _turn_rows(hop, changes))
+        opened = {c.key["session_key"]: c.values.get("first_seq") for c in changes if c.table == "session_runs"}
+        for change in changes:
+            values = change.values
+            session_id = values.get("session_id")
+            if change.table != "sessions" or not isinstance(session_id, str) or (run_id, session_id) in own:
+                continue
+            row = rows.get((run_id, session_id))
+            if row is None:
+                rows[(run_id, session_id)] = {
+                    "session_id": session_id,
+                    **{name: values.get(name) for name in ("title", "cwd", "created_by")},
+                    "first_seen_ns": values.get("first_seen_ns"),
+                    "last_seen_ns": values.get("last_seen_ns"),
+                    "runs": str(run_id),
+                    "hop": hop,
+                    "first_seq": opened.get(change.key["session_key"]) or 0,
+                }
+                continue
+            # The same session again: a later instance in this hop, or a deeper hop passing it on.
+            if hop == row["hop"]:
+                row.update({name: values[name] for name in ("title", "cwd") if name in values})
+            seen = [t for t in (row["first_seen_ns"], values.get("first_seen_ns")) if t is not None]
+            row["first_seen_ns"] = min(seen, default=None)
+            seen = [t for t in (row["last_seen_ns"], values.get("last_seen_ns")) if t is not None]
+            row["last_seen_ns"] = max(seen, default=None)
+    out: dict[int, tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]] = {}
+    for (run_id, session_id), n in counts.items():
+        out.setdefault(run_id, ([], Counter()))[1][(run_id, session_id)] = n
+    for run_id, _session in rows:
+        out.setdefault(run_id, ([], Counter()))
+    for run_id, group in itertools.groupby(sorted(rows.items()), key=lambda item: item[0][0]):
+        ordered = sorted((row for _key, row in group), key=lambda row: (row["first_seq"], row["hop"]))
+        for n, row in enumerate(ordered, 1):
+            row_id = -(run_id * SESSION_ROWS + min(n, SESSION_ROWS - 1))
+            hop = row.pop("hop")
+            del row["first_seq"]
+            out[run_id][0].append({"row_id": row_id, **row, "turns": counts[(run_id, row["session_id"])], "hop": hop})
+    return out
 
 
 def turn_metrics(db: Any, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.read import hops, queries
+from acp_proxy.read import hops, listing, queries
 from acp_proxy.read.frames import prime
 from acp_proxy.read.queries import Ref
 
@@ -355,33 +355,42 @@ def _setup_frames(db: Any, run_ids: list[int], session_id: str, found: dict[str,
 
 def sessions_by_client(db: Any, redactor: Redactor | None = None) -> list[dict[str, Any]]:
     """Every client (name and version, as ``initialize`` said) with its runs, sessions and turns,
-    and the agents it talked to; the most sessions first."""
-    rows = queries.rows(
-        db,
-        """select coalesce(r.client_name, '?') as client, r.client_version,
-                  count(distinct r.id) as runs,
-                  (select count(distinct sr.session_row) from session_runs sr join runs x on x.id = sr.run_id
-                    where coalesce(x.client_name, '?') = coalesce(r.client_name, '?')
-                      and x.client_version is r.client_version) as sessions,
-                  (select count(*) from turns t join runs x on x.id = t.run_id
-                    where coalesce(x.client_name, '?') = coalesce(r.client_name, '?')
-                      and x.client_version is r.client_version) as turns,
-                  group_concat(distinct coalesce(r.agent_name, '?')) as agents,
-                  min(r.started_ns) as first_started_ns, max(r.started_ns) as last_started_ns
-           from runs r group by coalesce(r.client_name, '?'), r.client_version
-           order by sessions desc, runs desc, client""",
-    )
+    and the agents it talked to; the most sessions first. Its runs, sessions and turns are those
+    the lists of runs and sessions (``listing``) have, a proxy chain's included: a client's turns
+    are the sum of its runs' ``turns`` in ``acp-proxy runs``."""
+    clients: dict[tuple[str, str | None], dict[str, Any]] = {}
+    client_of: dict[int, tuple[str, str | None]] = {}
+    for run in listing.runs(db, None):
+        key = (run["client_name"] or "?", run["client_version"])
+        client_of[run["id"]] = key
+        row = clients.setdefault(
+            key,
+            {
+                "client": key[0],
+                "client_version": key[1],
+                "runs": 0,
+                "sessions": 0,
+                "turns": 0,
+                "agents": set(),
+                "first_started_ns": run["started_ns"],
+                "last_started_ns": run["started_ns"],
+                "session_ids": {},
+            },
+        )
+        row["runs"] += 1
+        row["turns"] += run["turns"] or 0
+        row["agents"].add(run["agent_name"] or "?")
+        row["first_started_ns"] = min(row["first_started_ns"], run["started_ns"])
+        row["last_started_ns"] = max(row["last_started_ns"], run["started_ns"])
+    for session in listing.sessions(db, None):  # the latest seen first
+        runs = {int(r) for r in str(session["runs"] or "").split(",") if r}
+        for key in sorted({client_of[run] for run in runs if run in client_of}, key=str):
+            row = clients[key]
+            row["sessions"] += 1
+            row["session_ids"][session["session_id"]] = None  # distinct, in the list's order
+    rows = sorted(clients.values(), key=lambda row: (-row["sessions"], -row["runs"], row["client"]))
     for row in rows:
-        row["agents"] = sorted((row["agents"] or "").split(","))
-        row["session_ids"] = [
-            s
-            for (s,) in db.execute(
-                """select distinct s.session_id from sessions s join session_runs sr on sr.session_row = s.id
-                   join runs x on x.id = sr.run_id
-                   where coalesce(x.client_name, '?') = ? and x.client_version is ? order by s.last_seen_ns desc""",
-                [row["client"], row["client_version"]],
-            )
-        ]
+        row["agents"], row["session_ids"] = sorted(row["agents"]), list(row["session_ids"])
     return _masked(redactor if redactor is not None and redactor.enabled else None, rows)
 
 

@@ -110,6 +110,7 @@ def session_summary(row: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
         "last_seen_ns": row.get("last_seen_ns"),
         "runs": [int(r) for r in str(row["runs"]).split(",")] if row.get("runs") else [],
         "turns": row.get("turns"),
+        "hop": row.get("hop") or 0,
     }
 
 
@@ -126,7 +127,7 @@ def index(
     rows, more = listing.runs_before(db, before, limit)
     runs = [run_summary(r, redactor) for r in rows]
     total, running = listing.run_counts(db)
-    key = parse_cursor(sessions_before)
+    key = listing.session_key(sessions_before)
     found, more_sessions = listing.sessions_before(db, key, limit)
     sessions = [
         {**session_summary(s, redactor), "row": s["row_id"], "key": f"{s['last_seen_ns'] or 0}:{s['row_id']}"}

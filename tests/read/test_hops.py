@@ -10,6 +10,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from acp_proxy.read import hops, latency
 from acp_proxy.read.stats import stats
 from acp_proxy.record.importers import Record, write_run
@@ -255,12 +257,13 @@ def test_the_lists_of_runs_and_sessions_count_a_hops_turns_as_stats_does(tmp_pat
     found, _more, total = run_search.runs_matching(db, run_search.RunQuery())
     assert {r["id"]: r["turns"] for r in found} == expected and total == 3
     # Session S, created in `direct` and again in `both` (two instances): in `both` its own turn
-    # and the one its hop carries. (The link `link` has no session of its own: its hop's session
-    # is no sessions row.) `stats S` is the newest instance's.
-    listed = [(s["session_id"], s["runs"], s["turns"]) for s in listing.sessions(db, None)]
-    assert listed == [(S, str(both), 2), (S, str(direct), 1)]
+    # and the one its hop carries. The link `link` has no session of its own: its hop's session
+    # is listed with its hop (seen last as `direct`'s, ranked after it: it has no row). `stats S`
+    # is the newest instance's.
+    listed = [(s["session_id"], s["runs"], s["turns"], s["hop"]) for s in listing.sessions(db, None)]
+    assert listed == [(S, str(both), 2, 0), (S, str(direct), 1, 0), (S, str(link), 1, 1)]
     assert len(stats(db, S)["turns"]) == 2
-    assert [s["turns"] for s in listing.sessions_before(db, None, 10)[0]] == [2, 1]
+    assert [s["turns"] for s in listing.sessions_before(db, None, 10)[0]] == [2, 1, 1]
     assert [s["turns"] for s in listing.sessions(db, 1, 1)] == [1]
     # A long list looks in every run and keeps its own.
     assert hops.turn_counts(db, list(range(1, 1000))) == hops.turn_counts(db, None) == {(link, S): 1, (both, S): 1}
@@ -280,11 +283,11 @@ def test_the_doors_lists_count_a_hops_turns(tmp_path: Path) -> None:
     both = _own_and_chained(db_path)
     tools = Tools(db_path, Redactor())
     assert {r["id"]: r["turns"] for r in tools.list_runs().model_dump()["items"]} == {1: 1, link: 1, both: 2}
-    assert [s["turns"] for s in tools.list_sessions().model_dump()["items"]] == [2, 1]
+    assert [s["turns"] for s in tools.list_sessions().model_dump()["items"]] == [2, 1, 1]
     index = model.index(store.open_for_reading(db_path), Redactor())
     assert [(r["id"], r["turns"]) for r in index["runs"]] == [(both, 2), (link, 1), (1, 1)]
-    assert [s["turns"] for s in index["sessions"]] == [2, 1]
-    lists = (("runs", "id", {1: 1, link: 1, both: 2}), ("sessions", "runs", {str(both): 2, "1": 1}))
+    assert [(s["turns"], s["hop"]) for s in index["sessions"]] == [(2, 0), (1, 0), (1, 1)]
+    lists = (("runs", "id", {1: 1, link: 1, both: 2}), ("sessions", "runs", {str(both): 2, "1": 1, str(link): 1}))
     for command, key, expected in lists:
         shown = CliRunner().invoke(cli, [command, "--json", "--db", str(db_path)])
         assert shown.exit_code == 0, shown.output
@@ -293,3 +296,144 @@ def test_the_doors_lists_count_a_hops_turns(tmp_path: Path) -> None:
     assert table.exit_code == 0, table.output
     header = next(line for line in table.output.splitlines() if "frames" in line)
     assert "turns" in header.split()
+
+
+def _renamed(messages: list[tuple[str, Any]], session_id: str) -> list[tuple[str, Any]]:
+    return [(d, json.loads(json.dumps(m).replace(S, session_id))) for d, m in messages]
+
+
+def _chain_sessions(db_path: Path) -> dict[str, int]:
+    """Runs whose sessions exist only inside proxy chains, beside ones that are rows: `direct`
+    (S, a sessions row), `link` (only envelopes: `sess_in` at hop 1), `deep` (`sess_deep`, only
+    at hop 2), `mixed` (its own S, and `sess_mix` in its hop), `both` (S at hop 0 and hop 1)."""
+    times = _times(len(v2_turn(CHUNK)))
+    direct = _record(db_path, v2_turn(CHUNK), times)
+    inner = chained(_renamed(v2_turn(CHUNK), "sess_in"))
+    link = _record(db_path, inner, [1, *(t + 10**9 for t in times), times[-1] + 2 * 10**9])
+    deep = chained(chained(_renamed(v2_turn(TOOL, CHUNK), "sess_deep")))
+    deep_run = _record(db_path, deep, _times(len(deep)))
+    mixed = [*v2_turn(CHUNK), *chained(_renamed(v2_turn(TOOL), "sess_mix"))]
+    mixed_run = _record(db_path, mixed, _times(len(mixed)))
+    return {"direct": direct, "link": link, "deep": deep_run, "mixed": mixed_run, "both": _own_and_chained(db_path)}
+
+
+def test_a_session_only_a_proxy_chain_carries_is_listed_with_its_hop(tmp_path: Path) -> None:
+    from acp_proxy.read import listing
+
+    db_path = tmp_path / "rec.db"
+    runs = _chain_sessions(db_path)
+    db = store.open_for_reading(db_path)
+    listed = listing.sessions(db, None)
+    found = {(s["session_id"], s["runs"]): (s["hop"], s["turns"]) for s in listed}
+    assert found == {
+        (S, str(runs["direct"])): (0, 1),
+        ("sess_in", str(runs["link"])): (1, 1),
+        ("sess_deep", str(runs["deep"])): (2, 1),
+        (S, str(runs["mixed"])): (0, 1),
+        ("sess_mix", str(runs["mixed"])): (1, 1),
+        (S, str(runs["both"])): (0, 2),  # its hop passes S on: one session, the link's row
+    }
+    # Every turn `stats` lists is counted once, in one session of the list.
+    assert sum(s["turns"] for s in listed) == len(stats(db, "all")["turns"]) == 7
+    inner = next(s for s in listed if s["session_id"] == "sess_in")
+    assert (inner["cwd"], inner["created_by"]) == ("/w", "session/new") and inner["row_id"] < 0
+    assert inner["last_seen_ns"] > inner["first_seen_ns"] > 10**9, "the times of the frames that carried it"
+    # The latest seen first; a chain's session among the rows by when it was last seen.
+    assert [s["last_seen_ns"] for s in listed] == sorted((s["last_seen_ns"] for s in listed), reverse=True)
+    assert listed[0]["session_id"] == "sess_in"
+    # Pages: by offset, and by key (as the inspector hands the last one's back), with the total.
+    assert [listing.sessions(db, 2, n) for n in (0, 2, 4)] == [listed[0:2], listed[2:4], listed[4:6]]
+    assert listing.sessions_page(db, 2, 4) == (listed[4:6], 6) and listing.session_count(db) == 6
+    walked, key = [], None
+    for _ in listed:  # a page a session: a key that named no place would start over, for ever
+        page, more = listing.sessions_before(db, key, 1)
+        walked += page
+        if not more:
+            break
+        key = listing.session_key(f"{page[-1]['last_seen_ns'] or 0}:{page[-1]['row_id']}")
+    assert walked == listed
+    assert listing.session_key("5:-7") == (5, -7) and listing.session_key("5:--7") is None
+    # The inspector's connections give sqlite3.Row rows: the same list.
+    rows_db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    rows_db.row_factory = sqlite3.Row
+    assert listing.sessions(rows_db, None) == listed
+
+
+def test_the_cli_and_mcp_list_a_chains_session_and_count_a_clients_hop_turns(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from acp_proxy.cli.commands import cli
+    from acp_proxy.mcp.tools import Tools
+    from acp_proxy.protocol.redact import Redactor
+    from acp_proxy.read import listing
+    from acp_proxy.web import model
+
+    db_path = tmp_path / "rec.db"
+    runs = _chain_sessions(db_path)
+    expected = listing.sessions(store.open_for_reading(db_path), None)
+    shown = CliRunner().invoke(cli, ["sessions", "--json", "--db", str(db_path)])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output) == expected
+    for width in (80, 100):
+        table = CliRunner().invoke(cli, ["sessions", "--db", str(db_path)], env={"COLUMNS": str(width)})
+        assert table.exit_code == 0, table.output
+        lines = table.output.splitlines()
+        assert all(len(line) <= width for line in lines) and len(lines) == 7
+        inner = next(line for line in lines if line.startswith("sess_in "))
+        assert f"{runs['link']} (hop 1)" in inner, inner
+    # The inspector's index, a page at a time after the last one's key (a chain's is negative).
+    keys, after = [], None
+    for _ in expected:  # bounded: a key the index could not read would start over, for ever
+        index = model.index(store.open_for_reading(db_path), Redactor(), limit=2, sessions_before=after)
+        keys += [(s["session_id"], s["hop"], s["runs"]) for s in index["sessions"]]
+        if not index["more_sessions"]:
+            break
+        after = index["sessions"][-1]["key"]
+    assert keys == [(s["session_id"], s["hop"], [int(s["runs"])]) for s in expected]
+    tools = Tools(db_path, Redactor())
+    page = tools.list_sessions(limit=4).model_dump()
+    assert page["items"] == expected[:4] and (page["total"], page["next"]) == (6, 4)
+    assert tools.list_sessions(limit=0).model_dump()["total"] == 6
+    # A client's turns are the sum of its runs' turns as `runs` lists them (hops included); its
+    # sessions, those `sessions` lists in its runs. (The links name no client: `?`.)
+    listed_runs = json.loads(CliRunner().invoke(cli, ["runs", "-n", "0", "--json", "--db", str(db_path)]).output)
+    clients = {c["client"]: c for c in tools.sessions_by_client().model_dump()["items"]}
+    assert set(clients) == {"c", "?"}
+    for name, client in clients.items():
+        mine = [r for r in listed_runs if (r["client_name"] or "?") == name]
+        assert client["turns"] == sum(r["turns"] for r in mine) and client["runs"] == len(mine)
+    assert clients["?"]["turns"] == 2 and clients["c"]["turns"] == 5
+    assert (clients["?"]["sessions"], set(clients["?"]["session_ids"])) == (2, {"sess_in", "sess_deep"})
+    assert (clients["c"]["sessions"], set(clients["c"]["session_ids"])) == (4, {S, "sess_mix"})
+
+
+def test_a_chains_sessions_are_tracked_again_only_for_a_run_that_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db_path = tmp_path / "rec.db"
+    runs = _chain_sessions(db_path)
+    tracked: list[int] = []
+    real = hops._tracked
+
+    def counting(frames: Any, ended: Any) -> Any:
+        for run_id, hop, changes in real(frames, ended):
+            tracked.append(run_id)
+            yield run_id, hop, changes
+
+    monkeypatch.setattr(hops, "_tracked", counting)
+    first = hops.chain_sessions(store.open_for_reading(db_path))
+    assert set(tracked) == {runs["link"], runs["deep"], runs["mixed"], runs["both"]}
+    first[0][0]["turns"] = 99  # a caller's change stays its own
+    tracked.clear()
+    assert hops.chain_sessions(store.open_for_reading(db_path)) == hops.chain_sessions(store.open_for_reading(db_path))
+    assert (
+        tracked == []
+        and first[0][0]["turns"] == 99 != hops.chain_sessions(store.open_for_reading(db_path))[0][0]["turns"]
+    )
+    # A new chain run is tracked, alone; the answer is what tracking everything gives.
+    newest = chained(_renamed(v2_turn(CHUNK), "sess_new"))
+    added = _record(db_path, newest, [10**10 + n for n in range(len(newest))])
+    again = hops.chain_sessions(store.open_for_reading(db_path))
+    assert set(tracked) == {added} and again[0][0]["session_id"] == "sess_new"
+    hops._KEPT.clear()
+    assert hops.chain_sessions(store.open_for_reading(db_path)) == again

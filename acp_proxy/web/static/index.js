@@ -64,7 +64,8 @@ function initIndex() {
       let tr = sessionRows.get(s.row); // a session id can be recorded more than once
       if (!tr) {
         tr = el("tr", { dataset: { session: s.session_id } },
-          el("td", {}, el("a", { class: "mono", href: `/sessions/${encodeURIComponent(s.session_id)}`, text: s.session_id })),
+          // A session only a proxy chain carries is shown with its run (the hop's conversation is there).
+          el("td", {}, el("a", { class: "mono", href: s.hop ? `/runs/${s.runs[0]}` : `/sessions/${encodeURIComponent(s.session_id)}`, text: s.session_id })),
           el("td"), el("td", { class: "mono" }), el("td"), el("td"), el("td"));
         sessionRows.set(s.row, tr);
       }
@@ -74,7 +75,8 @@ function initIndex() {
       const c = tr.children;
       set(c[1], s.title || "");
       set(c[2], s.cwd || "");
-      set(c[3], s.runs.join(","), () => el("span", {}, ...s.runs.map((id) => el("a", { href: `/runs/${id}`, text: `${id} ` }))));
+      const hop = s.hop ? ` (hop ${s.hop})` : "";
+      set(c[3], s.runs.join(",") + hop, () => el("span", {}, ...s.runs.map((id) => el("a", { href: `/runs/${id}`, text: `${id} ` })), hop));
       set(c[4], s.turns);
       set(c[5], when(s.last_seen));
     });
