@@ -37,6 +37,11 @@ from acp_proxy.store import database as store
 # Yielding to a flood (see FloodWatch): small frames faster than anyone reads them, for at most
 # this long and this far behind; a pause this long ends it.
 FLOOD_LINES_PER_S = 5000
+# Once yielding, a conversation still this busy keeps it so (hysteresis): interactive round trips
+# right after a burst, a few thousand lines a second, were slowed by the catch-up they would have
+# let run (an idle-class recorder still costs a waking peer a preemption; on a VM an IPI). A
+# conversation slower than this, or a pause of FLOOD_PAUSE, and the recorder catches up.
+FLOOD_GOING_LINES_PER_S = 500
 FLOOD_MAX_SECONDS = 10.0
 FLOOD_MAX_BYTES = 64 * 1024 * 1024
 FLOOD_PAUSE = 0.1
@@ -55,8 +60,9 @@ class FloodWatch:
     pair that kept both cores busy, idle class or not (the scheduler still gives an idle-class
     task every gap the conversation leaves, and each gap it takes delays the next wake-up). So
     while more than FLOOD_LINES_PER_S lines a second arrive, the recorder only watches the
-    journal grow; it catches up once they pause for FLOOD_PAUSE, once it is FLOOD_MAX_SECONDS
-    or ``max_backlog`` bytes behind, or once the relay is gone. Nothing waits in memory
+    journal grow, and goes on watching while at least FLOOD_GOING_LINES_PER_S still come; it
+    catches up once they pause for FLOOD_PAUSE (or come slower than that), once it is
+    FLOOD_MAX_SECONDS or ``max_backlog`` bytes behind, or once the relay is gone. Nothing waits in memory
     meanwhile: the journal holds it. Live views (``tail``, the web inspector, ``--check``,
     OTLP) lag by as much during such a flood; no conversation between a person and an agent
     comes near that rate, and big frames, whose cost is per byte, never count as one.
@@ -76,7 +82,8 @@ class FloodWatch:
         # then, not since its last look, so a burst after quiet counts as one.
         elapsed = min(max(now - self.seen_at, 1e-3), FLOOD_WINDOW)
         self.seen_size, self.seen_at = size, now
-        if lines >= FLOOD_LINES_PER_S * elapsed:
+        rate = FLOOD_LINES_PER_S if self.since is None else FLOOD_GOING_LINES_PER_S
+        if lines >= rate * elapsed:
             self.last_flood = now
             if self.since is None:
                 self.since = now

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from acp_proxy.record.session import (
+    FLOOD_GOING_LINES_PER_S,
     FLOOD_LINES_PER_S,
     FLOOD_MAX_SECONDS,
     FLOOD_PAUSE,
@@ -47,6 +48,18 @@ def test_a_flood_is_yielded_to_until_it_pauses() -> None:
     quiet = looks(watch, 1.0, pause + 2, 0)
     assert all(quiet[: pause - 1]), "a gap shorter than FLOOD_PAUSE is part of the flood"
     assert quiet[-1] is False, "a pause ends the yielding"
+
+
+def test_a_flood_goes_on_while_the_conversation_stays_busy_then_a_slow_one_is_caught_up_with() -> None:
+    # Round trips right after a burst: fewer lines than a flood's, more than a person's.
+    busy = (FLOOD_LINES_PER_S + FLOOD_GOING_LINES_PER_S) / 2 * STEP
+    trickle = FLOOD_GOING_LINES_PER_S * STEP / 2
+    assert looks(FloodWatch(0.0), 0.0, 50, busy) == [False] * 50, "as busy, but no flood before: recorded"
+    watch = FloodWatch(0.0)
+    assert all(looks(watch, 0.0, 20, FAST))
+    assert all(looks(watch, 0.2, 50, busy)), "a flood that slows to round trips is still yielded to"
+    after = looks(watch, 0.7, int(FLOOD_PAUSE / STEP) + 2, trickle)
+    assert after[-1] is False, "slower than FLOOD_GOING_LINES_PER_S for FLOOD_PAUSE: caught up with"
 
 
 def test_a_flood_is_yielded_to_for_at_most_the_longest_lag_then_caught_up_with() -> None:
