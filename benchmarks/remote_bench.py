@@ -99,43 +99,64 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(db: Path, chunks: int, round_trips: int, rounds: int = 1) -> dict[str, list[dict[str, float]]]:
-    """The stream and the round trips, directly and through ``serve --db DB``, interleaved over
-    ``rounds`` (direct, then proxied, each round): per side a list of {msgs_per_s, p50_us} (and
-    for serve its CPU time per message, start-up excluded). Checks that every message of the
-    proxied runs is a frame once serve has stopped (SystemExit otherwise)."""
+def _start_serve(port: int, env: dict[str, str], record: Path | None) -> tuple[subprocess.Popen[bytes], str]:
+    """``serve --upstream`` to the agent at ``port``, recording into ``record`` (None:
+    ``--no-record``); the process and its WebSocket URL."""
+    storage = ["--db", str(record)] if record is not None else ["--no-record"]
+    serve = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "acp_proxy", "serve", "--listen", "127.0.0.1:0"),
+            *("--upstream", f"http://127.0.0.1:{port}/acp", *storage),
+        ],
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        address = line_of(serve, "stderr", b"serving").decode().split("serving ")[1].split()[0]
+    except BaseException:
+        serve.kill()
+        serve.wait(timeout=60)
+        raise
+    return serve, address.replace("http", "ws", 1) + "/acp"
+
+
+def measure(
+    db: Path, chunks: int, round_trips: int, rounds: int = 1, relay_only: bool = True
+) -> dict[str, list[dict[str, float]]]:
+    """The stream and the round trips, directly, through ``serve --db DB`` and (``relay_only``)
+    through ``serve --no-record``, interleaved over ``rounds`` (each round: direct, recording,
+    relay only): per side a list of {msgs_per_s, p50_us} (and for serve its CPU time per
+    message, start-up excluded). Checks that every message of the recorded runs is a frame
+    once serve has stopped (SystemExit otherwise)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     upstream = subprocess.Popen([sys.executable, __file__, "agent"], stdout=subprocess.PIPE, env=env)
-    results: dict[str, list[dict[str, float]]] = {"direct": [], "serve": []}
+    results: dict[str, list[dict[str, float]]] = {"direct": [], "serve": [], "serve_norec": []}
+    servers: list[subprocess.Popen[bytes]] = []
     try:
         port = int(line_of(upstream, "stdout", b"PORT").split()[1])
-        serve = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "acp_proxy", "serve", "--listen", "127.0.0.1:0"),
-                *("--upstream", f"http://127.0.0.1:{port}/acp", "--db", str(db)),
-            ],
-            stderr=subprocess.PIPE,
-            env=env,
-        )
-        try:
-            address = line_of(serve, "stderr", b"serving").decode().split("serving ")[1].split()[0]
-            for _ in range(rounds):
-                elapsed, p50 = trio.run(client, f"ws://127.0.0.1:{port}/acp", chunks, round_trips)
-                results["direct"].append({"msgs_per_s": chunks / elapsed, "p50_us": p50 * 1e6})
-                before = cpu_seconds(serve.pid)
-                elapsed, p50 = trio.run(client, address.replace("http", "ws", 1) + "/acp", chunks, round_trips)
-                cpu = (cpu_seconds(serve.pid) - before) / (chunks + 2 * round_trips + 2)
-                results["serve"].append(
-                    {"msgs_per_s": chunks / elapsed, "p50_us": p50 * 1e6, "cpu_us_per_msg": cpu * 1e6}
-                )
-            start = time.perf_counter()
-            serve.send_signal(signal.SIGTERM)
-            serve.wait(timeout=DEADLINE)
-            results["serve"][-1]["recorded_after_s"] = time.perf_counter() - start
-        finally:
-            serve.kill()
-            serve.wait(timeout=60)
+        serve, recording_url = _start_serve(port, env, db)
+        servers.append(serve)
+        sides = [("serve", serve, recording_url)]
+        if relay_only:
+            bare, bare_url = _start_serve(port, env, None)
+            servers.append(bare)
+            sides.append(("serve_norec", bare, bare_url))
+        for _ in range(rounds):
+            elapsed, p50 = trio.run(client, f"ws://127.0.0.1:{port}/acp", chunks, round_trips)
+            results["direct"].append({"msgs_per_s": chunks / elapsed, "p50_us": p50 * 1e6})
+            for side, process, url in sides:
+                before = cpu_seconds(process.pid)
+                elapsed, p50 = trio.run(client, url, chunks, round_trips)
+                cpu = (cpu_seconds(process.pid) - before) / (chunks + 2 * round_trips + 2)
+                results[side].append({"msgs_per_s": chunks / elapsed, "p50_us": p50 * 1e6, "cpu_us_per_msg": cpu * 1e6})
+        start = time.perf_counter()
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(timeout=DEADLINE)
+        results["serve"][-1]["recorded_after_s"] = time.perf_counter() - start
     finally:
+        for process in servers:
+            process.kill()
+            process.wait(timeout=60)
         upstream.kill()
         upstream.wait(timeout=60)
     with sqlite3.connect(db) as conn:
@@ -163,6 +184,13 @@ def main() -> None:
         f"  serve:   {best_served:,.0f} msg/s ({best_served / best_direct:.2f}x direct), "
         f"p50 {statistics.median(r['p50_us'] for r in served):,.0f} us, "
         f"CPU {min(r['cpu_us_per_msg'] for r in served):,.1f} us/msg"
+    )
+    bare = results["serve_norec"]
+    best_bare = max(run["msgs_per_s"] for run in bare)
+    print(
+        f"  serve --no-record: {best_bare:,.0f} msg/s ({best_bare / best_direct:.2f}x direct), "
+        f"p50 {statistics.median(r['p50_us'] for r in bare):,.0f} us, "
+        f"CPU {min(r['cpu_us_per_msg'] for r in bare):,.1f} us/msg"
     )
     print(f"  every message recorded; serve finished recording {served[-1]['recorded_after_s']:.1f} s after SIGTERM")
 

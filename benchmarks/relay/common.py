@@ -449,6 +449,29 @@ def check_arrival(got: tuple[int, int], want_bytes: int, want_lines: int) -> Non
 # -- recordings ----------------------------------------------------------------------------
 
 
+def wait_recording_begun(db: Path, frames: int, timeout: float) -> None:
+    """Until ``db`` holds ``frames`` frames (a handshake's): the recorder and its writer are up.
+
+    The proxy starts its recorder only once the agent has answered (its start-up hold-off), so
+    a first answer no longer means every process in between is running; without this a
+    workload timed from the next request would also time the recorder's start-up (the
+    start-up table times that)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+            try:
+                (count,) = conn.execute("SELECT count(*) FROM frames").fetchone()
+            finally:
+                conn.close()
+            if count >= frames:
+                return
+        except sqlite3.Error:
+            pass  # not created, or its tables not yet
+        time.sleep(0.005)  # nothing to wait on: the recorder commits in another process
+    raise BenchError(f"the recording had not begun {timeout:.0f} s after the handshake")
+
+
 def check_proxy_recording(db: Path, want: dict[str, tuple[int, int | None]]) -> dict[str, Any]:
     """Rows per direction (and their total size) must match what was sent; nothing lost."""
     from acp_proxy.record.recovery import wait_recorded

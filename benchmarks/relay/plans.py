@@ -85,7 +85,8 @@ def make_plans(cfg: Config, examples: Path, skip_sdk: str | None) -> list[Plan]:
                 lambda relay, scratch: sdk_stream(relay, examples, cfg, scratch),
             )
         )
-    plans.append(Plan("remote", ["direct", "proxy_rec"], group=lambda relays, scr: remote_stream(relays, cfg, scr)))
+    remote_keys = ["direct", "proxy", "proxy_rec"]
+    plans.append(Plan("remote", remote_keys, group=lambda relays, scr: remote_stream(relays, cfg, scr)))
     return plans
 
 

@@ -88,18 +88,24 @@ def check_sdk_recording(db: Path, chunks: int) -> None:
 
 def remote_stream(relays: list[Relay], cfg: Config, scratches: dict[str, Path]) -> dict[str, dict | Exception]:
     """``acp-proxy serve`` (recording) vs the WebSocket agent directly: remote_bench.py's
-    stream of chunks and round trips, the two interleaved in one round. The direct side's
-    figures go to the ``direct`` column, serve's to ``proxy recording``."""
+    stream of chunks and round trips, interleaved in one round with ``serve --no-record`` (the
+    relay alone). The direct side's figures go to the ``direct`` column, serve's to ``proxy
+    recording``, serve --no-record's to ``proxy --no-record``."""
     sys.path.insert(0, str(HERE))
     try:
         import remote_bench
     finally:
         sys.path.remove(str(HERE))
     try:
-        results = remote_bench.measure(scratches["proxy_rec"], cfg.remote_chunks, cfg.remote_trips)
+        bare = any(relay.key == "proxy" for relay in relays)
+        results = remote_bench.measure(scratches["proxy_rec"], cfg.remote_chunks, cfg.remote_trips, relay_only=bare)
     except SystemExit as exc:  # a check failed (a message not recorded, a peer that did not start)
         raise BenchError(str(exc)) from None
-    direct, served = results["direct"][0], results["serve"][0]
-    served["added_p50_us"] = served["p50_us"] - direct["p50_us"]
-    outcome: dict[str, dict | Exception] = {"direct": direct, "proxy_rec": served}
-    return {relay.key: outcome[relay.key] for relay in relays}
+    direct = results["direct"][0]
+    outcome: dict[str, dict | Exception] = {"direct": direct}
+    for side, key in (("serve", "proxy_rec"), ("serve_norec", "proxy")):
+        if results[side]:
+            result = results[side][0]
+            result["added_p50_us"] = result["p50_us"] - direct["p50_us"]
+            outcome[key] = result
+    return {relay.key: outcome[relay.key] for relay in relays if relay.key in outcome}

@@ -241,7 +241,7 @@ def build_rows(cfg: Config, cells: dict, sdk_note: str | None) -> tuple[list[Row
     if any(name == "remote" for name, _ in cells):
         rows.append(
             Row(
-                f"remote: WebSocket, {cfg.remote_chunks:,} chunks; serve in the recording column",
+                f"remote: WebSocket, {cfg.remote_chunks:,} chunks; serve in the proxy columns",
                 {},
                 section=True,
             )

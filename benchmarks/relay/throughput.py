@@ -22,6 +22,7 @@ from relay.common import (
     check_proxy_recording,
     drain,
     read_line,
+    wait_recording_begun,
 )
 
 
@@ -32,6 +33,8 @@ def one_way(relay: Relay, agent: list[str], lines: int, line_bytes: int, cfg: Co
         ready = read_line(run)
         if ready != READY:
             raise BenchError(f"handshake: expected READY, got {ready[:200]!r}{run.stderr_tail()}")
+        if relay.records_db:
+            wait_recording_begun(scratch, 2, cfg.timeout)
         t0 = time.perf_counter_ns()
         os.write(run.stdin_fd, GO)
         got = drain(run.stdout_fd, lines * line_bytes)
