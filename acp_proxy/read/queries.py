@@ -63,7 +63,9 @@ def resolve(db: ReadDb, text: str) -> Ref:
     whose id starts with digits); ``last`` is the newest run; ``run:N`` and ``session:S`` say
     which explicitly; any other text is a session id or the unique start of one. A session that
     exists only inside a proxy chain (no sessions row) names its run, described as that session
-    at its hop. An exact id beats a prefix; at each, a sessions row beats a chain's."""
+    at its hop. A sessions row comes first (its exact id, then a unique prefix, found by the
+    index alone); only when none answers are the chains' sessions asked (an exact id, then a
+    unique prefix); a prefix that several sessions of either kind begin with asks for more."""
     text = text.strip()
     if not text:
         raise RefError("empty reference: use a run id, 'last', or a session id (or a unique prefix)")
@@ -99,14 +101,14 @@ def resolve(db: ReadDb, text: str) -> Ref:
     exact = [m for m in matches if m[1] == prefix]
     if exact:  # the usual case, answered by the sessions index alone
         return Ref(text, session_row=exact[0][0], session_id=prefix)
-    # A session only a proxy chain carries has no row: its id names the run whose chain holds it.
-    # An exact id beats a prefix, and at each level a sessions row beats a chain's.
-    chained = [row for row in hops.chain_sessions(db)[0] if str(row["session_id"]).startswith(prefix)]
-    inner = [row for row in chained if row["session_id"] == prefix]
     ids = sorted({m[1] for m in matches})
-    if not inner and len(ids) == 1:
+    if len(ids) == 1:  # a sessions row first, still without a chain's work
         row = next(m for m in matches if m[1] == ids[0])
         return Ref(text, session_row=row[0], session_id=ids[0])
+    # No row answers: a session only a proxy chain carries has none, and its id (or a unique
+    # start of one) names the run whose chain holds it.
+    chained = [row for row in hops.chain_sessions(db)[0] if str(row["session_id"]).startswith(prefix)]
+    inner = [row for row in chained if row["session_id"] == prefix]
     inner_ids = sorted({str(row["session_id"]) for row in chained})
     if inner or (not ids and len(inner_ids) == 1):
         # The newest run's, as the newest row is an exact id's among the sessions rows.

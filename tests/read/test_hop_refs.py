@@ -51,7 +51,7 @@ def test_a_chains_session_id_or_a_unique_prefix_names_its_run(tmp_path: Path) ->
         assert str(ref.run_id if row["hop"] else ref.session_id) == (row["runs"] if row["hop"] else row["session_id"])
 
 
-def test_a_sessions_row_comes_first_at_each_level_and_an_exact_id_beats_a_prefix(tmp_path: Path) -> None:
+def test_a_sessions_row_answers_first_and_the_chains_only_when_no_row_does(tmp_path: Path) -> None:
     db_path = tmp_path / "rec.db"
     runs = _chain_sessions(db_path)
     db = store.open_for_reading(db_path)
@@ -59,12 +59,17 @@ def test_a_sessions_row_comes_first_at_each_level_and_an_exact_id_beats_a_prefix
     assert S.startswith("sess_")
     ref = queries.resolve(db, "sess_")
     assert (ref.session_id, ref.chain_session) == (S, None)
-    # A row whose id the chain's id is the start of: the chain's exact id still names the chain's.
+    # A row that a chain's whole id is the start of: the row, found by the index alone, as
+    # before (the chain's session is `run:N` then).
     table = _own_session(db_path, "sess_in_own")
     ref = queries.resolve(db, "sess_in")
-    assert (ref.run_id, ref.chain_session) == (runs["link"], "sess_in")
-    ref = queries.resolve(db, "sess_in_")
     assert (ref.session_id, ref.chain_session, queries.run_ids_of(db, ref)) == ("sess_in_own", None, [table])
+    # Two such rows: no row answers, and the chain's exact id does.
+    _own_session(db_path, "sess_in_two")
+    ref = queries.resolve(db, "sess_in")
+    assert (ref.run_id, ref.chain_session) == (runs["link"], "sess_in")
+    with pytest.raises(queries.RefError, match=r"'sess_in_' is the start of 2 session ids"):
+        queries.resolve(db, "sess_in_")
     # A chain's session of the same id as a row (in another run): the row.
     _chained_session(db_path, "sess_in_own")
     assert queries.resolve(db, "sess_in_own").session_id == "sess_in_own"
