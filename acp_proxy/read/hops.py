@@ -35,7 +35,7 @@ from acp_proxy.protocol import wire
 from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
 from acp_proxy.protocol.frames import FrameRecord
 from acp_proxy.protocol.tracker import Change, Tracker
-from acp_proxy.read import queries
+from acp_proxy.read import tables
 from acp_proxy.store.database import READABLE_VIEWS
 
 _ROW_COLUMNS = ("run_id", "seq", "ts_ns", "dir", "kind", "method", "rpc_id", "raw", "cut", "forwarded")
@@ -313,7 +313,7 @@ def turn_metrics(db: Any, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def turn_stats(db: Any, run_ids: list[int] | None, session_id: str | None) -> list[dict[str, Any]]:
     """The turns of every hop inside the runs (of ``session_id`` when given), as
-    ``queries.turn_stats`` has the link's, with ``hop`` (1 and deeper), by run then hop."""
+    ``tables.turn_stats`` has the link's, with ``hop`` (1 and deeper), by run then hop."""
     found = envelopes(db, run_ids)
     if not found:
         return []
@@ -330,6 +330,6 @@ def every_turn(db: Any, run_ids: list[int] | None, session_id: str | None) -> li
     """``turn_metrics``' rows of the runs (of ``session_id`` when given), the link's own (``hop``
     0, the turns table's) and every hop's, by run then hop: what each view that lists or counts
     turns reads."""
-    own = [{**row, "hop": 0} for row in queries.turn_stats(db, run_ids, session_id)]
+    own = [{**row, "hop": 0} for row in tables.turn_stats(db, run_ids, session_id)]
     # sorted is stable: each hop keeps its own order.
     return sorted(own + turn_stats(db, run_ids, session_id), key=lambda row: (row["run_id"], row["hop"]))

@@ -1,16 +1,19 @@
 """Read-side queries over a recording: references, runs, sessions, frames, latency statistics.
 
-Owns: resolving a user's REF (a run id, ``last``, or a session id or unique prefix) and the SQL
-the query commands run (the select lists of runs and sessions too; their lists, which add a
-proxy chain's turns, are ``listing``'s). Returns plain dicts and lists, ready to render or dump
-as JSON.
+Owns: resolving a user's REF (a run id, ``last``, or a session id or unique prefix) for every
+door, and the SQL the query commands run (the select lists of runs and sessions too; their
+lists, which add a proxy chain's turns, are ``listing``'s). A session id that no sessions row
+holds may be one only a proxy chain carries: ``hops.chain_sessions`` (asked only then) says
+which run's chain, and the REF names that run. Returns plain dicts and lists, ready to render
+or dump as JSON; the row helpers and the per-scope view reads are ``tables``' (``rows`` and
+``iter_rows`` are reached through here too).
 
-Must not know: click, rich, terminals. Never writes: every connection it gets is read-only.
+Must not know: click, rich, terminals, how a chain is unwrapped (``hops``'). Never writes:
+every connection it gets is read-only.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import sqlite3
 from collections.abc import Iterator
@@ -18,6 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from acp_proxy.errors import UsageError
+from acp_proxy.read import hops
+
+# The row helpers live below ``hops``; read modules reach them as ``queries.rows`` as well.
+from acp_proxy.read.tables import iter_rows, rows
 from acp_proxy.store.database import ReadDb
 
 
@@ -33,12 +40,18 @@ class Ref:
     run_id: int | None = None
     session_row: int | None = None
     session_id: str | None = None
+    chain_session: str | None = None
+    """A session only ``run_id``'s proxy chain carries (no sessions row): the REF named it, and
+    it stands for that run, whose conversation shows the hop's."""
+    hop: int = 0
 
     @property
     def is_session(self) -> bool:
         return self.session_id is not None
 
     def describe(self) -> str:
+        if self.chain_session is not None:
+            return f"session {self.chain_session} (inside run {self.run_id}'s proxy chain, hop {self.hop})"
         return f"session {self.session_id}" if self.is_session else f"run {self.run_id}"
 
 
@@ -48,7 +61,11 @@ _INT_MAX = 2**63 - 1  # SQLite's integers: a larger run id cannot exist
 def resolve(db: ReadDb, text: str) -> Ref:
     """What a REF names. A number is a run id and nothing else (``session:123`` for a session
     whose id starts with digits); ``last`` is the newest run; ``run:N`` and ``session:S`` say
-    which explicitly; any other text is a session id or the unique start of one."""
+    which explicitly; any other text is a session id or the unique start of one. A session that
+    exists only inside a proxy chain (no sessions row) names its run, described as that session
+    at its hop. A sessions row comes first (its exact id, then a unique prefix, found by the
+    index alone); only when none answers are the chains' sessions asked (an exact id, then a
+    unique prefix); a prefix that several sessions of either kind begin with asks for more."""
     text = text.strip()
     if not text:
         raise RefError("empty reference: use a run id, 'last', or a session id (or a unique prefix)")
@@ -82,15 +99,25 @@ def resolve(db: ReadDb, text: str) -> Ref:
         [prefix, _like_prefix(prefix), prefix],
     ).fetchall()
     exact = [m for m in matches if m[1] == prefix]
-    if exact:
+    if exact:  # the usual case, answered by the sessions index alone
         return Ref(text, session_row=exact[0][0], session_id=prefix)
     ids = sorted({m[1] for m in matches})
-    if len(ids) == 1:
+    if len(ids) == 1:  # a sessions row first, still without a chain's work
         row = next(m for m in matches if m[1] == ids[0])
         return Ref(text, session_row=row[0], session_id=ids[0])
-    if len(ids) > 1:
-        shown = ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
-        raise RefError(f"{prefix!r} is the start of {len(ids)} session ids ({shown}); type more of it")
+    # No row answers: a session only a proxy chain carries has none, and its id (or a unique
+    # start of one) names the run whose chain holds it.
+    chained = [row for row in hops.chain_sessions(db)[0] if str(row["session_id"]).startswith(prefix)]
+    inner = [row for row in chained if row["session_id"] == prefix]
+    inner_ids = sorted({str(row["session_id"]) for row in chained})
+    if inner or (not ids and len(inner_ids) == 1):
+        # The newest run's, as the newest row is an exact id's among the sessions rows.
+        found = max(inner or chained, key=lambda row: int(row["runs"]))
+        return Ref(text, run_id=int(found["runs"]), chain_session=str(found["session_id"]), hop=int(found["hop"]))
+    every = sorted({*ids, *inner_ids})
+    if len(every) > 1:
+        shown = ", ".join(every[:5]) + (" ..." if len(every) > 5 else "")
+        raise RefError(f"{prefix!r} is the start of {len(every)} session ids ({shown}); type more of it")
     if prefix is not text:
         raise RefError(f"no session matches {prefix!r} (try: acp-proxy sessions)")
     raise RefError(f"no run or session matches {text!r} (try: acp-proxy runs, acp-proxy sessions)")
@@ -133,20 +160,6 @@ def seq_width(db: ReadDb) -> int:
     """Room for ``RUN:SEQ`` of the biggest run id and the longest run."""
     row = db.execute("select max(id), max(frames) from runs").fetchone()
     return len(f"{row[0] or 0}:{row[1] or 0}")
-
-
-def rows(db: ReadDb, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-    cursor = db.execute(sql, list(params))
-    names = [d[0] for d in cursor.description]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-
-def iter_rows(db: ReadDb, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> Iterator[dict]:
-    cursor = db.execute(sql, list(params))
-    names = [d[0] for d in cursor.description]
-    # Each row made into a dict by C iterators (no Python loop body per row): `check all` reads
-    # every frame through here, and this is a tenth of its time.
-    yield from map(dict, map(zip, itertools.repeat(names), cursor))
 
 
 RUNS_SELECT = """
@@ -337,31 +350,3 @@ def percentile(sorted_values: list[float], fraction: float) -> float | None:
         return None
     rank = max(1, math.ceil(fraction * len(sorted_values)))
     return sorted_values[rank - 1]
-
-
-def turn_stats(db: ReadDb, run_ids: list[int] | None, session_id: str | None) -> list[dict]:
-    where, params = _runs_clause(run_ids, "run_id")
-    if session_id is not None:
-        where += " and session_id = ?"
-        params.append(session_id)
-    return rows(db, f"select * from turn_metrics where 1 = 1 {where} order by run_id, turn_index", params)
-
-
-def unanswered(db: ReadDb, run_ids: list[int] | None) -> list[dict[str, Any]]:
-    where, params = _runs_clause(run_ids, "run_id")
-    return rows(db, f"select * from unanswered where 1 = 1 {where} order by run_id, seq", params)
-
-
-def errors(db: ReadDb, run_ids: list[int] | None) -> list[dict[str, Any]]:
-    where, params = _runs_clause(run_ids, "run_id")
-    sql = f"""
-        select run_id, seq, dir, method, rpc_id, error_code, error_message from frames
-        where kind = 'error' {where} order by run_id, seq
-    """
-    return rows(db, sql, params)
-
-
-def _runs_clause(run_ids: list[int] | None, column: str) -> tuple[str, list[Any]]:
-    if run_ids is None:
-        return "", []
-    return f" and {column} in ({','.join('?' * len(run_ids)) or 'null'})", list(run_ids)

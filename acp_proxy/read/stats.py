@@ -2,7 +2,7 @@
 
 Owns: the one report ``acp-proxy stats`` and the MCP ``stats`` tool show, for a run, a session
 or every run, masked by the ``Redactor`` when masking is on (an error message can quote a
-frame). The SQL is ``queries``'; a proxy chain's hops are rows of their own, with ``hop`` (0:
+frame). The SQL is ``tables``'; a proxy chain's hops are rows of their own, with ``hop`` (0:
 the recorded link's own; 1 and deeper: what its ``proxy/successor`` envelopes carry, from
 ``hops``).
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from acp_proxy.protocol.redact import Redactor
-from acp_proxy.read import hops, latency, queries
+from acp_proxy.read import hops, latency, queries, tables
 from acp_proxy.read.frames import prime
 
 
@@ -27,8 +27,8 @@ def stats(db: Any, text: str | None, redactor: Redactor | None = None) -> dict[s
         "ref": label,
         "latency": latency.latency_table(db, scope),
         "turns": hops.every_turn(db, scope, session_id),
-        "unanswered": queries.unanswered(db, scope),
-        "errors": queries.errors(db, scope),
+        "unanswered": tables.unanswered(db, scope),
+        "errors": tables.errors(db, scope),
     }
     # The redactor reads the runs' frames first: an error message can repeat a secret that an
     # earlier frame named (a credential header, an env value), which it masks once it has learnt it.

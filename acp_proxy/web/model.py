@@ -148,7 +148,8 @@ def index(
 
 
 def resolve(db: Any, kind: str, ident: str) -> queries.Ref:
-    """A run (``kind`` "run", ``ident`` its id) or a session (its id, or a unique prefix)."""
+    """A run (``kind`` "run", ``ident`` its id) or a session (its id, or a unique prefix; a
+    session only a proxy chain carries names its run, as ``queries.resolve`` has it)."""
     if kind == "run":
         ref = queries.resolve_run(db, ident)
         if ref is None:
@@ -160,7 +161,7 @@ def resolve(db: Any, kind: str, ident: str) -> queries.Ref:
         ref = queries.resolve(db, spelled)
     except queries.RefError as exc:
         raise NotFound(str(exc)) from None
-    if not ref.is_session:
+    if not ref.is_session and ref.chain_session is None:  # a session only a chain carries: its run
         raise NotFound(f"no session {ident!r}")
     return ref
 
@@ -209,7 +210,11 @@ def conversation(
     if until is not None and tail is not None and tail.records:
         last = (until[0], tail.records[-1].seq)
     out: dict[str, Any] = {
-        "ref": {"kind": kind, "id": ref.run_id if kind == "run" else ref.session_id, "describe": ref.describe()},
+        "ref": {
+            "kind": kind,
+            "id": ref.run_id if kind == "run" else ref.session_id or ref.chain_session,
+            "describe": ref.describe(),
+        },
         "run_ids": run_ids,
         "redacted": redactor.enabled,
         "frames_total": every.total() + (len(tail.records) if until is not None and tail is not None else 0),
