@@ -9,9 +9,9 @@ with ``protocol.chains.Unwrapper`` (a deeper hop the same way), and running the 
 ``Tracker`` over each hop's frames, so a hop's turn row is exactly what the turns table would
 hold had that conversation been the link's own. The metrics are the ``turn_metrics`` view's own
 SQL (the database's own view), run over those rows, so a hop's "took" is the link's "took". A
-hop's sessions are the same tracker's ``sessions`` rows; ``chain_sessions`` keeps each run's
-answer while the run is unchanged (``_KEPT``), so a list the inspector polls does not track every
-chain recorded on each poll.
+hop's sessions are the same tracker's ``sessions`` rows; ``chain_sessions`` and ``turn_counts``
+keep each run's answer while the run is unchanged (``_KEPT``, ``_COUNTED``), so a list the
+inspector polls does not track every chain recorded on each poll.
 
 Why computed here and not recorded: the meaning of a turn stays the tracker's, once, and the
 hop's frames are a pure function of the envelopes already stored, so every recording made
@@ -117,16 +117,55 @@ rather than naming them all: SQLite bounds the variables of a statement."""
 
 def turn_counts(db: Any, run_ids: list[int] | None) -> Counter[tuple[int, str | None]]:
     """How many turns the hops inside the runs hold, by (run id, session id): the turns
-    ``turn_stats`` lists, counted (an index probe alone for runs with no envelope)."""
+    ``turn_stats`` lists, counted. Cost: one ``method`` index probe counting each run's
+    envelopes; a run is unwrapped and tracked only when ``_COUNTED`` holds no count for it as it
+    is now (its envelopes counted, its start and end), so the lists of runs the inspector polls
+    do not track every chain in view on each poll."""
     wanted = None if run_ids is None else set(run_ids)
-    found = envelopes(db, None if run_ids is None or len(run_ids) > _SCOPED_RUNS else run_ids)
-    if wanted is not None:
-        found = [r for r in found if r["run_id"] in wanted]
-    if not found:
+    scoped = run_ids is not None and len(run_ids) <= _SCOPED_RUNS
+    where = f" and run_id in ({','.join('?' * len(run_ids or ())) or 'null'})" if scoped else ""
+    sql = f"select run_id, count(*) from frames where method = ?{where} group by run_id"
+    per_run = {
+        run_id: n
+        for run_id, n in db.execute(sql, [SUCCESSOR, *(run_ids or () if scoped else ())])
+        if wanted is None or run_id in wanted
+    }
+    if not per_run:
         return Counter()
-    runs = sorted({r["run_id"] for r in found})
-    ended = dict(db.execute(f"select id, ended_ns from runs where id in ({','.join('?' * len(runs))})", runs))
-    return Counter((t["run_id"], t["session_id"]) for t in hop_turns(unwrap(found), ended))
+    runs = sorted(per_run)
+    facts = {
+        r: (started, ended)
+        for r, started, ended in db.execute(
+            f"select id, started_ns, ended_ns from runs where id in ({','.join('?' * len(runs))})", runs
+        )
+    }
+    place = _database(db)
+    keys = {r: (place, r, *facts.get(r, (None, None)), per_run[r]) for r in runs}
+    answers: dict[int, Counter[tuple[int, str | None]]] = {}
+    with _KEPT_LOCK:
+        for run_id in runs:
+            if place is not None and (kept := _COUNTED.get(keys[run_id])) is not None:
+                _COUNTED.move_to_end(keys[run_id])
+                answers[run_id] = kept
+    stale = [r for r in runs if r not in answers]
+    if stale:
+        wanted_now = set(stale)
+        found = [r for r in envelopes(db, None if len(stale) > _SCOPED_RUNS else stale) if r["run_id"] in wanted_now]
+        ended = {r: facts.get(r, (None, None))[1] for r in stale}
+        fresh: dict[int, Counter[tuple[int, str | None]]] = {r: Counter() for r in stale}
+        for turn in hop_turns(unwrap(found), ended):
+            fresh[turn["run_id"]][(turn["run_id"], turn["session_id"])] += 1
+        with _KEPT_LOCK:
+            for run_id in stale:
+                answers[run_id] = fresh[run_id]
+                if place is not None:
+                    _COUNTED[keys[run_id]] = fresh[run_id]
+            while len(_COUNTED) > _KEPT_RUNS:
+                _COUNTED.popitem(last=False)
+    counts: Counter[tuple[int, str | None]] = Counter()
+    for run_counts in answers.values():
+        counts.update(run_counts)
+    return counts
 
 
 def count_in_runs(db: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -235,6 +274,8 @@ _KEPT_RUNS = 4096
 """How many runs' answers ``chain_sessions`` keeps (the least recently asked for go first)."""
 _KEPT: OrderedDict[tuple[Any, ...], tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]] = OrderedDict()
 _KEPT_LOCK = threading.Lock()  # the inspector answers requests on several threads
+_COUNTED: OrderedDict[tuple[Any, ...], Counter[tuple[int, str | None]]] = OrderedDict()
+"""``turn_counts``' answer per run as it was (``_KEPT_RUNS`` of them, under ``_KEPT_LOCK``)."""
 
 
 def _database(db: Any) -> str | None:

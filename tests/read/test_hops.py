@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from acp_proxy.read import hops, latency
+from acp_proxy.read import hops, latency, listing
 from acp_proxy.read.stats import stats
 from acp_proxy.record.importers import Record, write_run
 from acp_proxy.store import database as store
@@ -437,3 +437,34 @@ def test_a_chains_sessions_are_tracked_again_only_for_a_run_that_changed(
     assert set(tracked) == {added} and again[0][0]["session_id"] == "sess_new"
     hops._KEPT.clear()
     assert hops.chain_sessions(store.open_for_reading(db_path)) == again
+
+
+def test_a_chains_turns_are_counted_again_only_for_a_run_that_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lists of runs the inspector polls count each chain's turns once while it is unchanged."""
+    db_path = tmp_path / "rec.db"
+    runs = _chain_sessions(db_path)
+    tracked: list[int] = []
+    real = hops._tracked
+
+    def counting(frames: Any, ended: Any) -> Any:
+        for run_id, hop, changes in real(frames, ended):
+            tracked.append(run_id)
+            yield run_id, hop, changes
+
+    monkeypatch.setattr(hops, "_tracked", counting)
+    first = hops.turn_counts(store.open_for_reading(db_path), None)
+    assert set(tracked) == {runs["link"], runs["deep"], runs["mixed"], runs["both"]} and first
+    tracked.clear()
+    listed = listing.runs(store.open_for_reading(db_path), None)
+    assert tracked == [] and hops.turn_counts(store.open_for_reading(db_path), None) == first
+    assert sum(row["turns"] for row in listed if row["id"] == runs["link"]) >= 1
+    # A new chain run is counted, alone; the answer is what counting everything gives.
+    newest = chained(_renamed(v2_turn(CHUNK), "sess_new"))
+    added = _record(db_path, newest, [10**10 + n for n in range(len(newest))])
+    again = hops.turn_counts(store.open_for_reading(db_path), None)
+    assert set(tracked) == {added} and again[(added, "sess_new")] == 1
+    hops._COUNTED.clear()
+    assert hops.turn_counts(store.open_for_reading(db_path), None) == again
+    assert hops.turn_counts(store.open_for_reading(db_path), [added]) == {(added, "sess_new"): 1}
