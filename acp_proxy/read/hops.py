@@ -28,8 +28,8 @@ import itertools
 import json
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
@@ -141,27 +141,15 @@ def turn_counts(db: Any, run_ids: list[int] | None) -> Counter[tuple[int, str | 
     }
     place = _database(db)
     keys = {r: (place, r, *facts.get(r, (None, None)), per_run[r]) for r in runs}
-    answers: dict[int, Counter[tuple[int, str | None]]] = {}
-    with _KEPT_LOCK:
-        for run_id in runs:
-            if place is not None and (kept := _COUNTED.get(keys[run_id])) is not None:
-                _COUNTED.move_to_end(keys[run_id])
-                answers[run_id] = kept
-    stale = [r for r in runs if r not in answers]
-    if stale:
-        wanted_now = set(stale)
-        found = [r for r in envelopes(db, None if len(stale) > _SCOPED_RUNS else stale) if r["run_id"] in wanted_now]
-        ended = {r: facts.get(r, (None, None))[1] for r in stale}
+
+    def count(stale: list[int]) -> dict[int, Counter[tuple[int, str | None]]]:
+        found = _envelopes_of(db, stale)
         fresh: dict[int, Counter[tuple[int, str | None]]] = {r: Counter() for r in stale}
-        for turn in hop_turns(unwrap(found), ended):
+        for turn in hop_turns(unwrap(found), {r: facts.get(r, (None, None))[1] for r in stale}):
             fresh[turn["run_id"]][(turn["run_id"], turn["session_id"])] += 1
-        with _KEPT_LOCK:
-            for run_id in stale:
-                answers[run_id] = fresh[run_id]
-                if place is not None:
-                    _COUNTED[keys[run_id]] = fresh[run_id]
-            while len(_COUNTED) > _KEPT_RUNS:
-                _COUNTED.popitem(last=False)
+        return fresh
+
+    answers = _kept(_COUNTED, place is not None, keys, count)
     counts: Counter[tuple[int, str | None]] = Counter()
     for run_counts in answers.values():
         counts.update(run_counts)
@@ -242,25 +230,12 @@ def chain_sessions(db: Any) -> tuple[list[dict[str, Any]], Counter[tuple[int, st
     keys = {
         r: (place, r, *facts.get(r, (None, None)), per_run[r], frozenset(s for o, s in own if o == r)) for r in runs
     }
-    answers: dict[int, tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]] = {}
-    with _KEPT_LOCK:
-        for run_id in runs:
-            if place is not None and (kept := _KEPT.get(keys[run_id])) is not None:
-                _KEPT.move_to_end(keys[run_id])
-                answers[run_id] = kept
-    stale = [r for r in runs if r not in answers]
-    if stale:
-        wanted = set(stale)
-        found = [r for r in envelopes(db, None if len(stale) > _SCOPED_RUNS else stale) if r["run_id"] in wanted]
-        ended = {r: facts.get(r, (None, None))[1] for r in stale}
-        fresh = _sessions_of(found, ended, own)
-        with _KEPT_LOCK:
-            for run_id in stale:
-                answers[run_id] = fresh.get(run_id, ([], Counter()))
-                if place is not None:
-                    _KEPT[keys[run_id]] = answers[run_id]
-            while len(_KEPT) > _KEPT_RUNS:
-                _KEPT.popitem(last=False)
+
+    def track(stale: list[int]) -> dict[int, tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]]:
+        fresh = _sessions_of(_envelopes_of(db, stale), {r: facts.get(r, (None, None))[1] for r in stale}, own)
+        return {r: fresh.get(r, ([], Counter())) for r in stale}
+
+    answers = _kept(_KEPT, place is not None, keys, track)
     out: list[dict[str, Any]] = []
     counts: Counter[tuple[int, str | None]] = Counter()
     for rows, run_counts in answers.values():
@@ -276,6 +251,42 @@ _KEPT: OrderedDict[tuple[Any, ...], tuple[list[dict[str, Any]], Counter[tuple[in
 _KEPT_LOCK = threading.Lock()  # the inspector answers requests on several threads
 _COUNTED: OrderedDict[tuple[Any, ...], Counter[tuple[int, str | None]]] = OrderedDict()
 """``turn_counts``' answer per run as it was (``_KEPT_RUNS`` of them, under ``_KEPT_LOCK``)."""
+
+_Answer = TypeVar("_Answer")
+
+
+def _kept(
+    cache: OrderedDict[tuple[Any, ...], _Answer],
+    keep: bool,
+    keys: dict[int, tuple[Any, ...]],
+    compute: Callable[[list[int]], dict[int, _Answer]],
+) -> dict[int, _Answer]:
+    """Each run's answer: from ``cache`` where its key (the run as it is now) is there, else
+    ``compute``d for all such runs at once and, with ``keep``, kept (the least recently asked
+    for go first, past ``_KEPT_RUNS``)."""
+    answers: dict[int, _Answer] = {}
+    with _KEPT_LOCK:
+        for run_id, key in keys.items():
+            if keep and (kept := cache.get(key)) is not None:
+                cache.move_to_end(key)
+                answers[run_id] = kept
+    stale = [run_id for run_id in keys if run_id not in answers]
+    if stale:
+        fresh = compute(stale)
+        with _KEPT_LOCK:
+            for run_id in stale:
+                answers[run_id] = fresh[run_id]
+                if keep:
+                    cache[keys[run_id]] = fresh[run_id]
+            while len(cache) > _KEPT_RUNS:
+                cache.popitem(last=False)
+    return answers
+
+
+def _envelopes_of(db: Any, run_ids: list[int]) -> list[dict[str, Any]]:
+    """``envelopes`` of ``run_ids`` (of every run when they are too many to name)."""
+    wanted = set(run_ids)
+    return [r for r in envelopes(db, None if len(run_ids) > _SCOPED_RUNS else run_ids) if r["run_id"] in wanted]
 
 
 def _database(db: Any) -> str | None:

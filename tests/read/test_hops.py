@@ -407,11 +407,8 @@ def test_the_cli_and_mcp_list_a_chains_session_and_count_a_clients_hop_turns(tmp
     assert (clients["c"]["sessions"], set(clients["c"]["session_ids"])) == (4, {S, "sess_mix"})
 
 
-def test_a_chains_sessions_are_tracked_again_only_for_a_run_that_changed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    db_path = tmp_path / "rec.db"
-    runs = _chain_sessions(db_path)
+def _tracking(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The runs ``hops`` tracks from now on, in order, as it tracks them."""
     tracked: list[int] = []
     real = hops._tracked
 
@@ -421,6 +418,15 @@ def test_a_chains_sessions_are_tracked_again_only_for_a_run_that_changed(
             yield run_id, hop, changes
 
     monkeypatch.setattr(hops, "_tracked", counting)
+    return tracked
+
+
+def test_a_chains_sessions_are_tracked_again_only_for_a_run_that_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db_path = tmp_path / "rec.db"
+    runs = _chain_sessions(db_path)
+    tracked = _tracking(monkeypatch)
     first = hops.chain_sessions(store.open_for_reading(db_path))
     assert set(tracked) == {runs["link"], runs["deep"], runs["mixed"], runs["both"]}
     first[0][0]["turns"] = 99  # a caller's change stays its own
@@ -445,15 +451,7 @@ def test_a_chains_turns_are_counted_again_only_for_a_run_that_changed(
     """The lists of runs the inspector polls count each chain's turns once while it is unchanged."""
     db_path = tmp_path / "rec.db"
     runs = _chain_sessions(db_path)
-    tracked: list[int] = []
-    real = hops._tracked
-
-    def counting(frames: Any, ended: Any) -> Any:
-        for run_id, hop, changes in real(frames, ended):
-            tracked.append(run_id)
-            yield run_id, hop, changes
-
-    monkeypatch.setattr(hops, "_tracked", counting)
+    tracked = _tracking(monkeypatch)
     first = hops.turn_counts(store.open_for_reading(db_path), None)
     assert set(tracked) == {runs["link"], runs["deep"], runs["mixed"], runs["both"]} and first
     tracked.clear()
