@@ -10,7 +10,7 @@ with ``protocol.chains.Unwrapper`` (a deeper hop the same way), and running the 
 hold had that conversation been the link's own. The metrics are the ``turn_metrics`` view's own
 SQL (the database's own view), run over those rows, so a hop's "took" is the link's "took". A
 hop's sessions are the same tracker's ``sessions`` rows; ``chain_sessions`` and ``turn_counts``
-keep each run's answer while the run is unchanged (``_KEPT``, ``_COUNTED``), so a list the
+keep each run's answer while the run is unchanged (``_KEPT``), so a list the
 inspector polls does not track every chain recorded on each poll.
 
 Why computed here and not recorded: the meaning of a turn stays the tracker's, once, and the
@@ -29,7 +29,7 @@ import json
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from acp_proxy.protocol import wire
 from acp_proxy.protocol.chains import SUCCESSOR, Unwrapper
@@ -44,9 +44,7 @@ _ROW_COLUMNS = ("run_id", "seq", "ts_ns", "dir", "kind", "method", "rpc_id", "ra
 def envelopes(db: Any, run_ids: list[int] | None) -> list[dict[str, Any]]:
     """Every ``proxy/successor`` frame (request, notification or answer) of the runs, in
     relay order."""
-    where, params = "", []
-    if run_ids is not None:
-        where, params = f" and run_id in ({','.join('?' * len(run_ids)) or 'null'})", list(run_ids)
+    where, params = tables.runs_clause(run_ids, "run_id")
     sql = f"select {', '.join(_ROW_COLUMNS)} from frames where method = ?{where} order by run_id, seq"
     cursor = db.execute(sql, [SUCCESSOR, *params])
     return [dict(zip(_ROW_COLUMNS, row, strict=True)) for row in cursor]
@@ -117,41 +115,9 @@ rather than naming them all: SQLite bounds the variables of a statement."""
 
 def turn_counts(db: Any, run_ids: list[int] | None) -> Counter[tuple[int, str | None]]:
     """How many turns the hops inside the runs hold, by (run id, session id): the turns
-    ``turn_stats`` lists, counted. Cost: one ``method`` index probe counting each run's
-    envelopes; a run is unwrapped and tracked only when ``_COUNTED`` holds no count for it as it
-    is now (its envelopes counted, its start and end), so the lists of runs the inspector polls
-    do not track every chain in view on each poll."""
-    wanted = None if run_ids is None else set(run_ids)
-    scoped = run_ids is not None and len(run_ids) <= _SCOPED_RUNS
-    where = f" and run_id in ({','.join('?' * len(run_ids or ())) or 'null'})" if scoped else ""
-    sql = f"select run_id, count(*) from frames where method = ?{where} group by run_id"
-    per_run = {
-        run_id: n
-        for run_id, n in db.execute(sql, [SUCCESSOR, *(run_ids or () if scoped else ())])
-        if wanted is None or run_id in wanted
-    }
-    if not per_run:
-        return Counter()
-    runs = sorted(per_run)
-    facts = {
-        r: (started, ended)
-        for r, started, ended in db.execute(
-            f"select id, started_ns, ended_ns from runs where id in ({','.join('?' * len(runs))})", runs
-        )
-    }
-    place = _database(db)
-    keys = {r: (place, r, *facts.get(r, (None, None)), per_run[r]) for r in runs}
-
-    def count(stale: list[int]) -> dict[int, Counter[tuple[int, str | None]]]:
-        found = _envelopes_of(db, stale)
-        fresh: dict[int, Counter[tuple[int, str | None]]] = {r: Counter() for r in stale}
-        for turn in hop_turns(unwrap(found), {r: facts.get(r, (None, None))[1] for r in stale}):
-            fresh[turn["run_id"]][(turn["run_id"], turn["session_id"])] += 1
-        return fresh
-
-    answers = _kept(_COUNTED, place is not None, keys, count)
+    ``turn_stats`` lists, counted (``_chain_answers``: kept per run while it is unchanged)."""
     counts: Counter[tuple[int, str | None]] = Counter()
-    for run_counts in answers.values():
+    for _rows, run_counts in _chain_answers(db, run_ids).values():
         counts.update(run_counts)
     return counts
 
@@ -201,16 +167,69 @@ def chain_sessions(db: Any) -> tuple[list[dict[str, Any]], Counter[tuple[int, st
     has no session of that id (there, the link's row counts its hops' turns). One session id per
     run: its instances and the deeper hops that pass it on are one row.
 
-    Cost: one ``method`` index probe counting each run's envelopes; a run is unwrapped and tracked
-    only when ``_KEPT`` holds no answer for it as it is now (its envelopes counted, its end, its
-    link's sessions), so a list polled by the inspector tracks a live chain, not every chain
-    ever recorded."""
-    per_run = {
-        run_id: n
-        for run_id, n in db.execute("select run_id, count(*) from frames where method = ? group by run_id", [SUCCESSOR])
-    }
+    Cost: ``_chain_answers``' (a chain is tracked again only once it changed)."""
+    answers = _chain_answers(db, None)
+    out: list[dict[str, Any]] = []
+    counts: Counter[tuple[int, str | None]] = Counter()
+    for rows, run_counts in answers.values():
+        out += [dict(row) for row in rows]  # the caller's to change; the kept ones stay as they are
+        counts.update(run_counts)
+    out.sort(key=lambda row: (row["last_seen_ns"] or 0, row["row_id"]), reverse=True)
+    return out, counts
+
+
+_ChainAnswer = tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]
+"""A run's sessions only its chain carries, and its hops' turns by (run, session)."""
+_KEPT_RUNS = 4096
+"""How many runs' answers ``_chain_answers`` keeps (the least recently asked for go first)."""
+_KEPT: OrderedDict[tuple[Any, ...], _ChainAnswer] = OrderedDict()
+"""Each run's ``_chain_answers`` answer, by the run as it was."""
+_KEPT_LOCK = threading.Lock()  # the inspector answers requests on several threads
+
+
+def _kept(
+    keep: bool, keys: dict[int, tuple[Any, ...]], compute: Callable[[list[int]], dict[int, _ChainAnswer]]
+) -> dict[int, _ChainAnswer]:
+    """Each run's answer: from ``_KEPT`` where its key (the run as it is now) is there, else
+    ``compute``d for all such runs at once and, with ``keep``, kept (the least recently asked
+    for go first, past ``_KEPT_RUNS``)."""
+    cache = _KEPT
+    answers: dict[int, _ChainAnswer] = {}
+    with _KEPT_LOCK:
+        for run_id, key in keys.items():
+            if keep and (kept := cache.get(key)) is not None:
+                cache.move_to_end(key)
+                answers[run_id] = kept
+    stale = [run_id for run_id in keys if run_id not in answers]
+    if stale:
+        fresh = compute(stale)
+        with _KEPT_LOCK:
+            for run_id in stale:
+                answers[run_id] = fresh[run_id]
+                if keep:
+                    cache[keys[run_id]] = fresh[run_id]
+            while len(cache) > _KEPT_RUNS:
+                cache.popitem(last=False)
+    return answers
+
+
+def _chain_answers(db: Any, run_ids: list[int] | None) -> dict[int, _ChainAnswer]:
+    """For each of the runs (None: every run) that holds ``proxy/successor`` envelopes: the
+    sessions only its chain carries (``chain_sessions``' rows) and its hops' turns counted by
+    (run, session).
+
+    Cost: one ``method`` index probe counting each run's envelopes; a run is unwrapped and
+    tracked only when ``_KEPT`` holds no answer for it as it is now (its envelopes counted, its
+    start and end, its link's sessions), so the lists the inspector polls track a live chain,
+    not every chain in view on each poll."""
+    wanted = None if run_ids is None else set(run_ids)
+    where, params = tables.runs_clause(
+        run_ids if run_ids is not None and len(run_ids) <= _SCOPED_RUNS else None, "run_id"
+    )
+    sql = f"select run_id, count(*) from frames where method = ?{where} group by run_id"
+    per_run = {r: n for r, n in db.execute(sql, [SUCCESSOR, *params]) if wanted is None or r in wanted}
     if not per_run:
-        return [], Counter()
+        return {}
     runs = sorted(per_run)
     marks = ",".join("?" * len(runs))
     facts = {
@@ -231,56 +250,11 @@ def chain_sessions(db: Any) -> tuple[list[dict[str, Any]], Counter[tuple[int, st
         r: (place, r, *facts.get(r, (None, None)), per_run[r], frozenset(s for o, s in own if o == r)) for r in runs
     }
 
-    def track(stale: list[int]) -> dict[int, tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]]:
+    def track(stale: list[int]) -> dict[int, _ChainAnswer]:
         fresh = _sessions_of(_envelopes_of(db, stale), {r: facts.get(r, (None, None))[1] for r in stale}, own)
         return {r: fresh.get(r, ([], Counter())) for r in stale}
 
-    answers = _kept(_KEPT, place is not None, keys, track)
-    out: list[dict[str, Any]] = []
-    counts: Counter[tuple[int, str | None]] = Counter()
-    for rows, run_counts in answers.values():
-        out += [dict(row) for row in rows]  # the caller's to change; the kept ones stay as they are
-        counts.update(run_counts)
-    out.sort(key=lambda row: (row["last_seen_ns"] or 0, row["row_id"]), reverse=True)
-    return out, counts
-
-
-_KEPT_RUNS = 4096
-"""How many runs' answers ``chain_sessions`` keeps (the least recently asked for go first)."""
-_KEPT: OrderedDict[tuple[Any, ...], tuple[list[dict[str, Any]], Counter[tuple[int, str | None]]]] = OrderedDict()
-_KEPT_LOCK = threading.Lock()  # the inspector answers requests on several threads
-_COUNTED: OrderedDict[tuple[Any, ...], Counter[tuple[int, str | None]]] = OrderedDict()
-"""``turn_counts``' answer per run as it was (``_KEPT_RUNS`` of them, under ``_KEPT_LOCK``)."""
-
-_Answer = TypeVar("_Answer")
-
-
-def _kept(
-    cache: OrderedDict[tuple[Any, ...], _Answer],
-    keep: bool,
-    keys: dict[int, tuple[Any, ...]],
-    compute: Callable[[list[int]], dict[int, _Answer]],
-) -> dict[int, _Answer]:
-    """Each run's answer: from ``cache`` where its key (the run as it is now) is there, else
-    ``compute``d for all such runs at once and, with ``keep``, kept (the least recently asked
-    for go first, past ``_KEPT_RUNS``)."""
-    answers: dict[int, _Answer] = {}
-    with _KEPT_LOCK:
-        for run_id, key in keys.items():
-            if keep and (kept := cache.get(key)) is not None:
-                cache.move_to_end(key)
-                answers[run_id] = kept
-    stale = [run_id for run_id in keys if run_id not in answers]
-    if stale:
-        fresh = compute(stale)
-        with _KEPT_LOCK:
-            for run_id in stale:
-                answers[run_id] = fresh[run_id]
-                if keep:
-                    cache[keys[run_id]] = fresh[run_id]
-            while len(cache) > _KEPT_RUNS:
-                cache.popitem(last=False)
-    return answers
+    return _kept(place is not None, keys, track)
 
 
 def _envelopes_of(db: Any, run_ids: list[int]) -> list[dict[str, Any]]:

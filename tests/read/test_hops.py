@@ -463,6 +463,6 @@ def test_a_chains_turns_are_counted_again_only_for_a_run_that_changed(
     added = _record(db_path, newest, [10**10 + n for n in range(len(newest))])
     again = hops.turn_counts(store.open_for_reading(db_path), None)
     assert set(tracked) == {added} and again[(added, "sess_new")] == 1
-    hops._COUNTED.clear()
+    hops._KEPT.clear()
     assert hops.turn_counts(store.open_for_reading(db_path), None) == again
     assert hops.turn_counts(store.open_for_reading(db_path), [added]) == {(added, "sess_new"): 1}
