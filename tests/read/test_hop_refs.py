@@ -9,8 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from acp_proxy.read import queries
+from acp_proxy.read import listing, queries
 from acp_proxy.store import database as store
 from tests.checks.test_checks import S, chained, v2_turn
 from tests.read.test_hops import CHUNK, _chain_sessions, _record, _renamed, _times
@@ -140,3 +142,45 @@ def test_the_inspectors_session_page_takes_a_chains_session(tmp_path: Path) -> N
     assert page["ref"]["id"] == "sess_in" and "proxy chain, hop 1" in page["ref"]["describe"]
     with pytest.raises(model.NotFound):
         model.conversation(db, "session", "sess_x", Redactor(), parts=("summary",))
+
+
+@pytest.fixture(scope="module")
+def chain_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db_path = tmp_path_factory.mktemp("chains") / "rec.db"
+    _chain_sessions(db_path)
+    return db_path
+
+
+_REF_TEXT = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(
+        ["sess", "sess_", "sess_in", "sess_d", "session:", "session:sess", "run:", "last", "s%", "s_\\", "sess\ud800"]
+    ),
+    st.builds(lambda a, b: a + b, st.sampled_from(["", "session:", "run:", "sess_"]), st.text(max_size=12)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_REF_TEXT)
+def test_any_ref_text_names_a_run_or_a_session_or_says_why_in_one_line(chain_db: Path, text: str) -> None:
+    """Total on input: a REF beside chain sessions (prefixes of both kinds, LIKE's own characters,
+    lone surrogates) resolves or raises RefError with one line, never anything else."""
+    db = store.open_for_reading(chain_db)
+    try:
+        ref = queries.resolve(db, text)
+    except queries.RefError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    assert ref.run_id is not None or ref.session_id is not None
+    assert (ref.chain_session is None) or (ref.run_id is not None and ref.hop >= 1 and not ref.is_session)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(st.text(max_size=30), st.from_regex(r"-?[0-9]{0,20}:-?[0-9]{0,20}", fullmatch=True)))
+def test_any_sessions_key_pages_or_is_ignored(chain_db: Path, text: str) -> None:
+    """The inspector hands the last session's place back as text: any text is a key or none, and
+    the page after it is a list of sessions."""
+    key = listing.session_key(text)
+    assert key is None or all(isinstance(part, int) and abs(part) < 10**19 for part in key)
+    page, more = listing.sessions_before(store.open_for_reading(chain_db), key, 2)
+    assert isinstance(more, bool) and len(page) <= 2 and all("session_id" in row for row in page)

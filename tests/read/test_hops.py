@@ -466,3 +466,23 @@ def test_a_chains_turns_are_counted_again_only_for_a_run_that_changed(
     hops._KEPT.clear()
     assert hops.turn_counts(store.open_for_reading(db_path), None) == again
     assert hops.turn_counts(store.open_for_reading(db_path), [added]) == {(added, "sess_new"): 1}
+
+
+def test_a_chains_session_is_masked_at_the_doors_that_mask(tmp_path: Path) -> None:
+    """Private by default: a secret in a chain-only session's cwd is masked in MCP's list and the
+    inspector's index, as a sessions row's is (the CLI, the owner's own terminal, shows it)."""
+    from acp_proxy.mcp.tools import Tools
+    from acp_proxy.protocol.redact import Redactor
+    from acp_proxy.web import model
+
+    token = "ghp_" + "R7kQ2mZx9WpL4vNc8TbY3hJd6FsG1aUe5oXi"  # GitHub's shape: masked by pattern
+    db_path = tmp_path / "rec.db"
+    inner = json.loads(json.dumps(_renamed(v2_turn(CHUNK), "sess_in")).replace('"/w"', f'"/w/{token}"'))
+    link = _record(db_path, chained([(d, m) for d, m in inner]), _times(len(v2_turn(CHUNK)) + 2))
+    listed = listing.sessions(store.open_for_reading(db_path), None)
+    assert [(s["session_id"], s["hop"], s["cwd"]) for s in listed] == [("sess_in", 1, f"/w/{token}")]
+    mcp = json.dumps(Tools(db_path, Redactor()).list_sessions().model_dump())
+    index = json.dumps(model.index(store.open_for_reading(db_path), Redactor()))
+    for shown in (mcp, index):
+        assert token not in shown and "[redacted]" in shown and "sess_in" in shown
+    assert str(link) in index
