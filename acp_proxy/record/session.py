@@ -62,8 +62,8 @@ class FloodWatch:
     while more than FLOOD_LINES_PER_S lines a second arrive, the recorder only watches the
     journal grow, and goes on watching while at least FLOOD_GOING_LINES_PER_S still come; it
     catches up once they pause for FLOOD_PAUSE (or come slower than that), once it is
-    FLOOD_MAX_SECONDS or ``max_backlog`` bytes behind, or once the relay is gone. Nothing waits in memory
-    meanwhile: the journal holds it. Live views (``tail``, the web inspector, ``--check``,
+    FLOOD_MAX_SECONDS or ``max_backlog`` bytes behind, or once the relay is gone. Nothing waits
+    in memory meanwhile: the journal holds it. Live views (``tail``, the web inspector, ``--check``,
     OTLP) lag by as much during such a flood; no conversation between a person and an agent
     comes near that rate, and big frames, whose cost is per byte, never count as one.
     """
