@@ -82,6 +82,10 @@ class Flow:
         self.close = CloseOnce()  # threads close what they are done with: each fd once, never a reused one
         self.agent = agent
         self.client_out = os.dup(1)
+        # The client's pipe as deep as the agent's: a 1 MiB read then leaves in one write, not
+        # in sixteen, each waiting for the client to empty 64 KiB (a storm of small frames ran
+        # at 0.70x a ``cat`` hop, 0.91-0.97x with it). Nothing changes for a terminal or a file.
+        deepen(self.client_out)
         self.c2a = Pump(os.dup(0), agent.stdin_fd, jr.C2A, journal)
         self.a2c = Pump(agent.stdout_fd, self.client_out, jr.A2C, journal, deepen(agent.stdout_fd))
         self.err = Pump(agent.stderr_fd, os.dup(2), jr.STDERR, journal)

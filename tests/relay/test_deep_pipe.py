@@ -1,6 +1,6 @@
 """The agent's output pipe, deepened: a burst crosses in reads (and journal records) bigger than
 the default pipe, byte-exact, journaled before it is forwarded; a first small line waits for no
-big buffer."""
+big buffer. The pipe to the client is deepened as well."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from acp_proxy.record import journal as jr
 from acp_proxy.relay.pumps import CHUNK, DEEP_PIPE, Pump, deepen
+from tests.conftest import start_proxy, wait_for_output, watchdog
 
 F_GETPIPE_SZ = 1032
 
@@ -52,3 +55,29 @@ def test_a_deep_pipe_moves_a_burst_in_big_records_byte_exact(tmp_path: Path) -> 
     journal.close()
     for fd in (src_r, dst_r, dst_w):
         os.close(fd)
+
+
+@pytest.mark.spawns
+def test_the_proxy_deepens_the_pipe_to_its_client_too(tmp_path: Path) -> None:
+    """Frames bigger than the client's default pipe would otherwise leave in 64 KiB writes, each
+    waiting for the client to read: the proxy deepens its stdout's pipe as it does the agent's
+    (where the kernel allows; nothing changes for a terminal or a file)."""
+    probe = os.pipe()
+    allowed = deepen(probe[0])  # what the kernel lets this user have: DEEP_PIPE, or CHUNK
+    for fd in probe:
+        os.close(fd)
+    proc = start_proxy(["run", "--db", str(tmp_path / "rec.db"), "--", "cat"])
+    timer = watchdog(proc, 60)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}\n')
+        proc.stdin.flush()
+        wait_for_output(proc.stdout, b"\n", 30)  # the pumps run: the pipe has been deepened
+        size = fcntl.fcntl(proc.stdout.fileno(), F_GETPIPE_SZ)
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait(timeout=30)
+    assert size == allowed
