@@ -136,11 +136,16 @@ def _like_prefix(text: str) -> str:
 
 
 def session_prefix_length(db: ReadDb, minimum: int = 6) -> int:
-    """How many leading characters name every recorded session id unambiguously (as git
-    abbreviates commit ids): ``minimum``, or more where two ids begin alike."""
+    """How many leading characters name every session id the lists show unambiguously (as git
+    abbreviates commit ids): ``minimum``, or more where two ids begin alike. The ids are the
+    recorded sessions' and those only a proxy chain carries (``hops.chain_sessions``): a short
+    id copied from a list must name the session it stood for, and ``resolve`` prefers a
+    recorded session's prefix to a chain's."""
+    ids = {sid for (sid,) in db.execute("select session_id from sessions where session_id is not null")}
+    ids.update(row["session_id"] for row in hops.chain_sessions(db)[0] if isinstance(row["session_id"], str))
     longest = minimum
     previous: str | None = None
-    for (session_id,) in db.execute("select session_id from sessions where session_id is not null order by 1"):
+    for session_id in sorted(ids):
         if previous is not None:
             common = _common_prefix(previous, session_id)
             longest = max(longest, common + 1)

@@ -184,3 +184,18 @@ def test_any_sessions_key_pages_or_is_ignored(chain_db: Path, text: str) -> None
     assert key is None or all(isinstance(part, int) and abs(part) < 10**19 for part in key)
     page, more = listing.sessions_before(store.open_for_reading(chain_db), key, 2)
     assert isinstance(more, bool) and len(page) <= 2 and all("session_id" in row for row in page)
+
+
+def test_the_short_ids_the_lists_show_tell_a_chains_session_from_a_recorded_one(tmp_path: Path) -> None:
+    """A recorded session and a chain's that share a long prefix: the lists abbreviate both past
+    it, so each short id, copied as a REF, names the session it stood for."""
+    db_path = tmp_path / "rec.db"
+    own = _own_session(db_path, "sess_abcdefghij_own")
+    chain = _chained_session(db_path, "sess_abcdefghij_hop")
+    db = store.open_for_reading(db_path)
+    length = queries.session_prefix_length(db)
+    assert length == len("sess_abcdefghij_") + 1
+    assert queries.resolve(db, "sess_abcdefghij_own"[:length]).session_id == "sess_abcdefghij_own"
+    ref = queries.resolve(db, "sess_abcdefghij_hop"[:length])
+    assert (ref.session_id, ref.chain_session, ref.run_id) == (None, "sess_abcdefghij_hop", chain)
+    assert own != chain
