@@ -283,6 +283,8 @@ def metadata(db: Any, text: str, redactor: Redactor | None = None) -> dict[str, 
 
 
 def _sessions_setup(db: Any, ref: Ref | None, run_ids: list[int], redactor: Redactor | None) -> list[dict[str, Any]]:
+    if ref is not None and ref.chain_session is not None:
+        return _chain_session_setup(db, ref)
     marks = ",".join("?" * len(run_ids)) or "null"
     sql = f"""select distinct s.id, s.session_id, s.cwd, s.title, s.created_by from sessions s
               join session_runs sr on sr.session_row = s.id where sr.run_id in ({marks})"""
@@ -305,6 +307,30 @@ def _sessions_setup(db: Any, ref: Ref | None, run_ids: list[int], redactor: Reda
         }
         _setup_frames(db, run_ids, row["session_id"], found, redactor)
         out.append(found)
+    return out
+
+
+def _chain_session_setup(db: Any, ref: Ref) -> list[dict[str, Any]]:
+    """A session only a proxy chain carries: what its list row knows (its cwd as its hop's
+    ``session/new`` gave it, its title, how it was made) and the hop; its set-up frames are
+    inside envelopes, so modes, models and MCP servers are not read from them."""
+    out = []
+    for row in hops.chain_sessions(db)[0]:
+        if row["session_id"] == ref.chain_session and str(ref.run_id) in str(row["runs"]).split(","):
+            out.append(
+                {
+                    "session_id": row["session_id"],
+                    "hop": row["hop"],
+                    "cwd": row["cwd"],
+                    "title": row["title"],
+                    "created_by": row["created_by"],
+                    "modes": None,
+                    "current_mode": None,
+                    "models": None,
+                    "current_model": None,
+                    "mcp_servers": None,
+                }
+            )
     return out
 
 

@@ -199,3 +199,24 @@ def test_the_short_ids_the_lists_show_tell_a_chains_session_from_a_recorded_one(
     ref = queries.resolve(db, "sess_abcdefghij_hop"[:length])
     assert (ref.session_id, ref.chain_session, ref.run_id) == (None, "sess_abcdefghij_hop", chain)
     assert own != chain
+
+
+def test_a_chains_session_is_described_as_itself_with_its_hop_not_as_its_runs_other_sessions(
+    tmp_path: Path,
+) -> None:
+    """MCP ``session_info`` (``insights.metadata``) on a chain's session: that session, at its
+    hop, beside the run's set-up; not the sessions the run has of its own."""
+    from acp_proxy.read import insights
+
+    db_path = tmp_path / "rec.db"
+    runs = _chain_sessions(db_path)
+    db = store.open_for_reading(db_path)
+    listed = {row["session_id"]: row for row in listing.sessions(db, None) if row["hop"]}
+    for session_id, run in (("sess_in", "link"), ("sess_mix", "mixed"), ("sess_deep", "deep")):
+        found = insights.metadata(db, session_id)
+        assert [r["run_id"] for r in found["runs"]] == [runs[run]]
+        (session,) = found["sessions"]
+        assert (session["session_id"], session["hop"]) == (session_id, listed[session_id]["hop"])
+        assert session["cwd"] == listed[session_id]["cwd"]
+    # The run `mixed` has a session of its own (S): asked by its run, that one is there as before.
+    assert [s["session_id"] for s in insights.metadata(db, f"run:{runs['mixed']}")["sessions"]] == [S]
