@@ -1,8 +1,8 @@
 """What a feature route of the inspector needs from the plugin, handed to it as ``Doors``.
 
 Owns: ``Doors`` (reading the recording on Datasette's thread, the redactors, JSON and error
-answers, pages, the guard, the recording's file, and ``read_json``: a read answered as JSON or
-as a 404), ``bind`` (a feature's view as a Datasette
+answers, pages, the guard, the recording's file, and ``read_json``: a read answered as JSON, as
+a 404 or with the status its caller gives an exception), ``bind`` (a feature's view as a Datasette
 route handler) and ``number`` (a query parameter read as a frame or run number). The feature
 modules (``playhead``, ``session_panel``, ``search``, ``actions``) import this, never ``plugin``:
 the plugin builds the doors and hands them over, so there is no import cycle.
@@ -12,7 +12,7 @@ Must not know: SQL, the fold, click; what any feature shows.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,10 +46,16 @@ class Doors:
     """The recording's file, for the few writes a person asks for (marks)."""
     not_found: type[Exception]
 
-    async def read_json(self, datasette: Any, read: Callable[[Any], dict[str, Any]]) -> Response:
+    async def read_json(
+        self,
+        datasette: Any,
+        read: Callable[[Any], dict[str, Any]],
+        refusals: Mapping[type[Exception], int] | None = None,
+    ) -> Response:
         """A feature's JSON route once it has parsed its request: ``read(conn)`` on Datasette's
         read thread, answered as ``{"ok": true, ...what it read}``; what it names that is not
-        there (its ``LookupError``) or no recording attached is a 404 JSON error."""
+        there (its ``LookupError``) or no recording attached is a 404 JSON error, and an
+        exception ``refusals`` names is a JSON error with its status (a fold too long: 413)."""
 
         def guarded(conn: Any) -> dict[str, Any]:
             try:
@@ -61,6 +67,9 @@ class Doors:
             data = await self.read(datasette, guarded)
         except self.not_found as exc:
             return self.error(str(exc), True)
+        except tuple(refusals or ()) as exc:
+            status = next(status for kind, status in (refusals or {}).items() if isinstance(exc, kind))
+            return self.error(str(exc), True, status)
         return self.json({"ok": True, **data})
 
 

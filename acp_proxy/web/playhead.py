@@ -43,10 +43,7 @@ async def playhead_view(doors: Doors, datasette: Any, request: Any) -> Response:
     cache = _cache(datasette)
 
     def read(conn: Any) -> dict[str, Any]:
-        try:
-            at = ph.at(conn, run_id, seq, redactor, cache=cache, shape=model._conversation_json)
-        except LookupError as exc:
-            raise doors.not_found(str(exc)) from None
+        at = ph.at(conn, run_id, seq, redactor, cache=cache, shape=model._conversation_json)
         if isinstance(at, ph.Folding):
             return {"folding": True, "run_id": run_id, "seq": at.seq, "position": at.position, "total": at.total}
         return {
@@ -63,13 +60,7 @@ async def playhead_view(doors: Doors, datasette: Any, request: Any) -> Response:
             "redacted": redactor.enabled,
         }
 
-    try:
-        data = await doors.read(datasette, read)
-    except doors.not_found as exc:
-        return doors.error(str(exc), True)
-    except ph.TooLong as exc:
-        return doors.error(str(exc), True, 413)
-    return doors.json({"ok": True, **data})
+    return await doors.read_json(datasette, read, {ph.TooLong: 413})
 
 
 ROUTES = [(r"^/runs/(?P<run_id>[0-9]{1,18})/playhead\.json$", playhead_view)]
