@@ -22,7 +22,8 @@ Each direction is pumped by a thread of its own on blocking sockets when both si
 TCP (``MAX_THREADED`` connections at a time): a read, the journal, a send, with no readiness
 wait and no event loop between them. Over trio's loop, each read also cost an ``epoll_ctl``,
 an ``epoll_wait`` and a pass through the scheduler, and the stream's speed on a two-core
-machine followed serve's CPU and wake-ups. The scope (the close handshake's deadline, a
+machine followed serve's CPU and wake-ups; the threads are ``SCHED_BATCH`` so that their
+wake-ups do not preempt the peers (``_batch_class``). The scope (the close handshake's deadline, a
 cancel) stays on trio's side; when it ends, both sockets are shut down, which wakes a thread
 blocked in either call. A TLS upstream, and connections past the limit, are pumped on trio's
 loop by the same steps (``_take``, ``_hung_up``, ``_broken``).
@@ -168,6 +169,7 @@ class Passthrough:
                 ended.set()
 
         def pump(direction: str, source: _Side, sink: _Side, data: bytes) -> None:
+            _batch_class()
             try:
                 self._pump_blocking(direction, source, sink, data)
             except BaseException as exc:  # a defect: raised again on trio's side
@@ -325,6 +327,21 @@ class Passthrough:
 
 def _at_once(fn: Callable[[], None]) -> None:
     fn()
+
+
+def _batch_class() -> None:
+    """The calling thread into ``SCHED_BATCH`` (Linux; needs no privilege): its wake-ups no
+    longer preempt a running process, they wait for a free core or the next tick. Why: with
+    the agent, the client and serve on fewer cores than they need, each message waking a pump
+    that preempted the peer doing the real work cost that peer a context switch per message; in
+    eight paired rounds of a 100,000-chunk stream through the recording serve, the stream ran
+    at a median 0.97x direct with it and 0.81x without, and serve's CPU per message halved.
+    Round trips on a machine with a core free are as fast as before: a waking thread that finds
+    an idle core runs at once."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (OSError, AttributeError):  # not Linux, or refused: the default class then
+        pass
 
 
 class _Side:

@@ -5,6 +5,7 @@ same: the same bytes at each peer, the same messages and events recorded."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Awaitable, Callable
 
@@ -67,7 +68,11 @@ async def relay(
 
     async def watch() -> None:
         await trio.testing.wait_all_tasks_blocked()
-        names.extend(t.name for t in threading.enumerate())
+        for thread in threading.enumerate():
+            names.append(thread.name)
+            if thread.name.startswith("ws-") and thread.native_id is not None and hasattr(os, "SCHED_BATCH"):
+                # Linux: the pumps' wake-ups must not preempt the peers (wspass._batch_class).
+                names.append(f"{thread.name}:batch={os.sched_getscheduler(thread.native_id) == os.SCHED_BATCH}")
 
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
@@ -126,6 +131,8 @@ async def test_a_conversation_and_its_close_handshake_pass_byte_for_byte(
 
     run, names = await relay(mode, scenario, monkeypatch)
     assert ("ws-a2c" in names) == (mode == "threads")
+    if mode == "threads" and hasattr(os, "SCHED_BATCH"):
+        assert {"ws-a2c:batch=True", "ws-c2a:batch=True"} <= set(names)
     assert seen["upstream"] == b"".join(from_client)
     assert seen["client"] == b"".join(from_agent) + echo
     assert run.journaled == [
