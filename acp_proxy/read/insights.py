@@ -294,17 +294,7 @@ def _sessions_setup(db: Any, ref: Ref | None, run_ids: list[int], redactor: Reda
         args.append(ref.session_id)
     out = []
     for row in queries.rows(db, sql + " order by s.first_seen_ns, s.id", args):
-        found: dict[str, Any] = {
-            "session_id": row["session_id"],
-            "cwd": row["cwd"],
-            "title": row["title"],
-            "created_by": row["created_by"],
-            "modes": None,
-            "current_mode": None,
-            "models": None,
-            "current_model": None,
-            "mcp_servers": None,
-        }
+        found = _session_entry(row)
         _setup_frames(db, run_ids, row["session_id"], found, redactor)
         out.append(found)
     return out
@@ -317,21 +307,25 @@ def _chain_session_setup(db: Any, ref: Ref) -> list[dict[str, Any]]:
     out = []
     for row in hops.chain_sessions(db)[0]:
         if row["session_id"] == ref.chain_session and str(ref.run_id) in str(row["runs"]).split(","):
-            out.append(
-                {
-                    "session_id": row["session_id"],
-                    "hop": row["hop"],
-                    "cwd": row["cwd"],
-                    "title": row["title"],
-                    "created_by": row["created_by"],
-                    "modes": None,
-                    "current_mode": None,
-                    "models": None,
-                    "current_model": None,
-                    "mcp_servers": None,
-                }
-            )
+            out.append(_session_entry(row, hop=row["hop"]))
     return out
+
+
+def _session_entry(row: Any, **extra: Any) -> dict[str, Any]:
+    """What a session's row says of its set-up; modes, models and MCP servers come from its
+    frames where they are read (``_setup_frames``)."""
+    return {
+        "session_id": row["session_id"],
+        **extra,
+        "cwd": row["cwd"],
+        "title": row["title"],
+        "created_by": row["created_by"],
+        "modes": None,
+        "current_mode": None,
+        "models": None,
+        "current_model": None,
+        "mcp_servers": None,
+    }
 
 
 def _setup_frames(db: Any, run_ids: list[int], session_id: str, found: dict[str, Any], redactor: Any) -> None:
