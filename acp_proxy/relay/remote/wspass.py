@@ -177,21 +177,35 @@ class Passthrough:
             finally:
                 trio.from_thread.run_sync(one_ended, trio_token=token)
 
+        threads: list[threading.Thread] = []
         with trio.CancelScope() as scope:
             self.scope = scope
-            for args in (
-                ("c2a", self.client, self.upstream, client_leftover),
-                ("a2c", self.upstream, self.client, upstream_leftover),
-            ):
-                threading.Thread(target=pump, args=args, name=f"ws-{args[0]}", daemon=True).start()
             try:
-                await ended.wait()
+                for args in (
+                    ("c2a", self.client, self.upstream, client_leftover),
+                    ("a2c", self.upstream, self.client, upstream_leftover),
+                ):
+                    thread = threading.Thread(target=pump, args=args, name=f"ws-{args[0]}", daemon=True)
+                    try:
+                        thread.start()
+                    except RuntimeError as exc:  # no thread to be had (a limit): the connection ends
+                        if self.run is not None:
+                            self.run.event(f"serve could not start a thread: {exc}", stream="websocket")
+                        break
+                    threads.append(thread)
+                if len(threads) == 2:
+                    await ended.wait()
             finally:
                 self._stopping = True
                 self.client.shut()
                 self.upstream.shut()
+                running[0] -= 2 - len(threads)  # a thread that could not start never says it ended
+                if not running[0]:
+                    ended.set()
                 with trio.CancelScope(shield=True):
                     await ended.wait()
+                    for thread in threads:  # each has said so; now its last instructions
+                        await trio.to_thread.run_sync(thread.join)
         if failures:
             raise failures[0]
 

@@ -192,3 +192,29 @@ async def test_a_cancelled_relay_ends_at_once_even_while_both_peers_are_silent(
     assert ("ws-c2a" in names) == (mode == "threads")
     assert run.journaled == [] and run.events == []
     assert not any(name.startswith("ws-") for name in (t.name for t in threading.enumerate()))
+
+
+async def test_a_pump_thread_that_cannot_start_ends_the_connection_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process at its limit of threads: the first pump started, the second could not. The
+    connection ends (the started pump is woken and returns), the run says why, nothing hangs."""
+    real_start = threading.Thread.start
+    calls = []
+
+    def start(thread: threading.Thread) -> None:
+        calls.append(thread.name)
+        if thread.name == "ws-a2c":
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+
+    async def scenario(client: trio.SocketStream, upstream: trio.SocketStream) -> None:
+        assert await read_until_closed(client) == b""
+        assert await read_until_closed(upstream) == b""
+
+    run, _ = await relay("threads", scenario, monkeypatch)
+    assert calls == ["ws-c2a", "ws-a2c"]
+    assert run.events == ["serve could not start a thread: can't start new thread"]
+    assert not any(t.name.startswith("ws-") for t in threading.enumerate())
