@@ -306,7 +306,7 @@ def _chain_session_setup(db: Any, ref: Ref) -> list[dict[str, Any]]:
     inside envelopes, so modes, models and MCP servers are not read from them."""
     out = []
     for row in hops.chain_sessions(db)[0]:
-        if row["session_id"] == ref.chain_session and str(ref.run_id) in str(row["runs"]).split(","):
+        if row["session_id"] == ref.chain_session and str(row["runs"]) == str(ref.run_id):  # its one run
             out.append(_session_entry(row, hop=row["hop"]))
     return out
 

@@ -57,6 +57,8 @@ class Doors:
         there (its ``LookupError``) or no recording attached is a 404 JSON error, and an
         exception ``refusals`` names is a JSON error with its status (a fold too long: 413)."""
 
+        refused = dict(refusals or {})
+
         def guarded(conn: Any) -> dict[str, Any]:
             try:
                 return read(conn)
@@ -67,9 +69,8 @@ class Doors:
             data = await self.read(datasette, guarded)
         except self.not_found as exc:
             return self.error(str(exc), True)
-        except tuple(refusals or ()) as exc:
-            status = next(status for kind, status in (refusals or {}).items() if isinstance(exc, kind))
-            return self.error(str(exc), True, status)
+        except tuple(refused) as exc:
+            return self.error(str(exc), True, next(code for kind, code in refused.items() if isinstance(exc, kind)))
         return self.json({"ok": True, **data})
 
 

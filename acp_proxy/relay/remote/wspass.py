@@ -140,7 +140,7 @@ class Passthrough:
         if _threaded < MAX_THREADED:
             _threaded += 1
             try:
-                if self.client.blocking() and self.upstream.blocking():
+                if self.client.to_blocking() and self.upstream.to_blocking():
                     await self._relay_by_threads(client_leftover, upstream_leftover)
                     return
             finally:
@@ -160,7 +160,7 @@ class Passthrough:
         token = trio.lowlevel.current_trio_token()
         self._on_trio = lambda fn: trio.from_thread.run_sync(fn, trio_token=token)
         ended = trio.Event()
-        running = [2]
+        running = [2]  # pumps not ended yet (counted on trio's thread; both, before either starts)
         failures: list[BaseException] = []
 
         def one_ended() -> None:  # on trio's thread
@@ -378,9 +378,9 @@ class _Side:
                 return False
         return True
 
-    def blocking(self) -> bool:
-        """Whether this side can be pumped by a thread: a plain socket (TLS stays on trio's
-        loop), which is then put in blocking mode through a twin descriptor."""
+    def to_blocking(self) -> bool:
+        """Put this side in blocking mode through a twin descriptor, for a pump thread; False
+        (and nothing changed) when it cannot be: no plain socket (TLS stays on trio's loop)."""
         if not isinstance(self.stream, trio.SocketStream):
             return False
         try:

@@ -6,6 +6,7 @@ same: the same bytes at each peer, the same messages and events recorded."""
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Awaitable, Callable
 
@@ -23,15 +24,33 @@ TEXT, BINARY, CLOSE, PING = 0x1, 0x2, 0x8, 0x9
 MODES = ("threads", "loop")
 
 
+RECEIVED: dict[int, bytearray] = {}
+"""What each peer has read so far, by its socket's descriptor (``read_exactly`` and
+``read_until_closed`` add each chunk as it comes)."""
+
+
 class RecordingRun:
-    """What the relay journals: each message with its direction and note, and each event."""
+    """What the relay journals: each message with its direction and note, and each event. With
+    ``client`` (the client peer's descriptor) it also looks, as each agent message is journaled,
+    whether the client already has it: in its socket's buffer or read (journaled before
+    forwarded, DESIGN §2). Server frames are unmasked, so the message is there verbatim."""
 
     def __init__(self) -> None:
         self.journaled: list[tuple[str, bytes, str | None]] = []
         self.events: list[str] = []
+        self.client: int | None = None
+        self.early: list[bytes] = []  # agent messages the client had before they were journaled
 
     def messages(self, direction: str, batch: list[tuple[bytes, str | None]], *, stream: str) -> None:
         assert stream == "websocket"
+        if direction == "a2c" and self.client is not None:
+            with socket.socket(fileno=os.dup(self.client)) as peer:
+                try:
+                    waiting = peer.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    waiting = b""
+            had = bytes(RECEIVED.get(self.client, b"")) + waiting
+            self.early += [data for data, _ in batch if data in had]
         self.journaled.extend((direction, data, note) for data, note in batch)
 
     def event(self, text: str, *, stream: str) -> None:
@@ -56,6 +75,7 @@ async def relay(
     serve_upstream = await trio.open_tcp_stream("127.0.0.1", port)
     upstream_peer = await listener.accept()
     run = RecordingRun()
+    run.client = client_peer.socket.fileno()
     names: list[str] = []
     passthrough = wspass.Passthrough(serve_client, serve_upstream, run, 1 << 20)  # type: ignore[arg-type]
     ended = trio.Event()
@@ -82,14 +102,17 @@ async def relay(
             if cancel:
                 nursery.cancel_scope.cancel()
             await ended.wait()
-    for stream in (client_peer, upstream_peer, listener):
+    for stream in (client_peer, upstream_peer):
+        RECEIVED.pop(stream.socket.fileno(), None)  # the descriptor's number is reused after
         await stream.aclose()
+    await listener.aclose()
     return run, names
 
 
 async def read_until_closed(stream: trio.SocketStream) -> bytes:
     data = b""
     while chunk := await stream.receive_some(65536):
+        RECEIVED.setdefault(stream.socket.fileno(), bytearray()).extend(chunk)
         data += chunk
     return data
 
@@ -99,6 +122,7 @@ async def read_exactly(stream: trio.SocketStream, size: int) -> bytes:
     while len(data) < size:
         chunk = await stream.receive_some(65536)
         assert chunk, f"the connection ended after {len(data)} of {size} bytes"
+        RECEIVED.setdefault(stream.socket.fileno(), bytearray()).extend(chunk)
         data += chunk
     return data
 
@@ -135,6 +159,7 @@ async def test_a_conversation_and_its_close_handshake_pass_byte_for_byte(
         assert {"ws-a2c:batch=True", "ws-c2a:batch=True"} <= set(names)
     assert seen["upstream"] == b"".join(from_client)
     assert seen["client"] == b"".join(from_agent) + echo
+    assert run.early == []  # every agent message journaled before the client had a byte of it
     assert run.journaled == [
         ("c2a", b'{"id":1}', None),
         ("c2a", bytes(range(256)) * 10, wspass.BINARY),
