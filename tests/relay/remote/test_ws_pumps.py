@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("wsproto", reason="serve needs the remote extra (wsproto)")
 from wsproto.frame_protocol import FrameProtocol, Opcode
@@ -243,3 +245,45 @@ async def test_a_pump_thread_that_cannot_start_ends_the_connection_and_says_why(
     assert calls == ["ws-c2a", "ws-a2c"]
     assert run.events == ["serve could not start a thread: can't start new thread"]
     assert not any(t.name.startswith("ws-") for t in threading.enumerate())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(garbage=st.lists(st.binary(max_size=300), max_size=4), from_client=st.booleans())
+def test_any_bytes_from_a_peer_end_the_same_way_through_both_pumps(
+    garbage: list[bytes], from_client: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any bytes from a peer, then it hangs up (total on input, DESIGN §2): each pump mode
+    relays what it may and ends, with no traceback and no hang; both journal the same messages
+    and events, and the peers receive the same bytes (serve's own close frames to the upstream
+    carry a random mask: those are compared by length)."""
+    monkeypatch.setattr(wspass, "CLOSE_SECONDS", 0.2)  # a close handshake nobody finishes
+    data = b"".join(garbage)  # one write: serve reads it whole, so no reset races its reads
+    outcomes = []
+    for mode in MODES:
+        seen: dict[str, bytes] = {}
+
+        async def scenario(
+            client: trio.SocketStream, upstream: trio.SocketStream, seen: dict[str, bytes] = seen
+        ) -> None:
+            sender = client if from_client else upstream
+
+            async def reading(name: str, stream: trio.SocketStream) -> None:
+                try:
+                    seen[name] = await read_until_closed(stream)
+                except trio.BrokenResourceError:  # reset: serve closed with bytes unread
+                    seen[name] = b"<reset>"
+
+            async with trio.open_nursery() as peers:
+                peers.start_soon(reading, "client", client)
+                peers.start_soon(reading, "upstream", upstream)
+                if data:
+                    await sender.send_all(data)
+                await sender.send_eof()
+
+        run, _ = trio.run(relay, mode, scenario, monkeypatch)
+        outcomes.append((run.journaled, run.events, seen))
+    (journaled, events, seen), (journaled2, events2, seen2) = outcomes
+    assert (journaled, events) == (journaled2, events2)
+    if b"<reset>" not in (*seen.values(), *seen2.values()):
+        assert seen["client"] == seen2["client"]
+        assert len(seen["upstream"]) == len(seen2["upstream"])
