@@ -39,8 +39,8 @@ import errno
 import fcntl
 import os
 import struct
-import threading
 import time
+from _thread import allocate_lock
 
 from acp_proxy.store.dbfile import JOURNAL_SUFFIX, MODE_FILE, make_private_dir
 
@@ -166,7 +166,7 @@ class JournalWriter:
     ) -> None:
         self.fd = fd
         self._held_fd = -1  # the descriptor (and lock) kept between ``end`` and ``release``
-        self._lock = threading.Lock()  # the relay's directions append from threads of their own
+        self._lock = allocate_lock()  # the relay's directions append from threads of their own
         self._path = path  # text until someone asks for ``path``
         self.size = os.fstat(fd).st_size
         self.journaled = [0, 0, 0]  # DATA bytes appended, per direction: UNDELIVERED positions

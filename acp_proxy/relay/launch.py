@@ -15,7 +15,6 @@ what it does not take, click judges.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 
@@ -164,7 +163,8 @@ def _float(text: str | bool) -> float | None:
         value = float(text)
     except ValueError:
         return None
-    return value if math.isfinite(value) and value >= 0 and str(text).strip() == str(text) else None
+    # ``value - value`` is 0 for a finite float, nan otherwise: ``math.isfinite`` without ``math``
+    return value if value - value == 0 and value >= 0 and str(text).strip() == str(text) else None
 
 
 def _int(text: str | bool) -> int | None:

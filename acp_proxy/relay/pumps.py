@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from _thread import allocate_lock, start_new_thread
 
 from acp_proxy.record import journal as jr
 
@@ -160,6 +161,33 @@ def open_stream(fd: int, streams: tuple[type, type]) -> Any:
     return streams[1](fd)
 
 
+class Latch:
+    """Set once, waited for: what this module needs of ``threading.Event``, on a bare lock.
+
+    ``threading`` imports ``functools`` and ``collections`` (2-4 ms of a bare interpreter's
+    start-up, measured), and a ``Pump`` starts before an instant agent's first answer."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._lock = allocate_lock()
+        self._lock.acquire()  # held until ``set``: a waiter blocks in ``acquire``
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float) -> bool:
+        """True once set, False if ``timeout`` seconds passed first."""
+        if self._lock.acquire(timeout=max(0.0, timeout)):
+            self._lock.release()
+            return True
+        return self._set
+
+
 class Pump:
     """One direction, moved by a thread of its own: wait (``poll``), read, journal, write.
 
@@ -172,29 +200,30 @@ class Pump:
     """
 
     def __init__(self, src: int, dst: int, code: int, journal: jr.JournalWriter | None, read_size: int = CHUNK) -> None:
-        import threading
-
         self.read_size = read_size
         self.src = src
         self.dst = dst
         self.code = code
         self.journal = journal
         self.stop_r, self.stop_w = os.pipe()
-        self.finished = threading.Event()
+        self.finished = Latch()
         self.dst_open = True
         self.delivered = 0  # bytes the receiver took
         self.on_broken: Any = None  # called (in the pump's thread) when the receiver went away
         self.on_end: Any = None  # called (in the pump's thread) at EOF, before the pump returns
         self.notify_fd = -1  # gets a byte when the pump has finished (wakes whoever waits for it)
         self.tell_first = False  # also a byte once its first chunk is delivered (``Flow.hold_off``)
-        self.thread: Any = None
+        self.name = ""
 
     def start(self, name: str) -> None:
-        """Run in a thread of its own (a daemon: a proxy that exits does not wait for it)."""
-        import threading
+        """Run in a thread of its own: ``_thread``'s, not ``threading``'s (see ``Latch``), so a
+        daemon (a proxy that exits does not wait for it). ``name``: the direction, in this
+        pump's ``repr`` (what a traceback from its thread names)."""
+        self.name = name
+        start_new_thread(self.run, ())
 
-        self.thread = threading.Thread(target=self.run, name=f"pump-{name}", daemon=True)
-        self.thread.start()
+    def __repr__(self) -> str:
+        return f"<Pump {self.name or '(not started)'}>"
 
     def run(self) -> None:
         import select
@@ -308,9 +337,7 @@ class CloseOnce:
     descriptor another thread has opened since under the same number)."""
 
     def __init__(self) -> None:
-        import threading
-
-        self.lock = threading.Lock()
+        self.lock = allocate_lock()
         self.closed: set[int] = set()
 
     def __call__(self, fd: int) -> None:

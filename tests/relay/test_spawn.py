@@ -137,13 +137,18 @@ for argv in (["run", "--no-record", "--", "true"], ["run", "--", "true"], ["run"
 print(json.dumps(sorted(set(sys.modules) - before)))
 """
     (tmp_path / "data").mkdir()
-    store.open_for_writing(tmp_path / "x.db").conn.close()  # examined with _sqlite3
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        timeout=60,
-        env=proxy_env(XDG_DATA_HOME=str(tmp_path / "data")),
-    )
+    # Examined with _sqlite3, not known from its header: another writer's frames are in its WAL.
+    writer = store.open_for_writing(tmp_path / "x.db")
+    writer.conn.execute("insert into runs (started_ns, status) values (1, 'running')")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            timeout=60,
+            env=proxy_env(XDG_DATA_HOME=str(tmp_path / "data")),
+        )
+    finally:
+        writer.conn.close()
     assert result.returncode == 0, result.stderr
     added = json.loads(result.stdout)
     assert "acp_proxy.relay.spawn" in added and "_sqlite3" in added  # the probe did the work it claims
