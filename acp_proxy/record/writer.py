@@ -536,13 +536,16 @@ def _writer_main(fd: int, done_fd: int, session: WriterJob) -> int:
     # checkpoint does and leaves the WAL as it is.
     if session.limit is None:
         checkpointer.stop()
-        conn.execute("PRAGMA busy_timeout = 0")
-        _checkpoint(conn, "TRUNCATE")
+        _checkpoint(conn, "TRUNCATE", wait=False)
     return 0
 
 
-def _checkpoint(conn: sqlite3.Connection, mode: str) -> None:
+def _checkpoint(conn: sqlite3.Connection, mode: str, *, wait: bool = True) -> None:
+    """A checkpoint that never fails the writer (its run is recorded already). ``wait=False``:
+    no busy handler, so a mode that would wait for other connections does what it can at once."""
     try:
+        if not wait:
+            conn.execute("PRAGMA busy_timeout = 0")
         conn.execute(f"PRAGMA wal_checkpoint({mode})")
     except sqlite3.Error:
         pass
